@@ -1,0 +1,294 @@
+"""The dltop log format, v1: the one definition that the probe and the viewer share.
+
+A log is JSON Lines, one record per line, UTF-8. Every record has a ``kind``. The
+probe writes with :func:`encode_record`; every reader (viewer, ``dltop check``,
+tests) goes through :class:`LineDecoder`, so that the tolerance rules (unknown
+kinds and fields kept, malformed and partial lines skipped and counted, never an
+exception) hold everywhere at once.
+
+This module is imported by the training process, so it uses only the standard
+library at import time; ``msgspec`` is picked up lazily when it is installed
+(it is a runtime dependency of the distribution) and the stdlib ``json`` is the
+fallback, producing the same bytes.
+
+Non-finite floats are written as the strings ``"NaN"``, ``"Infinity"`` and
+``"-Infinity"`` (the protobuf JSON convention) instead of the bare tokens that
+``json.dumps`` emits and strict parsers reject. Decoding turns them back into
+floats wherever they stand as a value.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any
+
+SCHEMA_VERSION = 1
+
+# Record kinds. Readers must ignore kinds they do not know.
+META = "meta"  # first line: schema version "v", run id, host, pid, rank, versions, devices
+STEP = "step"  # one training step
+EVAL = "eval"  # evaluation metrics at a step
+SYS = "sys"  # sampled system metrics (process RSS/CPU, NVML per GPU)
+EVENT = "event"  # exception, oom, signal, exit, phase, note
+HEARTBEAT = "heartbeat"  # the writer thread is alive; lets a viewer tell stalled from finished
+LAYERS = "layers"  # per-parameter grad norms and zero-gradient fractions, every N steps
+KINDS = (META, STEP, EVAL, SYS, EVENT, HEARTBEAT, LAYERS)
+
+# Fields of a ``step`` record the probe knows about. Anything else is a user extra.
+STEP_FIELDS = (
+    "step",  # int, counts from 0 or the user's own step number
+    "t",  # float, Unix seconds at the end of the step
+    "loss",  # float
+    "grad_norm",  # float, global L2 norm of the accumulated gradient, before clipping
+    "lr",  # float, the first param group's learning rate
+    "lrs",  # list[float], every param group's lr, only when there is more than one group
+    "data_time",  # float s, time blocked in the data loader's next()
+    "step_time",  # float s, wall time from the previous step's end to this one's
+    "compute_time",  # float s, step_time - data_time
+    "device_time",  # float s, CUDA event time of the step, read back when complete
+    "batch_size",  # int, samples in the step when known
+    "samples_per_s",  # float, batch_size / step_time
+    "mem_allocated",  # int bytes, torch.cuda.memory_allocated
+    "mem_reserved",  # int bytes, torch.cuda.memory_reserved
+    "mem_max_allocated",  # int bytes, torch.cuda.max_memory_allocated
+    "mem_limit",  # int bytes, the device's total memory (or the per-process cap)
+)
+
+# ``event`` record ``type`` values.
+EV_EXCEPTION = "exception"  # any exception that ended the run (type, message, traceback)
+EV_OOM = "oom"  # out of memory, with a ``memory`` object of allocator state
+EV_SIGNAL = "signal"  # SIGTERM / SIGINT received (``signal`` name)
+EV_EXIT = "exit"  # the probe closed (``status``: "ok" | "exception" | "signal")
+EV_PHASE = "phase"  # a declared phase (``name``: "eval", "checkpoint"...; ``state``: begin/end)
+EV_NOTE = "note"  # free text the probe or the user wants on record
+EV_WARNING = "warning"  # the probe degraded (e.g. could not write the file): ``message``
+EVENT_TYPES = (EV_EXCEPTION, EV_OOM, EV_SIGNAL, EV_EXIT, EV_PHASE, EV_NOTE, EV_WARNING)
+
+_NONFINITE_OUT = {math.inf: "Infinity", -math.inf: "-Infinity"}
+_NONFINITE_IN = {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}
+_NONFINITE_MARKERS = (b'"NaN"', b'Infinity"')
+
+
+def _finite_or_marker(x: float) -> float | str:
+    if x != x:
+        return "NaN"
+    return _NONFINITE_OUT.get(x, x)
+
+
+def sanitize(value: Any) -> Any:
+    """Return ``value`` with every non-finite float replaced by its string marker.
+
+    Containers are copied only when they hold something to replace, so the common
+    all-finite record costs one pass and no allocation.
+    """
+    if isinstance(value, float):  # float subclasses too: numpy.float64 NaN must not become null
+        return value if math.isfinite(value) else _finite_or_marker(value)
+    if isinstance(value, dict):
+        for k, v in value.items():
+            if _needs_sanitizing(v):
+                return {k2: sanitize(v2) for k2, v2 in value.items()}
+        return value
+    if isinstance(value, (list, tuple)):
+        if any(_needs_sanitizing(v) for v in value):
+            return [sanitize(v) for v in value]
+        return value
+    return value
+
+
+def _needs_sanitizing(v: Any) -> bool:
+    if isinstance(v, float):
+        return not math.isfinite(v)
+    if isinstance(v, (dict, list, tuple)):
+        return sanitize(v) is not v
+    return False
+
+
+def restore(value: Any) -> Any:
+    """Inverse of :func:`sanitize`: turn the non-finite markers back into floats."""
+    if isinstance(value, str):
+        return _NONFINITE_IN.get(value, value)
+    if isinstance(value, dict):
+        return {k: restore(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [restore(v) for v in value]
+    return value
+
+
+def _json_default(obj: Any) -> Any:
+    """Last resort for values json cannot encode (numpy scalars, tensors, paths)."""
+    item = getattr(obj, "item", None)
+    if callable(item):
+        try:
+            return sanitize(item())
+        except Exception:  # a multi-element tensor, say
+            pass
+    tolist = getattr(obj, "tolist", None)
+    if callable(tolist):
+        try:
+            return sanitize(tolist())
+        except Exception:
+            pass
+    return str(obj)
+
+
+_encoder: Callable[[Any], bytes] | None = None
+
+
+def _get_encoder() -> Callable[[Any], bytes]:
+    global _encoder
+    if _encoder is None:
+        try:
+            import msgspec  # lazy: only the writer thread and the viewer ever get here
+
+            enc = msgspec.json.Encoder(enc_hook=_json_default)
+            _encoder = enc.encode
+        except ImportError:  # pragma: no cover - msgspec is a declared dependency
+
+            def _stdlib(obj: Any) -> bytes:
+                return json.dumps(
+                    obj, separators=(",", ":"), allow_nan=False, default=_json_default
+                ).encode()
+
+            _encoder = _stdlib
+    return _encoder
+
+
+def encode_record(record: dict[str, Any]) -> bytes:
+    """One record as one line of bytes, newline included, non-finite floats as strings."""
+    return _get_encoder()(sanitize(record)) + b"\n"
+
+
+_decoder: Callable[[bytes], Any] | None = None
+
+
+def _get_decoder() -> Callable[[bytes], Any]:
+    global _decoder
+    if _decoder is None:
+        try:
+            import msgspec
+
+            _decoder = msgspec.json.Decoder().decode
+        except ImportError:  # pragma: no cover
+
+            def _stdlib(b: bytes) -> Any:
+                return json.loads(b)
+
+            _decoder = _stdlib
+    return _decoder
+
+
+def decode_line(line: bytes | str) -> dict[str, Any] | None:
+    """One line to a record, or ``None`` when it is not a JSON object with a ``kind``."""
+    if isinstance(line, str):
+        line = line.encode()
+    line = line.strip()
+    if not line:
+        return None
+    try:
+        obj = _get_decoder()(line)
+    except Exception:
+        return None
+    if not isinstance(obj, dict) or not isinstance(obj.get("kind"), str):
+        return None
+    if any(m in line for m in _NONFINITE_MARKERS):
+        obj = restore(obj)
+    return obj
+
+
+class LineDecoder:
+    """Turns chunks of bytes into records, holding a partial last line until its newline.
+
+    Counts what it skips so that a viewer can say "3 corrupt lines skipped" instead of
+    failing or hiding it. ``feed`` never raises on bad input.
+    """
+
+    def __init__(self) -> None:
+        self._partial = b""
+        self.records = 0  # records decoded
+        self.malformed = 0  # non-empty lines that were not a record
+        self.bytes = 0  # bytes fed, partial line included
+
+    def feed(self, chunk: bytes) -> list[dict[str, Any]]:
+        """Records completed by ``chunk``; an unterminated tail waits for the next call."""
+        self.bytes += len(chunk)
+        data = self._partial + chunk if self._partial else chunk
+        end = data.rfind(b"\n")
+        if end < 0:
+            self._partial = data
+            return []
+        self._partial = data[end + 1 :]
+        return self._decode_block(data[: end + 1])
+
+    def finish(self) -> list[dict[str, Any]]:
+        """Flush the held partial line at end of input (a finished file without a final newline).
+
+        A line cut by a crash is malformed and counted; a complete last record without its
+        newline is kept.
+        """
+        tail, self._partial = self._partial, b""
+        if not tail.strip():
+            return []
+        return self._decode_block(tail)
+
+    @property
+    def pending(self) -> int:
+        """Bytes of the partial line held back."""
+        return len(self._partial)
+
+    def _decode_block(self, block: bytes) -> list[dict[str, Any]]:
+        out: list[dict[str, Any]] = []
+        append = out.append
+        decode = _get_decoder()
+        fix = any(m in block for m in _NONFINITE_MARKERS)
+        for line in block.split(b"\n"):
+            if not line or line.isspace():
+                continue
+            try:
+                obj = decode(line)
+            except Exception:
+                self.malformed += 1
+                continue
+            if type(obj) is not dict or type(obj.get("kind")) is not str:
+                self.malformed += 1
+                continue
+            if fix and any(m in line for m in _NONFINITE_MARKERS):
+                obj = restore(obj)
+            append(obj)
+        self.records += len(out)
+        return out
+
+
+def iter_records(lines: Iterable[bytes | str]) -> Iterator[dict[str, Any]]:
+    """Records from an iterable of lines, skipping whatever does not decode."""
+    for line in lines:
+        rec = decode_line(line)
+        if rec is not None:
+            yield rec
+
+
+def read_records(path: str, chunk_size: int = 1 << 20) -> tuple[list[dict[str, Any]], LineDecoder]:
+    """Every record of a finished log, and the decoder holding the skip counts.
+
+    Raises ``OSError`` for a missing or unreadable file: the caller turns it into
+    a one-line message.
+    """
+    dec = LineDecoder()
+    out: list[dict[str, Any]] = []
+    with open(path, "rb") as f:
+        while chunk := f.read(chunk_size):
+            out.extend(dec.feed(chunk))
+    out.extend(dec.finish())
+    return out, dec
+
+
+def as_float(value: Any) -> float | None:
+    """A record value as a float, ``None`` when absent or not numeric (bools excluded)."""
+    if type(value) is float:
+        return value
+    if type(value) is int:
+        return float(value)
+    if isinstance(value, str):
+        return _NONFINITE_IN.get(value)
+    return None

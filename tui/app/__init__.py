@@ -1,0 +1,1 @@
+"""The Textual application: screens and thin widgets that draw what the core computes."""

@@ -1,0 +1,73 @@
+"""The ``dltop`` command line: argument parsing and dispatch only.
+
+Each sub-command lives in its own module (``*_cmd.py``) exposing
+``configure(parser)`` and ``run(args) -> int`` and is imported only when chosen, so
+``dltop check`` never loads Textual and ``dltop --help`` is instant. Errors a user
+can cause (missing file, bad argument) end as one line on stderr with a hint, never
+a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections.abc import Sequence
+
+# sub-command name -> module under dltop.tui implementing configure() and run()
+COMMANDS = {
+    "check": "dltop.tui.check_cmd",
+}
+VIEW_MODULE = "dltop.tui.view_cmd"
+
+
+def _version() -> str:
+    try:
+        from importlib.metadata import version
+
+        return version("dltop-monitor")
+    except Exception:
+        return "unknown"
+
+
+def _base_parser(prog: str, description: str) -> argparse.ArgumentParser:
+    return argparse.ArgumentParser(
+        prog=prog, description=description, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+
+
+EPILOG = """commands:
+  dltop [SOURCE]                 watch a run: a .jsonl log (followed while it grows)
+  dltop check SOURCE [--json]    headless diagnosis for scripts and CI (exit 0/1/2/3)
+
+Start a run by adding three lines to a training loop (see README.md):
+  from dltop.probe import Probe
+  with Probe(path="dltop-runs/exp.jsonl", model=model, optimizer=optimizer) as probe:
+      ... probe.step(loss=loss)
+"""
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] in COMMANDS:
+        name = argv[0]
+        module = importlib.import_module(COMMANDS[name])
+        parser = _base_parser(f"dltop {name}", module.__doc__.strip().splitlines()[0])
+        module.configure(parser)
+        args = parser.parse_args(argv[1:])
+        return int(module.run(args) or 0)
+
+    parser = _base_parser("dltop", "A terminal training monitor for PyTorch.")
+    parser.epilog = EPILOG
+    parser.add_argument("--version", action="version", version=f"dltop {_version()}")
+    try:
+        module = importlib.import_module(VIEW_MODULE)
+    except ModuleNotFoundError as exc:
+        if exc.name != VIEW_MODULE:
+            raise
+        parser.parse_args(argv)
+        parser.print_help()
+        return 0
+    module.configure(parser)
+    args = parser.parse_args(argv)
+    return int(module.run(args) or 0)

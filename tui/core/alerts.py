@@ -1,0 +1,70 @@
+"""What a diagnosis says: the alert ids of the contract, severities, and the Alert record.
+
+Shared by the rules engine (which makes alerts), the checklists (which explain
+them), ``dltop check`` (which prints them) and the app (which draws badges).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+INFO, WARNING, CRITICAL = "info", "warning", "critical"
+SEVERITIES = (INFO, WARNING, CRITICAL)
+SEVERITY_RANK = {INFO: 0, WARNING: 1, CRITICAL: 2}
+
+# The contract's alert ids. New ids may be added; none may be renamed.
+ALERT_IDS = (
+    "nan_loss",
+    "nan_grad",
+    "loss_spike",
+    "divergence",
+    "grad_explosion",
+    "vanishing_grad",
+    "dead_units",
+    "plateau",
+    "oscillation",
+    "overfitting",
+    "data_bound",
+    "memory_growth",
+    "oom",
+    "stall",
+    "crash",
+    "straggler",
+)
+
+
+@dataclass
+class Alert:
+    """One diagnosis of a run.
+
+    ``step`` is the first step at which the condition held (the contract's meaning);
+    ``last_step`` the latest step at which it still held. ``evidence`` holds the numbers
+    that triggered it, machine-readable; ``message`` says the same in one line for people
+    ("grad norm 3.1e4 = 212x the median of the last 100 steps").
+    """
+
+    id: str
+    severity: str
+    step: int | None
+    title: str
+    message: str
+    evidence: dict[str, Any] = field(default_factory=dict)
+    active: bool = True
+    last_step: int | None = None
+    t: float | None = None  # Unix time of the record that raised it
+    checklist: str | None = None  # checklist id; defaults to ``id`` (crash patterns differ)
+
+    def to_json(self) -> dict[str, Any]:
+        """The contract's JSON shape, plus extra keys (message, active, last_step, checklist)."""
+        return {
+            "id": self.id,
+            "severity": self.severity,
+            "step": self.step,
+            "title": self.title,
+            "evidence": self.evidence,
+            "message": self.message,
+            "active": self.active,
+            "last_step": self.last_step,
+            "checklist": self.checklist or self.id,
+        }
