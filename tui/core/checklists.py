@@ -1,0 +1,442 @@
+"""Troubleshooting checklists: loaded from data files, marked from what the log shows.
+
+Checklists are data, not code (``tui/data/checklists/``), so that the knowledge can
+be reviewed, corrected and translated without touching the rules. English files hold
+the structure (step order, ids, evidence checks) and the English text; a translation
+(``zh/<id>.toml``) holds only text keyed by step id, so the checks exist once and a
+missing translated string falls back to English. See ``docs/checklists.md``.
+
+A step whose question the log can answer carries a ``check`` (a fact or a key of the
+alert's evidence, an operator, a threshold); :func:`evaluate` marks it "yes"/"no" with
+the measured value as evidence, or leaves it unmarked (``None``) when the log cannot
+tell, for the user to answer. Checks are plain comparisons, never evaluated strings.
+"""
+
+from __future__ import annotations
+
+import math
+import operator
+import re
+import tomllib
+from dataclasses import dataclass, field
+from importlib import resources
+from importlib.abc import Traversable
+from pathlib import Path
+from typing import Any
+
+from dltop.tui.core.alerts import Alert
+from dltop.tui.core.facts import FACT_NAMES, Fact, format_number
+
+BASE_LANG = "en"
+GENERIC_ID = "generic"
+OPS = (">", ">=", "<", "<=", "==", "!=", "is_true", "is_false")
+UNARY_OPS = ("is_true", "is_false")
+FORMATS = ("number", "percent", "bytes", "seconds")
+_CHECK_KEYS = {"fact", "evidence", "op", "value", "ref", "scale", "format"}
+_STEP_KEYS = {"id", "text", "why", "how", "check"}
+_TEXT_KEYS = ("text", "why", "how")
+_ORDERING = {">": operator.gt, ">=": operator.ge, "<": operator.lt, "<=": operator.le}
+_ID_RE = re.compile(r"^[a-z0-9][a-z0-9_]*$")
+
+Root = Path | Traversable
+
+
+class ChecklistDataError(ValueError):
+    """A checklist data file is missing a field, garbled, or names an unknown fact.
+
+    The message is one line naming the file, fit to show to a user as is.
+    """
+
+
+@dataclass(frozen=True)
+class ChecklistStep:
+    """One thing to check: what (``text``), why it matters, how to look (often code)."""
+
+    id: str
+    text: str
+    why: str
+    how: str | None = None
+    check: dict[str, Any] | None = None
+
+
+@dataclass(frozen=True)
+class Checklist:
+    """Ordered steps for one alert id or crash pattern, in one language.
+
+    ``error`` is set only on the fallback returned by :func:`checklist_for` when the
+    wanted file exists but could not be read, so a UI can say so instead of crashing.
+    """
+
+    id: str
+    title: str
+    summary: str
+    steps: tuple[ChecklistStep, ...]
+    lang: str = BASE_LANG
+    error: str | None = field(default=None, compare=False)
+
+
+@dataclass(frozen=True)
+class CheckedStep:
+    """A step with its automatic answer: mark "yes"/"no", or None when the log can't tell."""
+
+    step: ChecklistStep
+    mark: str | None
+    evidence: str | None
+
+    def line(self) -> str:
+        """One line for a report: "Was the learning rate high? lr = 3.0 at step 120 — yes"."""
+        said = f" {self.evidence}" if self.evidence else ""
+        return f"{self.step.text}{said} — {self.mark}" if self.mark else f"{self.step.text}{said}"
+
+
+def data_root() -> Traversable:
+    """The shipped data folder (``dltop/tui/data``), wherever the package is installed."""
+    return resources.files("dltop.tui") / "data"
+
+
+# ----------------------------------------------------------------------------- loading
+
+
+def load_checklist(
+    checklist_id: str, lang: str = BASE_LANG, *, root: Root | None = None
+) -> Checklist | None:
+    """The checklist ``checklist_id`` in ``lang`` (English text where untranslated).
+
+    Returns None when no English file exists for the id; raises
+    :class:`ChecklistDataError` when a file exists but is unreadable or invalid.
+    """
+    base = data_root() if root is None else root
+    return _load_cached(str(base), checklist_id, lang, base)
+
+
+_CACHE: dict[tuple[str, str, str], Checklist | None] = {}
+
+
+def _load_cached(key: str, checklist_id: str, lang: str, base: Root) -> Checklist | None:
+    cache_key = (key, checklist_id, lang)
+    if cache_key not in _CACHE:
+        _CACHE[cache_key] = _load(checklist_id, lang, base)
+    return _CACHE[cache_key]
+
+
+def clear_cache() -> None:
+    """Forget loaded files (tests that write data files; a reload after editing them)."""
+    _CACHE.clear()
+
+
+def available_checklists(lang: str = BASE_LANG, *, root: Root | None = None) -> list[str]:
+    """Ids of the checklists that have a file in ``lang`` (sorted)."""
+    folder = (data_root() if root is None else root) / "checklists" / lang
+    if not folder.is_dir():
+        return []
+    return sorted(p.name[:-5] for p in folder.iterdir() if p.name.endswith(".toml"))
+
+
+def _load(checklist_id: str, lang: str, base: Root) -> Checklist | None:
+    if not _ID_RE.match(checklist_id):
+        return None  # never let an id from a log file walk the filesystem
+    en_path = base / "checklists" / BASE_LANG / f"{checklist_id}.toml"
+    en = _read_toml(en_path)
+    if en is None:
+        return None
+    checklist = _parse_structure(checklist_id, en, _display(en_path))
+    if lang == BASE_LANG:
+        return checklist
+    tr_path = base / "checklists" / lang / f"{checklist_id}.toml"
+    tr = _read_toml(tr_path) if _ID_RE.match(lang) else None
+    if tr is None:
+        return checklist
+    return _apply_translation(checklist, tr, lang, _display(tr_path))
+
+
+def _display(path: Root) -> str:
+    """A short path for messages: from the data folder down."""
+    parts = str(path).replace("\\", "/").split("/")
+    return "/".join(parts[-4:])
+
+
+def _read_toml(path: Root) -> dict[str, Any] | None:
+    if not path.is_file():
+        return None
+    try:
+        return tomllib.loads(path.read_bytes().decode("utf-8"))
+    except (UnicodeDecodeError, tomllib.TOMLDecodeError, OSError) as exc:
+        raise ChecklistDataError(f"checklist file {_display(path)} {unreadable(exc)}") from None
+
+
+def unreadable(exc: Exception) -> str:
+    """Why a data file could not be read, as the end of a one-line message."""
+    if isinstance(exc, UnicodeDecodeError):
+        return f"is not UTF-8 text: {exc.reason}"
+    if isinstance(exc, tomllib.TOMLDecodeError):
+        return f"is not valid TOML: {exc}"
+    return f"cannot be read: {getattr(exc, 'strerror', None) or exc}"
+
+
+def _text(data: dict[str, Any], key: str, where: str, required: bool = True) -> str | None:
+    value = data.get(key)
+    if value is None and not required:
+        return None
+    if not isinstance(value, str) or not value.strip():
+        raise ChecklistDataError(f"{where}: '{key}' must be non-empty text")
+    return value.strip()
+
+
+def _parse_structure(checklist_id: str, data: dict[str, Any], where: str) -> Checklist:
+    if data.get("id", checklist_id) != checklist_id:
+        raise ChecklistDataError(f"{where}: id '{data.get('id')}' does not match the file name")
+    raw_steps = data.get("steps")
+    if not isinstance(raw_steps, list) or not raw_steps:
+        raise ChecklistDataError(f"{where}: needs a non-empty [[steps]] list")
+    steps: list[ChecklistStep] = []
+    seen: set[str] = set()
+    for n, raw in enumerate(raw_steps, 1):
+        at = f"{where} step {n}"
+        if not isinstance(raw, dict):
+            raise ChecklistDataError(f"{at}: must be a table")
+        unknown = set(raw) - _STEP_KEYS
+        if unknown:
+            raise ChecklistDataError(f"{at}: unknown keys {sorted(unknown)}")
+        step_id = _text(raw, "id", at) or ""
+        if not _ID_RE.match(step_id) or step_id in seen:
+            raise ChecklistDataError(
+                f"{at}: id '{step_id}' must be unique, lower_case_with_underscores"
+            )
+        seen.add(step_id)
+        check = raw.get("check")
+        if check is not None:
+            validate_check(check, f"{at} ({step_id})")
+        steps.append(
+            ChecklistStep(
+                id=step_id,
+                text=_text(raw, "text", at) or "",
+                why=_text(raw, "why", at) or "",
+                how=_text(raw, "how", at, required=False),
+                check=dict(check) if check is not None else None,
+            )
+        )
+    return Checklist(
+        id=checklist_id,
+        title=_text(data, "title", where) or "",
+        summary=_text(data, "summary", where) or "",
+        steps=tuple(steps),
+    )
+
+
+def validate_check(check: Any, where: str) -> None:
+    """Raise :class:`ChecklistDataError` unless ``check`` is a well-formed evidence check."""
+    if not isinstance(check, dict):
+        raise ChecklistDataError(f"{where}: check must be a table")
+    unknown = set(check) - _CHECK_KEYS
+    if unknown:
+        raise ChecklistDataError(f"{where}: unknown check keys {sorted(unknown)}")
+    if ("fact" in check) == ("evidence" in check):
+        raise ChecklistDataError(f"{where}: a check names exactly one of 'fact' or 'evidence'")
+    if "fact" in check and check["fact"] not in FACT_NAMES:
+        raise ChecklistDataError(f"{where}: unknown fact '{check['fact']}'")
+    if "evidence" in check and not (isinstance(check["evidence"], str) and check["evidence"]):
+        raise ChecklistDataError(f"{where}: 'evidence' must name a key of the alert's evidence")
+    op = check.get("op")
+    if op not in OPS:
+        raise ChecklistDataError(f"{where}: operator {op!r} is not one of {', '.join(OPS)}")
+    has_value, has_ref = "value" in check, "ref" in check
+    if op in UNARY_OPS:
+        if has_value or has_ref:
+            raise ChecklistDataError(f"{where}: '{op}' takes no value")
+    elif has_value == has_ref:
+        raise ChecklistDataError(f"{where}: '{op}' needs exactly one of 'value' or 'ref'")
+    if has_value and not isinstance(check["value"], (int, float, str, bool)):
+        raise ChecklistDataError(f"{where}: value must be a number, text or boolean")
+    if has_ref and check["ref"] not in FACT_NAMES:
+        raise ChecklistDataError(f"{where}: unknown reference fact '{check['ref']}'")
+    scale = check.get("scale", 1)
+    if (
+        isinstance(scale, bool)
+        or not isinstance(scale, (int, float))
+        or (not has_ref and "scale" in check)
+    ):
+        raise ChecklistDataError(f"{where}: 'scale' is a number and goes with 'ref'")
+    if check.get("format", "number") not in FORMATS:
+        raise ChecklistDataError(
+            f"{where}: format {check.get('format')!r} is not one of {', '.join(FORMATS)}"
+        )
+
+
+def _apply_translation(
+    checklist: Checklist, data: dict[str, Any], lang: str, where: str
+) -> Checklist:
+    """Overlay translated text on the English structure; untranslated fields stay English."""
+    unknown = set(data) - {"title", "summary", "steps"}
+    if unknown:
+        raise ChecklistDataError(
+            f"{where}: a translation holds only title, summary and steps text; found {sorted(unknown)}"
+        )
+    texts = data.get("steps", {})
+    if not isinstance(texts, dict):
+        raise ChecklistDataError(f"{where}: steps must be tables keyed by step id ([steps.<id>])")
+    known = {s.id for s in checklist.steps}
+    for step_id, entry in texts.items():
+        if step_id not in known:
+            raise ChecklistDataError(f"{where}: step '{step_id}' is not in the English checklist")
+        if not isinstance(entry, dict) or set(entry) - set(_TEXT_KEYS):
+            raise ChecklistDataError(
+                f"{where}: step '{step_id}' may hold only {', '.join(_TEXT_KEYS)}"
+            )
+    steps = []
+    for step in checklist.steps:
+        entry = texts.get(step.id, {})
+        steps.append(
+            ChecklistStep(
+                id=step.id,
+                text=_text(entry, "text", where, required=False) or step.text,
+                why=_text(entry, "why", where, required=False) or step.why,
+                how=_text(entry, "how", where, required=False) or step.how,
+                check=step.check,
+            )
+        )
+    return Checklist(
+        id=checklist.id,
+        title=_text(data, "title", where, required=False) or checklist.title,
+        summary=_text(data, "summary", where, required=False) or checklist.summary,
+        steps=tuple(steps),
+        lang=lang,
+    )
+
+
+def checklist_for(alert: Alert, lang: str = BASE_LANG, *, root: Root | None = None) -> Checklist:
+    """The checklist that explains ``alert``: by ``alert.checklist``, else by ``alert.id``.
+
+    Never raises: an id without a file gets the generic checklist, and a damaged file
+    gets the generic checklist with ``error`` saying which file and what is wrong.
+    """
+    error: str | None = None
+    for wanted in (alert.checklist, alert.id, GENERIC_ID):
+        if not wanted:
+            continue
+        try:
+            found = load_checklist(wanted, lang, root=root)
+        except ChecklistDataError as exc:
+            error = error or str(exc)
+            continue
+        if found is not None:
+            return found if error is None else _with_error(found, error)
+    return _builtin_generic(error)
+
+
+def _with_error(checklist: Checklist, error: str) -> Checklist:
+    return Checklist(
+        checklist.id, checklist.title, checklist.summary, checklist.steps, checklist.lang, error
+    )
+
+
+_BUILTIN_STEPS = (
+    ("read_evidence", "Read the alert's evidence and the step it names.", "The numbers say what tripped the rule and since when."),
+    ("plot_around", "Look at loss, grad norm and learning rate around that step.", "Most training problems show first in these three curves."),
+    ("reproduce_small", "Reproduce on a small batch or a short run.", "A fast reproduction makes every later check cheap."),
+)  # fmt: skip
+
+
+def _builtin_generic(error: str | None) -> Checklist:
+    """Last resort when even the generic data file is missing or damaged."""
+    steps = tuple(ChecklistStep(i, text, why) for i, text, why in _BUILTIN_STEPS)
+    title, summary = (
+        "Investigate the alert",
+        "No specific checklist could be loaded for this alert.",
+    )
+    return Checklist(GENERIC_ID, title, summary, steps, BASE_LANG, error)
+
+
+# -------------------------------------------------------------------------- evaluation
+
+
+def evaluate(checklist: Checklist, facts: dict[str, Fact], alert: Alert) -> list[CheckedStep]:
+    """Mark every step the log can answer; leave the rest (mark None) for the user."""
+    return [_evaluate_step(step, facts, alert) for step in checklist.steps]
+
+
+def _evaluate_step(step: ChecklistStep, facts: dict[str, Fact], alert: Alert) -> CheckedStep:
+    check = step.check
+    if check is None:
+        return CheckedStep(step, None, None)
+    fmt = check.get("format", "number")
+    if "fact" in check:
+        fact = facts.get(check["fact"])
+        if fact is None or fact.value is None:
+            return CheckedStep(step, None, None)
+        value: Any = fact.value
+        said = (
+            fact.describe()
+            if fmt == "number"
+            else _with_step(f"{fact.name} = {format_value(value, fmt)}", fact.step)
+        )
+    else:
+        key = check["evidence"]
+        value = (alert.evidence or {}).get(key)
+        if value is None:
+            return CheckedStep(step, None, None)
+        said = f"{key} = {format_value(value, fmt)}"
+    op = check["op"]
+    if op in UNARY_OPS:
+        truthy = bool(value) and not (isinstance(value, float) and math.isnan(value))
+        return CheckedStep(step, _yes_no(truthy == (op == "is_true")), said)
+    if "ref" in check:
+        ref = facts.get(check["ref"])
+        if ref is None or ref.value is None or not _is_number(ref.value):
+            return CheckedStep(step, None, None)
+        scale = check.get("scale", 1)
+        threshold: Any = ref.value * scale
+        prefix = f"{format_number(scale)} × " if scale != 1 else ""
+        said = f"{said}; {prefix}{ref.name} = {format_value(threshold, fmt)}"
+    else:
+        threshold = check["value"]
+    result = _compare(value, op, threshold)
+    return CheckedStep(step, None if result is None else _yes_no(result), said)
+
+
+def _with_step(text: str, step: int | None) -> str:
+    return text if step is None else f"{text} at step {step}"
+
+
+def _yes_no(flag: bool) -> str:
+    return "yes" if flag else "no"
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _compare(value: Any, op: str, threshold: Any) -> bool | None:
+    """A comparison of like with like; None when they cannot be compared (or NaN)."""
+    if _is_number(value) and _is_number(threshold):
+        if math.isnan(value) or math.isnan(threshold):
+            return None
+    elif type(value) is not type(threshold):
+        return None
+    if op in ("==", "!="):
+        return (value == threshold) == (op == "==")
+    if isinstance(value, bool) or not _is_number(value):
+        return None  # ordering is for numbers only
+    return bool(_ORDERING[op](value, threshold))
+
+
+def format_value(value: Any, fmt: str = "number") -> str:
+    """A value for people: "64 %", "1.5 GiB", "350 ms", or :func:`format_number`."""
+    if not _is_number(value) or (isinstance(value, float) and not math.isfinite(value)):
+        return format_number(value)
+    if fmt == "percent":
+        return f"{value * 100:.0f} %"
+    if fmt == "bytes":
+        return format_bytes(value)
+    if fmt == "seconds":
+        return f"{value * 1000:.0f} ms" if abs(value) < 1 else f"{format_number(float(value))} s"
+    return format_number(value)
+
+
+def format_bytes(n: float) -> str:
+    """Binary units, the way allocators report them: 512 B, 20 MiB, 1.19 GiB."""
+    size = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if abs(size) < 1024:
+            return f"{int(size)} B" if unit == "B" else f"{size:.3g} {unit}"
+        size /= 1024
+    return f"{size:.3g} TiB"

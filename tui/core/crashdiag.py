@@ -1,0 +1,366 @@
+"""Crash diagnosis: match an exception event against the catalogue of known crashes.
+
+The catalogue (``tui/data/crash_patterns.toml``) is data: an ordered list of
+patterns, each with regexes for the exception type and the message, the checklist
+that explains it, and named regex groups that pull the numbers out of the message
+(the two shapes of a bad matmul, the GiB an allocation wanted, the index that was out
+of range). The first pattern that matches wins, so specific patterns come before
+broad ones. ``docs/checklists.md`` and ``tui/data/README.md`` describe the format.
+
+The rules engine turns the diagnosis into an ``oom`` or ``crash`` alert; this module
+never raises on a strange event or a damaged catalogue, since it runs while feeding
+records: a damaged catalogue yields the fallback diagnosis with the error in details.
+"""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from dataclasses import dataclass, field
+from typing import Any
+
+from dltop.tui.core.checklists import Root, data_root, format_bytes, unreadable
+
+ALERT_IDS = ("oom", "crash")
+DETAIL_TYPES = ("int", "float", "bytes", "text")
+_PATTERN_KEYS = {
+    "id",
+    "alert",
+    "checklist",
+    "title",
+    "summary",
+    "exc_type",
+    "event_type",
+    "match",
+    "extract",
+    "types",
+}
+_MATCH_KEYS = {"regex", "explain"}
+_UNITS = {
+    "b": 1,
+    "bytes": 1,
+    "kb": 10**3,
+    "mb": 10**6,
+    "gb": 10**9,
+    "tb": 10**12,
+    "kib": 2**10,
+    "mib": 2**20,
+    "gib": 2**30,
+    "tib": 2**40,
+}
+_BYTES_RE = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*([A-Za-z]*)\s*$")
+_FRAME_RE = re.compile(r'File "([^"]+)", line (\d+), in (\S+)')
+_LIBRARY_PARTS = (
+    "site-packages",
+    "dist-packages",
+    "/torch/",
+    "\\torch\\",
+    "/lib/python",
+    "<frozen",
+)
+_NOT_A_CRASH = re.compile(r"(^|\.)KeyboardInterrupt$")
+
+
+class CatalogueError(ValueError):
+    """The crash catalogue is unreadable or invalid; the message is one line naming the file."""
+
+
+@dataclass(frozen=True)
+class CrashDiagnosis:
+    """What a crash was, in the terms of the catalogue; ``details`` holds the numbers."""
+
+    pattern: str
+    alert_id: str
+    title: str
+    summary: str
+    checklist: str
+    details: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class _Match:
+    regex: re.Pattern[str]
+    explain: str | None
+
+
+@dataclass(frozen=True)
+class CrashPattern:
+    """One catalogue entry. Matches when the event type, exception type or a message regex does."""
+
+    id: str
+    alert: str
+    checklist: str
+    title: str
+    summary: str
+    exc_type: tuple[re.Pattern[str], ...] = ()
+    event_type: tuple[str, ...] = ()
+    match: tuple[_Match, ...] = ()
+    extract: tuple[re.Pattern[str], ...] = ()
+    types: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Catalogue:
+    patterns: tuple[CrashPattern, ...]
+    fallback: CrashPattern
+
+
+# ----------------------------------------------------------------------------- loading
+
+_CACHE: dict[str, Catalogue] = {}
+
+
+def load_catalogue(root: Root | None = None) -> Catalogue:
+    """The parsed catalogue (cached); raises :class:`CatalogueError` when it is damaged."""
+    base = data_root() if root is None else root
+    key = str(base)
+    if key not in _CACHE:
+        _CACHE[key] = _parse_catalogue(base / "crash_patterns.toml")
+    return _CACHE[key]
+
+
+def clear_cache() -> None:
+    _CACHE.clear()
+
+
+def _parse_catalogue(path: Root) -> Catalogue:
+    where = "crash_patterns.toml"
+    if not path.is_file():
+        raise CatalogueError(f"{where} is missing from the package data")
+    try:
+        data = tomllib.loads(path.read_bytes().decode("utf-8"))
+    except (UnicodeDecodeError, tomllib.TOMLDecodeError, OSError) as exc:
+        raise CatalogueError(f"{where} {unreadable(exc)}") from None
+    raw = data.get("pattern")
+    if not isinstance(raw, list) or not raw:
+        raise CatalogueError(f"{where}: needs a non-empty [[pattern]] list")
+    patterns = [_parse_pattern(p, f"{where} pattern {n}") for n, p in enumerate(raw, 1)]
+    ids = [p.id for p in patterns]
+    dupes = sorted({i for i in ids if ids.count(i) > 1})
+    if dupes:
+        raise CatalogueError(f"{where}: duplicate pattern ids {dupes}")
+    fallback = _parse_pattern(data.get("fallback"), f"{where} [fallback]", is_fallback=True)
+    return Catalogue(tuple(patterns), fallback)
+
+
+def _compile(regex: Any, where: str) -> re.Pattern[str]:
+    if not isinstance(regex, str) or not regex:
+        raise CatalogueError(f"{where}: a regex must be non-empty text")
+    try:
+        return re.compile(regex)
+    except re.error as exc:
+        raise CatalogueError(f"{where}: bad regex {regex!r}: {exc}") from None
+
+
+def _str_list(value: Any, where: str, key: str) -> list[Any]:
+    if value is None:
+        return []
+    if isinstance(value, (str, dict)):
+        return [value]
+    if not isinstance(value, list):
+        raise CatalogueError(f"{where}: '{key}' must be a list")
+    return value
+
+
+def _parse_pattern(raw: Any, where: str, is_fallback: bool = False) -> CrashPattern:
+    if not isinstance(raw, dict):
+        raise CatalogueError(f"{where}: must be a table")
+    unknown = set(raw) - _PATTERN_KEYS
+    if unknown:
+        raise CatalogueError(f"{where}: unknown keys {sorted(unknown)}")
+    for key in ("id", "alert", "checklist", "title", "summary"):
+        if not isinstance(raw.get(key), str) or not raw[key].strip():
+            raise CatalogueError(f"{where}: '{key}' must be non-empty text")
+    where = f"{where} ({raw['id']})"
+    if raw["alert"] not in ALERT_IDS:
+        raise CatalogueError(f"{where}: alert must be one of {ALERT_IDS}")
+    matches = []
+    for m in _str_list(raw.get("match"), where, "match"):
+        if isinstance(m, str):
+            m = {"regex": m}
+        if not isinstance(m, dict) or set(m) - _MATCH_KEYS:
+            raise CatalogueError(f"{where}: a match is a regex or a table with regex and explain")
+        explain = m.get("explain")
+        if explain is not None and not isinstance(explain, str):
+            raise CatalogueError(f"{where}: explain must be text")
+        matches.append(_Match(_compile(m.get("regex"), where), explain))
+    types = raw.get("types", {})
+    if not isinstance(types, dict) or any(t not in DETAIL_TYPES for t in types.values()):
+        raise CatalogueError(f"{where}: types map group names to one of {DETAIL_TYPES}")
+    pattern = CrashPattern(
+        id=raw["id"],
+        alert=raw["alert"],
+        checklist=raw["checklist"],
+        title=raw["title"].strip(),
+        summary=raw["summary"].strip(),
+        exc_type=tuple(
+            _compile(r, where) for r in _str_list(raw.get("exc_type"), where, "exc_type")
+        ),
+        event_type=tuple(_str_list(raw.get("event_type"), where, "event_type")),
+        match=tuple(matches),
+        extract=tuple(_compile(r, where) for r in _str_list(raw.get("extract"), where, "extract")),
+        types=dict(types),
+    )
+    if not is_fallback and not (pattern.exc_type or pattern.event_type or pattern.match):
+        raise CatalogueError(f"{where}: a pattern needs exc_type, event_type or match")
+    return pattern
+
+
+# --------------------------------------------------------------------------- diagnosis
+
+
+def diagnose(event: dict[str, Any], *, root: Root | None = None) -> CrashDiagnosis | None:
+    """Diagnose an exception/oom event record; None for an interrupt or a non-crash event."""
+    if not isinstance(event, dict) or event.get("interrupted") is True:
+        return None
+    ev_type = event.get("type")
+    if ev_type not in ("exception", "oom"):
+        return None
+    exc_type = _as_text(event.get("exc_type") or event.get("exception"))
+    if _NOT_A_CRASH.search(exc_type):
+        return None
+    message = _as_text(event.get("message"))
+    try:
+        catalogue = load_catalogue(root)
+    except CatalogueError as exc:
+        return _fallback_for(ev_type, exc_type, event, str(exc))
+    for pattern in catalogue.patterns:
+        hit = _matches(pattern, ev_type, exc_type, message)
+        if hit is not None:
+            return _diagnosis(pattern, hit, exc_type, message, event)
+    return _diagnosis(catalogue.fallback, None, exc_type, message, event)
+
+
+def _as_text(value: Any) -> str:
+    return value if isinstance(value, str) else "" if value is None else str(value)
+
+
+def _matches(
+    pattern: CrashPattern, ev_type: str, exc_type: str, message: str
+) -> tuple[re.Match[str] | None, _Match | None] | None:
+    """(the message match and its entry, when there is one) if the pattern applies."""
+    for m in pattern.match:
+        found = m.regex.search(message)
+        if found:
+            return found, m
+    if exc_type and any(r.search(exc_type) for r in pattern.exc_type):
+        return None, None
+    if ev_type in pattern.event_type:
+        return None, None
+    return None
+
+
+def _diagnosis(
+    pattern: CrashPattern,
+    hit: tuple[re.Match[str] | None, _Match | None] | None,
+    exc_type: str,
+    message: str,
+    event: dict[str, Any],
+) -> CrashDiagnosis:
+    details: dict[str, Any] = {}
+    if exc_type:
+        details["exc_type"] = exc_type
+    for regex in pattern.extract:
+        found = regex.search(message)
+        if found:
+            details.update({k: v for k, v in found.groupdict().items() if v is not None})
+    found, entry = hit if hit else (None, None)
+    if found is not None:
+        details.update({k: v for k, v in found.groupdict().items() if v is not None})
+    for name, kind in pattern.types.items():
+        if name in details:
+            details[name] = _convert(details[name], kind)
+    where = last_user_frame(event.get("traceback"))
+    if where:
+        details["where"] = where
+    memory = event.get("memory")
+    if isinstance(memory, dict) and memory:
+        details["memory"] = dict(memory)
+    summary = pattern.summary
+    if entry is not None and entry.explain:
+        said = _fill(entry.explain, details, pattern.types)
+        if said:
+            summary = f"{summary} {said}"
+    alert = "oom" if event.get("type") == "oom" else pattern.alert
+    return CrashDiagnosis(pattern.id, alert, pattern.title, summary, pattern.checklist, details)
+
+
+def _fallback_for(ev_type: str, exc_type: str, event: dict[str, Any], error: str) -> CrashDiagnosis:
+    alert = "oom" if ev_type == "oom" else "crash"
+    details: dict[str, Any] = {"catalogue_error": error}
+    if exc_type:
+        details["exc_type"] = exc_type
+    return CrashDiagnosis(
+        "unknown",
+        alert,
+        "The run crashed",
+        f"The crash catalogue could not be read ({error}).",
+        alert,
+        details,
+    )
+
+
+def _convert(value: Any, kind: str) -> Any:
+    """A captured group as the number it stands for; the text itself if it does not parse."""
+    if not isinstance(value, str):
+        return value
+    try:
+        if kind == "int":
+            return int(value)
+        if kind == "float":
+            return float(value)
+        if kind == "bytes":
+            return parse_bytes(value)
+    except ValueError:
+        return value
+    return value
+
+
+def parse_bytes(text: str) -> int:
+    """'2.00 GiB' -> 2147483648; '17592186044416' -> 17592186044416 (bytes when unitless)."""
+    found = _BYTES_RE.match(text)
+    if not found:
+        raise ValueError(f"not a size: {text!r}")
+    unit = found.group(2).lower() or "b"
+    if unit not in _UNITS:
+        raise ValueError(f"unknown unit in {text!r}")
+    return int(float(found.group(1)) * _UNITS[unit])
+
+
+def _fill(template: str, details: dict[str, Any], types: dict[str, str]) -> str | None:
+    """The template with details filled in (sizes in GiB/MiB); None if a name is missing."""
+    shown = {
+        k: format_bytes(v) if types.get(k) == "bytes" and isinstance(v, int) else v
+        for k, v in details.items()
+    }
+    try:
+        return template.format_map(shown)
+    except (KeyError, IndexError, ValueError, AttributeError):
+        return None
+
+
+def last_user_frame(traceback: Any) -> str | None:
+    """'train.py:42 in forward': the innermost frame outside torch and site-packages.
+
+    Accepts the traceback as text, a list of text lines, or a list of frame dicts
+    (``file``/``filename``, ``line``/``lineno``, ``name``/``func``); None if none found.
+    """
+    frames: list[tuple[str, str, str]] = []
+    if isinstance(traceback, str):
+        frames = _FRAME_RE.findall(traceback)
+    elif isinstance(traceback, list):
+        for item in traceback:
+            if isinstance(item, str):
+                frames.extend(_FRAME_RE.findall(item))
+            elif isinstance(item, dict):
+                file = item.get("file") or item.get("filename")
+                line = item.get("line") or item.get("lineno")
+                name = item.get("name") or item.get("func") or "?"
+                if file:
+                    frames.append((str(file), str(line or "?"), str(name)))
+    if not frames:
+        return None
+    user = [f for f in frames if not any(part in f[0] for part in _LIBRARY_PARTS)]
+    file, line, name = (user or frames)[-1]
+    short = file.replace("\\", "/").rsplit("/", 1)[-1]
+    return f"{short}:{line} in {name}"
