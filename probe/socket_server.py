@@ -1,0 +1,361 @@
+"""Serves a run's records live to any number of viewers, without ever blocking training.
+
+The writer thread hands each batch of complete JSON lines to :meth:`SocketServer.write`,
+which only appends to a queue and pokes a wake-up pipe. Everything else happens on
+the server's own thread with non-blocking sockets and a selector:
+
+- a connecting viewer first receives the ``meta`` line and a bounded backlog of
+  recent records (so a late viewer still sees history), then the live stream;
+- each viewer has a bounded queue; a slow or stuck viewer loses records (whole
+  batches, counted), only for itself, and is told how many when it catches up
+  (an ``event`` record of type ``dropped``);
+- TCP is optional: loopback by default; any other bind address requires a token,
+  which the viewer sends as its first line (``{"token": "..."}``); a wrong or
+  missing token gets one ``refused`` event and the connection closes.
+"""
+
+from __future__ import annotations
+
+import collections
+import errno
+import hmac
+import ipaddress
+import json
+import os
+import selectors
+import socket
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass, field
+
+from dltop.probe.schema import encode_record
+
+HELLO_TIMEOUT = 3.0  # seconds a TCP viewer has to present its token
+EV_DROPPED = "dropped"
+EV_REFUSED = "refused"
+
+
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` names only this machine (127.0.0.0/8, ::1, localhost)."""
+    if host in ("localhost", ""):
+        return host == "localhost"
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+@dataclass
+class _Client:
+    sock: socket.socket
+    name: str
+    active: bool  # False while a TCP viewer has not yet shown its token
+    pending: deque[bytes] = field(default_factory=deque)
+    pending_bytes: int = 0
+    offset: int = 0  # bytes of pending[0] already sent
+    dropped: int = 0  # records dropped in total
+    unreported: int = 0  # dropped records the viewer has not yet been told about
+    hello: bytes = b""
+    deadline: float = 0.0
+
+
+class SocketServer:
+    """A Unix-socket (and optionally TCP) fan-out of the log's lines to viewers."""
+
+    def __init__(
+        self,
+        unix_path: str | None,
+        *,
+        tcp: tuple[str, int] | None = None,
+        token: str | None = None,
+        backlog_bytes: int = 4 << 20,
+        client_max_bytes: int = 8 << 20,
+    ) -> None:
+        if unix_path is None and tcp is None:
+            raise ValueError("SocketServer needs a unix path or a tcp address")
+        if tcp is not None and not is_loopback(tcp[0]) and not token:
+            raise ValueError(
+                f"refusing to serve on {tcp[0]} without a token: pass token=... "
+                "or set DLTOP_TOKEN (loopback addresses need none)"
+            )
+        self.unix_path = unix_path
+        self.tcp_address = tcp
+        self._token = token.encode() if token and tcp and not is_loopback(tcp[0]) else None
+        self._backlog: deque[bytes] = deque()
+        self._backlog_bytes = 0
+        self._backlog_max = backlog_bytes
+        self._client_max = client_max_bytes
+        self._queue: collections.deque[bytes] = collections.deque()
+        self._meta = b""
+        self._clients: dict[int, _Client] = {}
+        self._listeners: list[socket.socket] = []
+        self._sel = selectors.DefaultSelector()
+        self._wake_r, self._wake_w = socket.socketpair()
+        self._wake_r.setblocking(False)
+        self._wake_w.setblocking(False)
+        self._closing = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.total_dropped = 0
+        self.served = 0  # viewers accepted over the server's life
+
+    # ---- called from other threads -------------------------------------------------
+
+    def start(self, meta_line: bytes) -> None:
+        """Bind, listen and start serving; ``meta_line`` opens every viewer's stream."""
+        self._meta = meta_line
+        if self.unix_path is not None:
+            self._listeners.append(self._bind_unix(self.unix_path))
+        if self.tcp_address is not None:
+            self._listeners.append(self._bind_tcp(*self.tcp_address))
+        for lst in self._listeners:
+            self._sel.register(lst, selectors.EVENT_READ, "listen")
+        self._sel.register(self._wake_r, selectors.EVENT_READ, "wake")
+        self._thread = threading.Thread(target=self._run, name="dltop-socket", daemon=True)
+        self._thread.start()
+
+    def write(self, batch: bytes) -> None:
+        """Queue a batch of complete lines for every viewer; O(1), never blocks."""
+        if not batch:
+            return
+        self._queue.append(batch)
+        self._poke()
+
+    def close(self, timeout: float = 1.0) -> None:
+        """Send what can be sent without waiting, close every socket, remove the file."""
+        self._closing.set()
+        self._poke()
+        if self._thread is not None:
+            self._thread.join(timeout)
+        if self.unix_path is not None:
+            try:
+                os.unlink(self.unix_path)
+            except OSError:
+                pass
+
+    @property
+    def viewers(self) -> int:
+        return sum(1 for c in list(self._clients.values()) if c.active)
+
+    @property
+    def bound_port(self) -> int | None:
+        for lst in self._listeners:
+            if lst.family in (socket.AF_INET, socket.AF_INET6):
+                return lst.getsockname()[1]
+        return None
+
+    # ---- binding -------------------------------------------------------------------
+
+    @staticmethod
+    def _bind_unix(path: str) -> socket.socket:
+        if os.path.exists(path):
+            # a socket left by a dead process: refuse only if something still answers
+            probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            try:
+                probe.connect(path)
+            except OSError:
+                os.unlink(path)
+            else:
+                probe.close()
+                raise OSError(errno.EADDRINUSE, f"a live run already serves {path}")
+            finally:
+                probe.close()
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        old = os.umask(0o177)  # the socket is created 0600, never briefly wider
+        try:
+            sock.bind(path)
+        finally:
+            os.umask(old)
+        os.chmod(path, 0o600)
+        sock.listen(16)
+        sock.setblocking(False)
+        return sock
+
+    @staticmethod
+    def _bind_tcp(host: str, port: int) -> socket.socket:
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        sock = socket.socket(family, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+        sock.listen(16)
+        sock.setblocking(False)
+        return sock
+
+    # ---- the server thread -----------------------------------------------------------
+
+    def _poke(self) -> None:
+        try:
+            self._wake_w.send(b"\0")
+        except (BlockingIOError, OSError):
+            pass  # a wake-up is already pending (or we are closing)
+
+    def _run(self) -> None:
+        try:
+            while not self._closing.is_set():
+                for key, mask in self._sel.select(timeout=0.5):
+                    if key.data == "listen":
+                        self._accept(key.fileobj)  # type: ignore[arg-type]
+                    elif key.data == "wake":
+                        self._drain_wake()
+                    else:
+                        client = self._clients.get(key.fd)
+                        if client is None:
+                            continue
+                        if mask & selectors.EVENT_READ:
+                            self._on_readable(client)
+                        if mask & selectors.EVENT_WRITE and key.fd in self._clients:
+                            self._send(client)
+                self._distribute()
+                self._expire_hellos()
+        except Exception:  # the server must never take the training down
+            pass
+        finally:
+            self._distribute()
+            for client in list(self._clients.values()):
+                self._send(client)
+                self._drop_client(client)
+            for lst in self._listeners:
+                lst.close()
+            self._wake_r.close()
+            self._wake_w.close()
+
+    def _drain_wake(self) -> None:
+        try:
+            while self._wake_r.recv(4096):
+                pass
+        except (BlockingIOError, OSError):
+            pass
+
+    def _accept(self, listener: socket.socket) -> None:
+        while True:
+            try:
+                sock, addr = listener.accept()
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError:
+                return
+            sock.setblocking(False)
+            is_tcp = listener.family != socket.AF_UNIX
+            needs_token = is_tcp and self._token is not None
+            client = _Client(sock=sock, name=str(addr), active=not needs_token)
+            client.deadline = time.monotonic() + HELLO_TIMEOUT
+            self._clients[sock.fileno()] = client
+            self._sel.register(sock, selectors.EVENT_READ, "client")
+            if client.active:
+                self._activate(client)
+
+    def _activate(self, client: _Client) -> None:
+        client.active = True
+        self.served += 1
+        self._enqueue(client, self._meta + b"".join(self._backlog), force=True)
+        self._send(client)
+
+    def _on_readable(self, client: _Client) -> None:
+        try:
+            data = client.sock.recv(4096)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError:
+            data = b""
+        if not data:
+            self._drop_client(client)
+            return
+        if client.active:
+            return  # viewers have nothing to say once streaming
+        client.hello += data
+        if b"\n" not in client.hello and len(client.hello) < 4096:
+            return
+        line = client.hello.split(b"\n", 1)[0]
+        try:
+            given = str(json.loads(line).get("token", "")).encode()
+        except (ValueError, AttributeError):
+            given = b""
+        if self._token is not None and hmac.compare_digest(given, self._token):
+            self._activate(client)
+        else:
+            self._refuse(client, "wrong or missing token: connect with tcp://HOST:PORT?token=...")
+
+    def _refuse(self, client: _Client, message: str) -> None:
+        line = encode_record(
+            {"kind": "event", "type": EV_REFUSED, "t": time.time(), "message": message}
+        )
+        try:
+            client.sock.send(line)
+        except OSError:
+            pass
+        self._drop_client(client)
+
+    def _expire_hellos(self) -> None:
+        now = time.monotonic()
+        for client in list(self._clients.values()):
+            if not client.active and now > client.deadline:
+                self._refuse(client, "no token received in time")
+
+    def _distribute(self) -> None:
+        while self._queue:
+            batch = self._queue.popleft()
+            self._backlog.append(batch)
+            self._backlog_bytes += len(batch)
+            while self._backlog_bytes > self._backlog_max and len(self._backlog) > 1:
+                self._backlog_bytes -= len(self._backlog.popleft())
+            for client in list(self._clients.values()):
+                if client.active:
+                    self._enqueue(client, batch)
+        for client in list(self._clients.values()):
+            if client.pending:
+                self._send(client)
+
+    def _enqueue(self, client: _Client, data: bytes, force: bool = False) -> None:
+        if not force and client.pending_bytes + len(data) > self._client_max:
+            n = data.count(b"\n")
+            client.dropped += n
+            client.unreported += n
+            self.total_dropped += n
+            return
+        client.pending.append(data)
+        client.pending_bytes += len(data)
+
+    def _send(self, client: _Client) -> None:
+        sock = client.sock
+        while client.pending:
+            head = client.pending[0]
+            try:
+                n = sock.send(memoryview(head)[client.offset :])
+            except (BlockingIOError, InterruptedError):
+                break
+            except OSError:
+                self._drop_client(client)
+                return
+            client.offset += n
+            if client.offset >= len(head):
+                client.pending.popleft()
+                client.pending_bytes -= len(head)
+                client.offset = 0
+                if not client.pending and client.unreported:
+                    notice = {
+                        "kind": "event",
+                        "type": EV_DROPPED,
+                        "t": time.time(),
+                        "records": client.unreported,
+                        "total": client.dropped,
+                        "message": "this viewer fell behind; records were skipped for it only",
+                    }
+                    client.unreported = 0
+                    self._enqueue(client, encode_record(notice), force=True)
+        events = selectors.EVENT_READ | (selectors.EVENT_WRITE if client.pending else 0)
+        try:
+            self._sel.modify(sock, events, "client")
+        except (KeyError, ValueError, OSError):
+            pass
+
+    def _drop_client(self, client: _Client) -> None:
+        fd = client.sock.fileno()
+        self._clients.pop(fd, None)
+        try:
+            self._sel.unregister(client.sock)
+        except (KeyError, ValueError, OSError):
+            pass
+        try:
+            client.sock.close()
+        except OSError:
+            pass

@@ -1,0 +1,295 @@
+"""Talking to a live run's socket: addresses, connecting, and a quick peek.
+
+Addresses are ``unix:PATH`` or ``tcp://HOST:PORT[?token=...]`` (the token may also
+come from ``$DLTOP_TOKEN``). A TCP viewer sends its token as its first line; a
+Unix-socket viewer needs none (the socket is 0600 in a 0700 directory).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+from dltop.probe.schema import LineDecoder
+
+
+class StreamError(OSError):
+    """A live source that cannot be reached or refused us; the message is one line."""
+
+
+@dataclass(frozen=True)
+class Address:
+    kind: str  # "unix" or "tcp"
+    path: str = ""
+    host: str = ""
+    port: int = 0
+    token: str | None = None
+
+    def __str__(self) -> str:
+        if self.kind == "unix":
+            return f"unix:{self.path}"
+        return f"tcp://{self.host}:{self.port}"
+
+
+def is_stream_spec(spec: str) -> bool:
+    return spec.startswith(("unix:", "tcp://"))
+
+
+def parse_address(spec: str) -> Address:
+    """``unix:PATH`` or ``tcp://HOST:PORT?token=T``; raises StreamError with a hint."""
+    if spec.startswith("unix:"):
+        path = spec[len("unix:") :]
+        if not path:
+            raise StreamError("empty socket path: use unix:/path/to/run.sock (see `dltop ls`)")
+        return Address("unix", path=os.path.expanduser(path))
+    if spec.startswith("tcp://"):
+        parts = urlsplit(spec)
+        try:
+            port = parts.port
+        except ValueError:
+            port = None
+        if not parts.hostname or not port:
+            raise StreamError(f"bad address {spec!r}: use tcp://HOST:PORT[?token=...]")
+        token = parse_qs(parts.query).get("token", [None])[0] or os.environ.get("DLTOP_TOKEN")
+        return Address("tcp", host=parts.hostname, port=port, token=token)
+    raise StreamError(f"not a stream address: {spec!r} (use unix:PATH or tcp://HOST:PORT)")
+
+
+def connect(addr: Address, timeout: float = 2.0) -> socket.socket:
+    """An open, blocking socket to the run, the TCP token already sent."""
+    try:
+        if addr.kind == "unix":
+            sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            sock.settimeout(timeout)
+            sock.connect(addr.path)
+        else:
+            sock = socket.create_connection((addr.host, addr.port), timeout=timeout)
+            sock.sendall(json.dumps({"token": addr.token or ""}).encode() + b"\n")
+    except FileNotFoundError as exc:
+        raise StreamError(f"no such socket: {addr} (the run has ended? try `dltop ls`)") from exc
+    except ConnectionRefusedError as exc:
+        raise StreamError(f"nothing listens at {addr} (the run has ended? try `dltop ls`)") from exc
+    except OSError as exc:
+        raise StreamError(f"cannot connect to {addr}: {exc.strerror or exc}") from exc
+    return sock
+
+
+def refusal(record: dict[str, Any]) -> str | None:
+    """The server's refusal message, when ``record`` is one."""
+    if record.get("kind") == "event" and record.get("type") == "refused":
+        return str(record.get("message") or "refused by the run")
+    return None
+
+
+def peek(addr: Address, timeout: float = 0.5) -> list[dict[str, Any]]:
+    """What a run serves a new viewer right away (meta + backlog), read for ``timeout`` s."""
+    sock = connect(addr, timeout=timeout)
+    dec = LineDecoder()
+    out: list[dict[str, Any]] = []
+    deadline = time.monotonic() + timeout
+    try:
+        sock.settimeout(0.05)
+        while time.monotonic() < deadline:
+            try:
+                chunk = sock.recv(1 << 20)
+            except TimeoutError:
+                if out:
+                    break  # the backlog has arrived; live records are not needed here
+                continue
+            if not chunk:
+                break
+            out.extend(dec.feed(chunk))
+    finally:
+        sock.close()
+    for rec in out[:1]:
+        msg = refusal(rec)
+        if msg:
+            raise StreamError(f"{addr} refused the connection: {msg}")
+    return out
+
+
+class SocketSource:
+    """Follows a live run's socket into a RunModel on a reader thread.
+
+    Shaped like :class:`~dltop.tui.core.sources.FileSource` (start / stop / run /
+    caught_up / error), so the app does not care where records come from. When the
+    connection drops it reconnects with backoff (a restarted run at the same address is
+    a new run: the model is reset when its ``meta`` names another run id); when the
+    run's log file is readable here it switches to the file instead, which holds the
+    whole history, not just the socket's bounded backlog.
+    """
+
+    def __init__(
+        self,
+        address: Address | str,
+        model: Any,
+        on_update: Any = None,
+        *,
+        reconnect: bool = True,
+        fallback_to_file: bool = True,
+        poll_interval: float = 0.2,
+        backoff_max: float = 5.0,
+    ) -> None:
+        self.address = parse_address(address) if isinstance(address, str) else address
+        self.model = model
+        self.on_update = on_update
+        self.reconnect = reconnect
+        self.fallback_to_file = fallback_to_file
+        self.poll_interval = poll_interval
+        self.backoff_max = backoff_max
+        self.error: str | None = None
+        self.connected = threading.Event()
+        self.caught_up = threading.Event()  # set once the backlog has been read
+        self.connections = 0
+        self.dropped = 0  # records the run skipped for us because we fell behind
+        self.file_source: Any = None  # the FileSource we switched to, if any
+        self._run_id: str | None = None
+        self._last_t = float("-inf")
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._sock: socket.socket | None = None
+
+    def start(self) -> SocketSource:
+        self._thread = threading.Thread(target=self.run, name="dltop-socket-reader", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self, timeout: float = 2.0) -> None:
+        self._stop.set()
+        if self.file_source is not None:
+            self.file_source.stop(timeout)
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join(timeout)
+
+    @property
+    def alive(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
+    def wait_caught_up(self, timeout: float | None = None) -> bool:
+        return self.caught_up.wait(timeout)
+
+    def run(self) -> None:
+        delay = 0.1
+        while not self._stop.is_set():
+            try:
+                sock = connect(self.address)
+            except StreamError as exc:
+                if self._switch_to_file():
+                    return
+                if not self.reconnect or self.connections == 0:
+                    self._fail(str(exc))
+                    return
+                self._stop.wait(delay)
+                delay = min(delay * 2, self.backoff_max)
+                continue
+            delay = 0.1
+            self.connections += 1
+            self.connected.set()
+            try:
+                if not self._stream(sock):
+                    return
+            finally:
+                self.connected.clear()
+                sock.close()
+            if not self.reconnect or self._switch_to_file():
+                return
+        self.caught_up.set()
+
+    def _stream(self, sock: socket.socket) -> bool:
+        """Read until the connection ends; False when we must not reconnect (refused)."""
+        dec = LineDecoder()
+        sock.settimeout(self.poll_interval)
+        first = True
+        while not self._stop.is_set():
+            try:
+                chunk = sock.recv(1 << 20)
+            except TimeoutError:
+                self.caught_up.set()
+                continue
+            except OSError:
+                return True
+            if not chunk:
+                return True
+            records = dec.feed(chunk)
+            if first and records:
+                first = False
+                msg = refusal(records[0])
+                if msg:
+                    self._fail(f"{self.address} refused the connection: {msg}")
+                    return False
+                records = self._start_of_stream(records)
+            records = self._fresh(records)
+            if records:
+                self.model.ingest(records, malformed=dec.malformed)
+                self._notify(len(records))
+        return False
+
+    def _start_of_stream(self, records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """A new connection opens with the run's meta: same run (a reconnect) or a new one."""
+        meta = records[0] if records[0].get("kind") == "meta" else None
+        if meta is None:
+            return records
+        run_id = meta.get("run_id")
+        if self._run_id is not None and run_id == self._run_id:
+            return records[1:]  # the same run again: its backlog overlaps what we have
+        if self._run_id is not None:
+            self.model.reset(f"a new run started at {self.address}")
+            self._last_t = float("-inf")
+        self._run_id = run_id
+        return records
+
+    def _fresh(self, records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """Drop what we already have (a reconnect replays the backlog) and count drops."""
+        out = []
+        for rec in records:
+            t = rec.get("t")
+            if isinstance(t, (int, float)) and rec.get("kind") != "meta":
+                if t <= self._last_t:
+                    continue
+                self._last_t = t
+            if rec.get("kind") == "event" and rec.get("type") == "dropped":
+                self.dropped += int(rec.get("records") or 0)
+            out.append(rec)
+        return out
+
+    def _switch_to_file(self) -> bool:
+        """Follow the run's log file when the socket is gone and the file is here."""
+        if not self.fallback_to_file or self._stop.is_set():
+            return False
+        meta = self.model.meta or {}
+        path = meta.get("log_path")
+        if not path or meta.get("host") not in (None, socket.gethostname()):
+            return False
+        if not os.path.isfile(path):
+            return False
+        from dltop.tui.core.sources import FileSource, SourceError
+
+        try:
+            source = FileSource(path, self.model, self.on_update)
+        except SourceError:
+            return False
+        self.model.reset(f"the run's socket closed; following its log {path}")
+        self.model.acknowledge_restart()  # same run, fuller history: not a restart to flag
+        self.file_source = source
+        self.caught_up.set()
+        source.run()
+        return True
+
+    def _notify(self, n: int) -> None:
+        if self.on_update is not None:
+            try:
+                self.on_update(n)
+            except Exception:
+                self._stop.set()
+
+    def _fail(self, message: str) -> None:
+        self.error = message
+        with self.model.lock:
+            self.model.source_error = message
+        self.caught_up.set()

@@ -1,0 +1,82 @@
+"""List live runs on this host and recent logs: ``dltop ls``.
+
+Live runs are found in the probe's private rendezvous directory and asked for their
+latest step over their socket; logs are the newest ``*.jsonl`` under ``./dltop-runs``
+(or ``--dir``). Pass any SOURCE column to ``dltop`` to watch it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+
+from dltop.tui.core.discover import (
+    DEFAULT_LOG_DIR,
+    RunInfo,
+    describe_live,
+    describe_log,
+    live_runs,
+    recent_logs,
+)
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--dir", default=DEFAULT_LOG_DIR, help="where to look for logs")
+    parser.add_argument("--json", action="store_true", help="one JSON object per line")
+    parser.add_argument("-n", type=int, default=10, help="how many recent logs (default 10)")
+
+
+def _age(t: float | None) -> str:
+    if not t:
+        return "-"
+    s = max(0, time.time() - t)
+    if s < 90:
+        return f"{s:.0f}s ago"
+    if s < 5400:
+        return f"{s / 60:.0f}m ago"
+    if s < 172800:
+        return f"{s / 3600:.0f}h ago"
+    return time.strftime("%Y-%m-%d", time.localtime(t))
+
+
+def run(args: argparse.Namespace) -> int:
+    runs: list[RunInfo] = [describe_live(entry) for entry in live_runs()]
+    logs: list[RunInfo] = []
+    live_logs = {r.log_path for r in runs if r.log_path}
+    for path in recent_logs(args.dir, limit=max(0, args.n)):
+        if str(path.resolve()) in live_logs or str(path) in live_logs:
+            continue
+        try:
+            logs.append(describe_log(path))
+        except OSError as exc:
+            print(f"dltop ls: cannot read {path}: {exc.strerror or exc}", file=sys.stderr)
+    if args.json:
+        for info in runs + logs:
+            print(json.dumps(info.__dict__))
+        return 0
+    if not runs and not logs:
+        print(f"no live runs, and no logs under ./{args.dir}")
+        print("start a training with the probe (see README.md), then run `dltop`")
+        return 0
+    header = f"{'RUN':<28} {'PID':>7} {'STARTED':>10} {'STEP':>8} {'STATUS':<9} SOURCE"
+    if runs:
+        print("live runs")
+        print(header)
+        for r in runs:
+            _print_row(r)
+    if logs:
+        if runs:
+            print()
+        print(f"recent logs in ./{args.dir}")
+        print(header)
+        for r in logs:
+            _print_row(r)
+    return 0
+
+
+def _print_row(r: RunInfo) -> None:
+    step = "-" if r.step is None else str(r.step)
+    pid = "-" if r.pid is None else str(r.pid)
+    print(f"{r.run_id[:28]:<28} {pid:>7} {_age(r.started):>10} {step:>8} {r.status:<9} {r.source}")
