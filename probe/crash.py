@@ -1,0 +1,294 @@
+"""Crash capture: how a run ended, written down before the process is gone.
+
+Three ways a run dies without a clean close: an exception leaving the ``with`` block
+(the probe calls :meth:`CrashRecorder.record`), an exception nobody catches
+(``sys.excepthook``), and a signal (SIGTERM from a scheduler, SIGINT from Ctrl-C).
+Each becomes one ``event`` record, flushed and fsynced, and then the original
+behaviour continues exactly as it would have without the probe: the exception is
+re-raised by the caller, the previous hook and handlers run, and a signal whose
+action was the default is re-delivered so the process dies by it (exit status
+``-SIGTERM``, which schedulers and shells rely on).
+
+This code runs at the worst moment, right after an out-of-memory error or inside a
+signal handler, so it allocates little, imports nothing heavy (torch is only ever
+read from ``sys.modules``) and guards every step: recording a crash must never
+cause one.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import linecache
+import signal
+import sys
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from types import TracebackType
+from typing import Any
+
+from dltop.probe.memory import CPU_OOM, CUDA_OOM, memory_state
+from dltop.probe.schema import EV_EXCEPTION, EV_OOM, EV_SIGNAL, EVENT
+
+MESSAGE_CHARS = 4096  # characters of the exception message kept
+TRACEBACK_FRAMES = 30  # innermost frames kept
+TRACEBACK_CHARS = 8192  # budget for all kept frames together
+_CODE_CHARS = 200  # per source line
+_PATH_CHARS = 300  # per file name
+
+_RECORDED = "__dltop_recorded__"
+
+
+class CrashRecorder:
+    """Records crashes through ``emit`` (the probe's queue) and ``flush(True)`` (write and
+    fsync now, synchronously); ``last_step`` says which step the run had reached."""
+
+    def __init__(
+        self,
+        emit: Callable[[dict[str, Any]], None],
+        flush: Callable[[bool], None],
+        last_step: Callable[[], int | None],
+    ) -> None:
+        self._emit = emit
+        self._flush = flush
+        self._last_step = last_step
+        self._seen: deque[int] = deque(maxlen=16)  # ids, for exceptions without a __dict__
+        self._active = False  # recording on; the hooks pass through when off
+        self._prev_hook: Any = None
+        self._hook = self._excepthook  # one bound object, so identity checks work
+        self._prev_handlers: dict[int, Any] = {}
+        self._handler = self._on_signal
+
+    # -- hooks ------------------------------------------------------------------------
+
+    def install(self) -> None:
+        """Chain ``sys.excepthook``; on the main thread, also SIGTERM and SIGINT.
+
+        A signal that is ignored (``SIG_IGN``, e.g. SIGINT of a background job) or whose
+        handler was set outside Python is left alone: the probe must not change what it
+        does.
+        """
+        if self._active:
+            return
+        self._active = True
+        try:
+            if sys.excepthook is not self._hook:
+                self._prev_hook = sys.excepthook
+                sys.excepthook = self._hook
+        except Exception:
+            pass
+        if threading.current_thread() is not threading.main_thread():
+            return  # signal handlers can only be set from the main thread
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            try:
+                prev = signal.getsignal(sig)
+                if prev is self._handler or prev is None or prev == signal.SIG_IGN:
+                    continue
+                self._prev_handlers[sig] = prev
+                signal.signal(sig, self._handler)
+            except Exception:
+                pass
+
+    def uninstall(self) -> None:
+        """Put back what ``install`` changed, where nobody has replaced it since.
+
+        Where someone chained onto our hook or handler, ours stays in their chain but
+        only passes through to what was there before us (the previous ones are kept).
+        """
+        self._active = False
+        try:
+            if sys.excepthook is self._hook:
+                sys.excepthook = self._prev_hook
+        except Exception:
+            pass
+        if threading.current_thread() is not threading.main_thread():
+            return
+        for sig, prev in self._prev_handlers.items():
+            try:
+                if signal.getsignal(sig) is self._handler:
+                    signal.signal(sig, prev)
+            except Exception:
+                pass
+
+    def _excepthook(
+        self, exc_type: type[BaseException], exc: BaseException, tb: TracebackType | None
+    ) -> None:
+        if self._active:
+            self.record(exc)
+        prev = self._prev_hook or sys.__excepthook__
+        prev(exc_type, exc, tb)
+
+    def _on_signal(self, signum: int, frame: Any) -> Any:
+        if self._active:
+            try:
+                name = signal.Signals(signum).name
+            except Exception:
+                name = str(signum)
+            event = {"kind": EVENT, "t": time.time(), "step": self._step(), "type": EV_SIGNAL}
+            self._write(event | {"signal": name})
+        prev = self._prev_handlers.get(signum, signal.SIG_DFL)
+        if callable(prev):  # the user's handler, or SIGINT's default_int_handler
+            return prev(signum, frame)
+        if prev == signal.SIG_DFL:  # die by the signal, exactly as without the probe
+            signal.signal(signum, signal.SIG_DFL)
+            signal.raise_signal(signum)
+        return None
+
+    # -- records ----------------------------------------------------------------------
+
+    def record(self, exc: BaseException) -> None:
+        """Record ``exc`` once (the ``with`` exit and the excepthook may both see it)."""
+        try:
+            if self._already(exc):
+                return
+            self._write(self.describe(exc))
+        except Exception:
+            pass
+
+    def describe(self, exc: BaseException) -> dict[str, Any]:
+        """The ``event`` record for ``exc``: type, message, bounded traceback, memory state."""
+        message = _message(exc)
+        kind = EV_OOM if is_oom(exc, message) else EV_EXCEPTION
+        rec: dict[str, Any] = {
+            "kind": EVENT,
+            "t": time.time(),
+            "step": self._step(),
+            "type": kind,
+            "exc_type": qualified_name(type(exc)),
+            "message": _bounded(message, MESSAGE_CHARS),
+        }
+        if isinstance(exc, KeyboardInterrupt):
+            rec["interrupted"] = True
+        elif isinstance(exc, SystemExit):
+            code = exc.code
+            rec["exit_code"] = code if code is None or isinstance(code, int) else str(code)[:200]
+        try:
+            frames, omitted = traceback_frames(exc.__traceback__)
+            rec["traceback"] = frames
+            if omitted:
+                rec["traceback_omitted"] = omitted
+        except Exception:
+            pass
+        cause = exc.__cause__ or (None if exc.__suppress_context__ else exc.__context__)
+        if cause is not None:
+            with contextlib.suppress(Exception):
+                rec["cause"] = {
+                    "exc_type": qualified_name(type(cause)),
+                    "message": _bounded(_message(cause), 1024),
+                }
+        if kind == EV_OOM:
+            with contextlib.suppress(Exception):
+                rec["memory"] = memory_state(exc, message)
+        return rec
+
+    def _already(self, exc: BaseException) -> bool:
+        try:
+            if getattr(exc, _RECORDED, False):
+                return True
+            setattr(exc, _RECORDED, True)
+            return False
+        except Exception:  # no __dict__: fall back to identity of the last few
+            if id(exc) in self._seen:
+                return True
+            self._seen.append(id(exc))
+            return False
+
+    def _step(self) -> int | None:
+        try:
+            return self._last_step()
+        except Exception:
+            return None
+
+    def _write(self, rec: dict[str, Any]) -> None:
+        with contextlib.suppress(Exception):
+            self._emit(rec)
+        with contextlib.suppress(Exception):
+            self._flush(True)
+
+
+# -- pieces, usable on their own ----------------------------------------------------
+
+
+def qualified_name(cls: type) -> str:
+    """``torch.OutOfMemoryError``, ``ValueError`` (builtins unqualified), ``mod.Outer.Inner``."""
+    module = getattr(cls, "__module__", None) or ""
+    name = getattr(cls, "__qualname__", None) or getattr(cls, "__name__", "?")
+    return name if module in ("builtins", "__main__", "") else f"{module}.{name}"
+
+
+def is_oom(exc: BaseException, message: str | None = None) -> bool:
+    """torch's OutOfMemoryError (by class name through the MRO, without importing torch),
+    the CPU allocator's RuntimeError, or Python's MemoryError."""
+    if isinstance(exc, MemoryError):
+        return True
+    for cls in type(exc).__mro__:
+        if cls.__name__ == "OutOfMemoryError" and (cls.__module__ or "").startswith("torch"):
+            return True
+    if isinstance(exc, RuntimeError):
+        text = _message(exc) if message is None else message
+        return CPU_OOM in text or CUDA_OOM in text
+    return False
+
+
+def traceback_frames(tb: TracebackType | None) -> tuple[list[dict[str, Any]], int]:
+    """The innermost frames as ``{"file", "line", "func", "code"}``, within the size budget,
+    and how many outer frames were left out.
+
+    An exception caught at the ``with`` exit has not yet unwound through the callers of
+    the ``with`` block; their frames, still live, are put in front so that the record
+    shows the stack Python prints when the exception ends the program.
+    """
+    kept: deque[tuple[Any, int]] = deque(maxlen=TRACEBACK_FRAMES)
+    total = 0
+    callers = []
+    frame = tb.tb_frame.f_back if tb is not None else None
+    while frame is not None:
+        callers.append((frame.f_code, frame.f_lineno))
+        frame = frame.f_back
+    for entry in reversed(callers):
+        kept.append(entry)
+        total += 1
+    while tb is not None:
+        kept.append((tb.tb_frame.f_code, tb.tb_lineno))
+        total += 1
+        tb = tb.tb_next
+    frames: list[dict[str, Any]] = []
+    used = 0
+    for code, line in reversed(kept):  # innermost first while budgeting, the end matters most
+        filename = code.co_filename
+        src = ""
+        with contextlib.suppress(Exception):
+            src = linecache.getline(filename, line).strip()
+        frame = {
+            "file": _bounded(filename, _PATH_CHARS, keep_end=True),
+            "line": line,
+            "func": _bounded(code.co_name, _CODE_CHARS),
+            "code": _bounded(src, _CODE_CHARS),
+        }
+        size = len(frame["file"]) + len(frame["func"]) + len(frame["code"]) + 40
+        if frames and used + size > TRACEBACK_CHARS:
+            break
+        used += size
+        frames.append(frame)
+    frames.reverse()  # outermost first, like Python prints it
+    return frames, total - len(frames)
+
+
+def _message(exc: BaseException) -> str:
+    try:
+        return str(exc)
+    except Exception:
+        try:
+            return repr(exc)
+        except Exception:
+            return "<unprintable exception>"
+
+
+def _bounded(text: str, limit: int, keep_end: bool = False) -> str:
+    if len(text) <= limit:
+        return text
+    cut = len(text) - limit
+    if keep_end:
+        return f"…{text[cut + 1 :]}"
+    return f"{text[: limit - 24]}… [{cut + 24} chars cut]"
