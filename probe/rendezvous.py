@@ -121,7 +121,8 @@ def list_runs(directory: Path | None = None, cleanup: bool = True) -> list[dict[
             if cleanup and local and not alive:
                 unregister(run_id, d)
             continue
-        info.update(run_id=run_id, socket=str(sock))
+        info.setdefault("run_id", run_id)
+        info.update(key=run_id, socket=str(sock))
         runs.append(info)
     runs.sort(key=lambda r: r.get("started") or 0, reverse=True)
     return runs
@@ -136,7 +137,7 @@ def cleanup_stale(directory: Path | None = None) -> int:
     if not d.is_dir():
         return 0
     before = {p.name for p in d.iterdir()}
-    live = {r["run_id"] for r in list_runs(d, cleanup=True)}
+    live = {r["key"] for r in list_runs(d, cleanup=True)}
     # a socket with no .json at all (a crash between bind and register) is stale too,
     # unless it is young: its run may be registering right now
     for sock in d.glob("*.sock"):

@@ -118,6 +118,10 @@ def restore(value: Any) -> Any:
 
 def _json_default(obj: Any) -> Any:
     """Last resort for values json cannot encode (numpy scalars, tensors, paths)."""
+    if isinstance(obj, float):  # float subclasses msgspec does not take as floats
+        return sanitize(float(obj))
+    if isinstance(obj, int):
+        return int(obj)
     item = getattr(obj, "item", None)
     if callable(item):
         try:

@@ -11,7 +11,8 @@ the server's own thread with non-blocking sockets and a selector:
   (an ``event`` record of type ``dropped``);
 - TCP is optional: loopback by default; any other bind address requires a token,
   which the viewer sends as its first line (``{"token": "..."}``); a wrong or
-  missing token gets one ``refused`` event and the connection closes.
+  missing token gets one ``refused`` event and the connection closes. A token given
+  for a loopback bind is required too: loopback TCP is open to every local user.
 """
 
 from __future__ import annotations
@@ -81,13 +82,14 @@ class SocketServer:
             )
         self.unix_path = unix_path
         self.tcp_address = tcp
-        self._token = token.encode() if token and tcp and not is_loopback(tcp[0]) else None
+        self._token = token.encode() if token and tcp else None
         self._backlog: deque[bytes] = deque()
         self._backlog_bytes = 0
         self._backlog_max = backlog_bytes
         self._client_max = client_max_bytes
         self._queue: collections.deque[bytes] = collections.deque()
         self._meta = b""
+        self._meta_pending = True  # the writer's first batch repeats the meta line: skip it
         self._clients: dict[int, _Client] = {}
         self._listeners: list[socket.socket] = []
         self._sel = selectors.DefaultSelector()
@@ -294,6 +296,12 @@ class SocketServer:
     def _distribute(self) -> None:
         while self._queue:
             batch = self._queue.popleft()
+            if self._meta_pending:
+                self._meta_pending = False
+                if self._meta and batch.startswith(self._meta):
+                    batch = batch[len(self._meta) :]
+                    if not batch:
+                        continue
             self._backlog.append(batch)
             self._backlog_bytes += len(batch)
             while self._backlog_bytes > self._backlog_max and len(self._backlog) > 1:

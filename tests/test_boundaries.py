@@ -94,7 +94,7 @@ def test_fresh_import_of_probe_loads_nothing_heavy() -> None:
 
 def test_fresh_import_of_core_loads_no_ui_and_no_torch() -> None:
     mods = [
-        "dltop.tui.core." + p.stem
+        "dltop.tui.core." + ".".join(p.relative_to(CORE).with_suffix("").parts)
         for p in _py_files(CORE)
         if p.stem != "__init__"
     ]
@@ -107,8 +107,10 @@ def test_every_package_folder_is_listed_in_pyproject() -> None:
     config = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
     listed = set(config["packages"])
     found = set()
-    for base, name in ((PROBE, "dltop.probe"), (TUI, "dltop.tui")):
+    for base, name in ((PROBE, "dltop.probe"), (TUI, "dltop.tui"), (ROOT / "demos", "dltop.demos")):
         for init in base.rglob("__init__.py"):
             rel = init.parent.relative_to(base).parts
             found.add(".".join((name, *rel)))
-    assert found == listed, f"pyproject packages differ: missing {found - listed}, stale {listed - found}"
+    assert found == listed, (
+        f"pyproject packages differ: missing {found - listed}, stale {listed - found}"
+    )

@@ -1,0 +1,78 @@
+"""``probe.loader(iterable)``: how long the training loop waits for its data.
+
+The time spent blocked in ``next()`` is the one number that tells a data-bound
+run from a compute-bound one; it is summed between steps and attached to the
+next ``step`` record as ``data_time``. The batch size is inferred from the
+first dimension of the batch (or of its first tensor-like element) so that the
+probe can report samples/s; an explicit ``batch_size=`` in ``step()`` wins.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from time import perf_counter
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
+
+if TYPE_CHECKING:
+    from dltop.probe.probe import Probe
+
+T = TypeVar("T")
+
+
+def batch_size_of(batch: Any) -> int | None:
+    """The first dimension of a batch, looking one level into tuples, lists and dicts.
+
+    Only ``.shape`` is read (host metadata, never a device sync).
+    """
+    shape = getattr(batch, "shape", None)
+    if shape is None:
+        if isinstance(batch, (tuple, list)):
+            first = batch[0] if batch else None
+        elif isinstance(batch, dict):
+            first = next(iter(batch.values()), None)
+        else:
+            return None
+        shape = getattr(first, "shape", None)
+        if shape is None:
+            return None
+    try:
+        return int(shape[0]) if len(shape) else None
+    except Exception:
+        return None
+
+
+class TimedLoader(Generic[T]):
+    """Wraps any iterable; each iteration pass times every ``next()``."""
+
+    def __init__(self, iterable: Iterable[T], probe: Probe, infer_batch_size: bool = True) -> None:
+        self.iterable = iterable
+        self._probe = probe
+        self._infer = infer_batch_size
+
+    def __len__(self) -> int:
+        return len(self.iterable)  # type: ignore[arg-type]
+
+    def __getattr__(self, name: str) -> Any:
+        # dataset, sampler, batch_size... of a wrapped DataLoader stay reachable
+        if name == "iterable":
+            raise AttributeError(name)
+        return getattr(self.iterable, name)
+
+    def __iter__(self) -> Iterator[T]:
+        probe = self._probe
+        infer = self._infer
+        t0 = perf_counter()
+        probe._loader_started(t0)
+        it = iter(self.iterable)  # a DataLoader starts its workers here: part of the wait
+        while True:
+            try:
+                batch = next(it)
+            except StopIteration:
+                probe._data_wait += perf_counter() - t0
+                return
+            t1 = perf_counter()
+            probe._data_wait += t1 - t0
+            if infer:
+                probe._loader_bs = batch_size_of(batch)
+            yield batch
+            t0 = perf_counter()

@@ -1,0 +1,512 @@
+"""``Probe``: the three lines a user adds to a training loop.
+
+The training thread pays for a tuple appended to a deque per step (a few µs);
+everything else (dicts, JSON, device read-backs, I/O, system sampling) happens on
+the probe's own threads. The probe never raises into the training loop because of
+its own failure: its step logic reports the first error of each kind once and
+carries on.
+
+CUDA memory fields are read at most every ``memory_every`` seconds (0.2 s by
+default) and attached to that step only: see ``cudastep.py`` for why.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import os
+import sys
+import time
+from collections.abc import Iterable, Iterator
+from time import perf_counter
+from typing import Any, TypeVar
+
+from dltop.probe.cudastep import CudaStep, cuda_step_for
+from dltop.probe.gradnorm import GradNormTracker
+from dltop.probe.loader import TimedLoader
+from dltop.probe.readback import DeviceBatch
+from dltop.probe.records import StepRecords, build_layers, build_lazy, convert_values, scalar
+from dltop.probe.schema import (
+    EV_EXCEPTION,
+    EV_EXIT,
+    EV_NOTE,
+    EV_OOM,
+    EV_PHASE,
+    EV_SIGNAL,
+    EV_WARNING,
+    EVAL,
+    EVENT,
+)
+from dltop.probe.writer import FileSink, Sink, Writer
+
+T = TypeVar("T")
+
+_AUTO: Any = object()  # the default ``path``: dltop-runs/<time>-<pid>.jsonl
+RUNS_DIR = "dltop-runs"
+
+
+def default_path(prefix: str | None = None) -> str:
+    """``dltop-runs/[<prefix>-]<YYYYmmdd-HHMMSS>-<pid>.jsonl`` in the working directory."""
+    name = f"{prefix}-{_stamp()}" if prefix else _stamp()
+    return os.path.join(RUNS_DIR, name + ".jsonl")
+
+
+def _stamp() -> str:
+    return f"{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"
+
+
+class Probe:
+    """Records a training run to a JSONL log (see ``docs/log-format.md``).
+
+    Args:
+        path: the log file. By default ``dltop-runs/<YYYYmmdd-HHMMSS>-<pid>.jsonl``
+            (the folder is created); ``None`` for no file.
+        model: a ``torch.nn.Module``; when given, the global gradient norm before
+            clipping and the per-layer figures are measured during backward.
+        optimizer: its param groups give ``lr`` (and ``lrs`` with several groups);
+            without a model, its parameters are watched for the grad norm.
+        scaler: the AMP ``GradScaler`` when there is one, so that the measured norm is
+            the one of the unscaled gradient (without it the norm is ``scale`` times too big).
+        socket: serve the records live to viewers on a Unix socket in a per-user private
+            directory, where ``dltop`` and ``dltop ls`` find the run (on by default).
+        tcp: also serve on TCP, ``"HOST:PORT"``; loopback needs no token, any other
+            address gets one (``$DLTOP_TOKEN`` or generated), printed once.
+        sinks: extra sinks (objects with ``write(bytes)`` and ``close()``) that receive
+            every batch of lines.
+        layers_every: steps between two ``layers`` records (per-layer grad norms and
+            fractions of exactly-zero gradient elements); 0 turns them off.
+        heartbeat_every: seconds between ``heartbeat`` records from the writer thread.
+        memory_every: minimum seconds between two reads of the CUDA memory counters.
+        system: start the sampler thread (process RSS/CPU, NVML GPUs) at ~1 Hz.
+        crash: record exceptions, uncaught exceptions and SIGTERM/SIGINT.
+        run_id: the run's id in ``meta``; by default the log's file name.
+
+    ``path=None`` with no socket and no sink is an error: there would be nowhere to
+    write.
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str] | None = _AUTO,
+        model: Any = None,
+        optimizer: Any = None,
+        *,
+        scaler: Any = None,
+        socket: bool = True,
+        tcp: str | None = None,
+        sinks: Iterable[Sink] = (),
+        layers_every: int = 50,
+        heartbeat_every: float = 2.0,
+        memory_every: float = 0.2,
+        system: bool = True,
+        system_interval: float = 1.0,
+        crash: bool = True,
+        run_id: str | None = None,
+    ) -> None:
+        self._extra_sinks = list(sinks)
+        if path is None and not socket and not tcp and not self._extra_sinks:
+            raise ValueError(
+                "Probe(path=None) with socket=False has nowhere to write: "
+                "give a log path (or leave the default), or socket=True"
+            )
+        self.path: str | None = (
+            default_path() if path is _AUTO else (os.fspath(path) if path else None)
+        )
+        self.model = model
+        self.optimizer = optimizer
+        self.scaler = scaler
+        self.socket = bool(socket)
+        self.tcp = tcp
+        self.layers_every = max(0, int(layers_every))
+        self.heartbeat_every = float(heartbeat_every)
+        self.memory_every = float(memory_every)
+        self.run_id = run_id or (
+            os.path.splitext(os.path.basename(self.path))[0] if self.path else _stamp()
+        )
+        self._use_system = system
+        self._system_interval = system_interval
+        self._use_crash = crash
+
+        # training-thread state
+        self._next_step = 0
+        self._last_step: int | None = None
+        self._steps = 0
+        self._data_wait = 0.0
+        self._loader_used = False
+        self._loader_bs: int | None = None
+        self._prev_end = perf_counter()
+        self._grad: GradNormTracker | None = None
+        self._cuda: CudaStep | bool | None = None  # decided at the first step
+        self._records = StepRecords()  # its builder runs on the writer thread
+        self._errors: set[str] = set()
+        self._signal: str | None = None
+        self._crashed = False
+
+        self._writer: Writer | None = None
+        self._put: Any = None
+        self._sampler: Any = None
+        self._crash: Any = None
+        self._started = False
+        self._closed = False
+
+    # --- life cycle -----------------------------------------------------------------
+    def start(self) -> Probe:
+        """Open the sinks, write ``meta``, start the writer (and sampler) threads, hook backward."""
+        if self._started:
+            return self
+        self._started = True
+        sinks: list[Any] = []
+        if self.path is not None:
+            try:
+                sinks.append(FileSink(self.path))
+            except OSError as e:
+                sys.stderr.write(
+                    f"dltop: warning: cannot open {self.path} ({e}); the training goes on without a log\n"
+                )
+        meta: dict[str, Any] | None = None
+        try:
+            from dltop.probe.meta import build_meta
+
+            meta = build_meta(self.run_id, self.path)
+        except Exception as e:
+            self._error("meta", e)
+        if self.socket or self.tcp:
+            try:
+                from dltop.probe.live import LiveSink
+
+                sinks.append(LiveSink(f"{self.run_id}.{os.getpid()}", meta or {}, tcp=self.tcp))
+            except Exception as e:
+                sys.stderr.write(
+                    f"dltop: warning: no live socket for this run ({e}); the log file still works\n"
+                )
+        sinks.extend(self._extra_sinks)
+        self._writer = w = Writer(
+            sinks, heartbeat=self._heartbeat, heartbeat_every=self.heartbeat_every
+        )
+        self._put = w.put
+        if meta is not None:
+            w.put(meta)
+        self._hook_gradients()
+        w.start()
+        if self._use_system:
+            try:
+                from dltop.probe.system import SystemSampler
+
+                self._sampler = SystemSampler(self._emit, interval=self._system_interval)
+                self._sampler.start()
+            except Exception as e:
+                self._error("system sampler", e)
+        if self._use_crash:
+            try:
+                from dltop.probe.crash import CrashRecorder
+
+                self._crash = CrashRecorder(self._emit, self._flush, lambda: self._last_step)
+                self._crash.install()
+            except Exception as e:
+                self._error("crash capture", e)
+        atexit.register(self._at_exit)
+        self._prev_end = perf_counter()
+        return self
+
+    def close(self, status: str = "ok") -> None:
+        """Write the ``exit`` event, stop the threads, fsync and close the log. Idempotent."""
+        if self._closed or not self._started:
+            return
+        self._closed = True
+        with contextlib.suppress(Exception):
+            atexit.unregister(self._at_exit)
+        if self._crash is not None:
+            with contextlib.suppress(Exception):
+                self._crash.uninstall()
+        if self._sampler is not None:
+            with contextlib.suppress(Exception):
+                self._sampler.stop()
+        if self._grad is not None:
+            with contextlib.suppress(Exception):
+                self._grad.remove()
+        self._put = None  # steps after close are ignored
+        w = self._writer
+        if w is None:
+            return
+        w.put(
+            {
+                "kind": EVENT,
+                "type": EV_EXIT,
+                "t": time.time(),
+                "status": status,
+                "step": self._last_step,
+                "steps": self._steps,
+            }
+        )
+        w.close()
+
+    def __enter__(self) -> Probe:
+        return self.start()
+
+    def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> bool:
+        if exc is None:
+            self.close("ok")
+        elif isinstance(exc, KeyboardInterrupt):
+            if self._crash is not None:  # on record, marked interrupted: not a crash
+                with contextlib.suppress(Exception):
+                    self._crash.record(exc)
+            self.close("interrupted")
+        elif isinstance(exc, SystemExit) and (self._signal or exc.code in (None, 0)):
+            self.close("signal" if self._signal else "ok")
+        else:
+            if self._crash is not None:
+                with contextlib.suppress(Exception):
+                    self._crash.record(exc)
+            self.close("signal" if self._signal else "exception")
+        return False  # the exception, if any, goes on unchanged
+
+    def _at_exit(self) -> None:
+        self.close("signal" if self._signal else "exception" if self._crashed else "ok")
+
+    # --- the hot path -----------------------------------------------------------------
+    def step(
+        self,
+        loss: Any = None,
+        *,
+        grad_norm: Any = None,
+        lr: Any = None,
+        batch_size: int | None = None,
+        step: int | None = None,
+        **extras: Any,
+    ) -> None:
+        """Record one optimisation step. Values passed explicitly win over measured ones.
+
+        ``loss``, ``grad_norm`` and ``extras`` may be Python numbers or 0-d tensors
+        (CPU or CUDA; CUDA ones are read back later without a sync).
+        """
+        now = perf_counter()
+        put = self._put
+        if put is None:  # closed (ignored), or never started (said once)
+            if not self._started:
+                self._error(
+                    "step", RuntimeError("Probe.step() before start(): use `with Probe(...)`")
+                )
+            return
+        try:
+            if step is None:
+                step = self._next_step
+            self._next_step = step + 1
+            self._last_step = step
+            self._steps += 1
+            dw = self._data_wait if self._loader_used else None
+            self._data_wait = 0.0
+            st = now - self._prev_end
+            self._prev_end = now
+            tr = self._grad
+            if tr is not None:
+                if grad_norm is None:
+                    grad_norm = tr.latest
+                elif tr.compute_total:
+                    tr.compute_total = False  # the user's value from now on: no more work for us
+                tr.latest = None
+                if self.layers_every:
+                    tr.want_layers = self._steps % self.layers_every == 0
+                if tr.error is not None:
+                    self._error("grad norm", tr.error)
+                    tr.error = None
+            dev = None
+            if (
+                extras
+                or (loss is not None and type(loss) is not float)
+                or (grad_norm is not None and type(grad_norm) is not float)
+            ):
+                loss, grad_norm, extras, dev = convert_values(loss, grad_norm, extras, self._error)
+            lrs = None
+            if lr is None:
+                opt = self.optimizer
+                if opt is not None:
+                    groups = opt.param_groups
+                    lr = groups[0]["lr"]
+                    if len(groups) > 1:
+                        lrs = [g["lr"] for g in groups]
+            if batch_size is None:
+                batch_size = self._loader_bs
+            mem = None
+            cu = self._cuda
+            if cu is not False:
+                if cu is None:
+                    cu = self._cuda = cuda_step_for(self.model, self.memory_every) or False
+                if cu:
+                    dev, mem = cu.step(now, dev)
+            put(
+                (
+                    self._records.build,
+                    step,
+                    time.time(),
+                    loss,
+                    grad_norm,
+                    lr,
+                    lrs,
+                    dw,
+                    st,
+                    batch_size,
+                    extras,
+                    mem,
+                    dev,
+                )
+            )
+            if tr is not None and tr.layers is not None:
+                self._queue_layers(step)
+        except Exception as e:
+            self._error("step", e)
+
+    def _queue_layers(self, step: int) -> None:
+        taken = self._grad.take_layers() if self._grad is not None else None
+        if taken is not None:
+            self._put((build_layers, step, time.time(), taken))
+
+    def _heartbeat(self) -> dict[str, Any]:
+        return {
+            "kind": "heartbeat",
+            "t": time.time(),
+            "step": self._last_step,
+            "steps": self._steps,
+        }
+
+    # --- other records --------------------------------------------------------------
+    def eval(self, **metrics: Any) -> None:
+        """An ``eval`` record at the current step (numbers or scalar tensors)."""
+        if self._put is None:
+            return
+        try:
+            keys: list[Any] = []
+            tensors: list[Any] = []
+            rec: dict[str, Any] = {"kind": EVAL, "step": self._last_step, "t": time.time()}
+            for k, v in metrics.items():
+                if type(v) is not float and type(v) is not int:
+                    v = scalar(k, v, k, keys, tensors, self._error)
+                if v is not None:
+                    rec[k] = v
+            batch = None
+            if tensors:
+                try:
+                    batch = DeviceBatch(tensors)
+                except Exception as e:
+                    self._error("device read-back", e)
+            self._put((build_lazy, rec, keys, batch))
+            self._writer.wake()  # type: ignore[union-attr]
+        except Exception as e:
+            self._error("eval", e)
+
+    def note(self, text: str, **fields: Any) -> None:
+        """Free text on record (an ``event`` of type ``note``), with any extra fields."""
+        try:
+            self._emit(
+                {
+                    **fields,
+                    "kind": EVENT,
+                    "type": EV_NOTE,
+                    "t": time.time(),
+                    "step": self._last_step,
+                    "text": str(text),
+                }
+            )
+        except Exception as e:
+            self._error("note", e)
+
+    @contextlib.contextmanager
+    def phase(self, name: str) -> Iterator[None]:
+        """Declare a phase (eval, checkpoint...): the viewer pauses its stall watch meanwhile."""
+        self._emit(
+            {"kind": EVENT, "type": EV_PHASE, "t": time.time(), "step": self._last_step}
+            | {"name": name, "state": "begin"}
+        )
+        try:
+            yield
+        finally:
+            self._emit(
+                {"kind": EVENT, "type": EV_PHASE, "t": time.time(), "step": self._last_step}
+                | {"name": name, "state": "end"}
+            )
+            # the phase (and any data it loaded) is not part of the next step's time
+            self._prev_end = perf_counter()
+            self._data_wait = 0.0
+
+    def loader(self, iterable: Iterable[T], infer_batch_size: bool = True) -> TimedLoader[T]:
+        """Wrap the data loader: the wait in each ``next()`` becomes the step's ``data_time``."""
+        return TimedLoader(iterable, self, infer_batch_size)
+
+    def flush(self, fsync: bool = False, timeout: float = 5.0) -> bool:
+        """Block until everything recorded so far is written (and fsynced when asked)."""
+        return self._writer.flush(fsync, timeout) if self._writer is not None else True
+
+    @property
+    def steps(self) -> int:
+        """Steps recorded so far."""
+        return self._steps
+
+    @property
+    def last_step(self) -> int | None:
+        return self._last_step
+
+    @property
+    def warnings(self) -> list[str]:
+        """What the probe warned about (write failures, its own errors)."""
+        return list(self._writer.warnings) if self._writer is not None else []
+
+    # --- internals -----------------------------------------------------------------
+    def _loader_started(self, t0: float) -> None:
+        self._loader_used = True
+        if self._steps == 0:
+            self._prev_end = t0  # the first step is timed from the first next()
+
+    def _emit(self, record: dict[str, Any]) -> None:
+        """Queue a record from any thread; events are written at once."""
+        w = self._writer
+        if w is None:
+            return
+        if record.get("kind") == EVENT:
+            kind = record.get("type")
+            if kind == EV_SIGNAL:
+                self._signal = str(record.get("signal"))
+            elif kind in (EV_EXCEPTION, EV_OOM):
+                self._crashed = True
+            w.emit(record)
+        else:
+            w.put(record)
+
+    def _flush(self, fsync: bool) -> None:
+        self.flush(fsync, timeout=3.0)
+
+    def _hook_gradients(self) -> None:
+        params = self._named_params()
+        if not params:
+            return
+        try:
+            self._grad = GradNormTracker(params, scaler=self.scaler)
+            self._grad.want_layers = self.layers_every > 0
+        except Exception as e:
+            self._error("grad norm hooks", e)
+
+    def _named_params(self) -> list[tuple[str, Any]]:
+        try:
+            if self.model is not None:
+                return [(n, p) for n, p in self.model.named_parameters() if p.requires_grad]
+            if self.optimizer is not None:
+                return [
+                    (f"group{gi}.param{pi}", p)
+                    for gi, g in enumerate(self.optimizer.param_groups)
+                    for pi, p in enumerate(g["params"])
+                    if p.requires_grad
+                ]
+        except Exception as e:
+            self._error("model parameters", e)
+        return []
+
+    def _error(self, where: str, err: BaseException) -> None:
+        """The probe's own failure: reported once per place, never raised."""
+        if where in self._errors:
+            return
+        self._errors.add(where)
+        message = f"probe error in {where}: {type(err).__name__}: {err}; monitoring degraded, training goes on"
+        with contextlib.suppress(Exception):
+            sys.stderr.write(f"dltop: warning: {message}\n")
+        w = self._writer
+        if w is not None:
+            w.warnings.append(message)
+            w.emit({"kind": EVENT, "type": EV_WARNING, "t": time.time(), "message": message})

@@ -1,0 +1,162 @@
+"""Values in, records out: the two halves of a step that the probe splits across threads.
+
+On the training thread, :func:`convert_values` keeps numbers as they are, turns host
+tensors into numbers and gathers device scalars into one :class:`DeviceBatch` read-back
+(no sync). On the writer thread, :class:`StepRecords` turns the queued tuple into the
+``step`` dict once that read-back has landed; the other builders do the same for
+``eval`` and ``layers`` records. Builders follow the writer's protocol: ``f(item,
+force) -> dict | None``, ``None`` meaning "not ready yet".
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from dltop.probe.gradnorm import layers_record
+from dltop.probe.readback import DeviceBatch, elapsed_s, host_scalar, is_device
+from dltop.probe.schema import STEP
+
+OnError = Callable[[str, BaseException], None]
+
+# Where a device value goes back to in a step: LOSS, GRAD_NORM, or an extra's name.
+LOSS: str | None = None
+GRAD_NORM = ""
+
+
+def convert_values(
+    loss: Any, grad_norm: Any, extras: dict[str, Any], on_error: OnError
+) -> tuple[Any, Any, dict[str, Any] | None, tuple[DeviceBatch, list[Any]] | None]:
+    """Numbers stay, host tensors become numbers, device scalars go into one read-back.
+
+    Device values come back as ``None`` (the writer fills them in from the batch); a
+    value that is not a scalar is dropped and reported through ``on_error``.
+    """
+    keys: list[str | None] = []
+    tensors: list[Any] = []
+    if loss is not None and type(loss) is not float:
+        loss = scalar("loss", loss, LOSS, keys, tensors, on_error)
+    if grad_norm is not None and type(grad_norm) is not float:
+        grad_norm = scalar("grad_norm", grad_norm, GRAD_NORM, keys, tensors, on_error)
+    out: dict[str, Any] | None = None
+    if extras:
+        out = {}
+        for k, v in extras.items():
+            if type(v) is float or type(v) is int or v is None:
+                out[k] = v
+            else:
+                v = scalar(k, v, k, keys, tensors, on_error)
+                if v is not None:
+                    out[k] = v
+    dev = None
+    if tensors:
+        try:
+            dev = (DeviceBatch(tensors, timing=True), keys)
+        except Exception as e:  # the step is still recorded, without its device scalars
+            on_error("device read-back", e)
+    return loss, grad_norm, out, dev
+
+
+def scalar(
+    name: str, v: Any, key: str | None, keys: list[Any], tensors: list[Any], on_error: OnError
+) -> Any:
+    """One value: a number, or ``None`` with the device tensor appended to ``tensors``."""
+    try:
+        v = host_scalar(v)
+    except Exception as e:
+        on_error(f"value of {name!r}", e)
+        return None
+    if is_device(v):
+        if v.numel() != 1:
+            on_error(f"value of {name!r}", ValueError(f"not a scalar: shape {tuple(v.shape)}"))
+            return None
+        keys.append(key)
+        tensors.append(v)
+        return None
+    return v
+
+
+def num(v: Any) -> Any:
+    """A record value: ints stay ints, host tensors and numpy scalars become numbers."""
+    if type(v) is float or type(v) is int:
+        return v
+    try:
+        return host_scalar(v) if not is_device(v) else None
+    except Exception:
+        return None
+
+
+class StepRecords:
+    """Builds ``step`` records on the writer thread, in order (device time needs the previous step)."""
+
+    def __init__(self) -> None:
+        self._prev_timing_ev: Any = None
+
+    def build(self, item: tuple[Any, ...], force: bool) -> dict[str, Any] | None:
+        _, step, t, loss, gn, lr, lrs, dw, st, bs, extras, mem, dev = item
+        rec: dict[str, Any] = {"kind": STEP, "step": step, "t": t}
+        device_time = None
+        if dev is not None:
+            batch, keys = dev
+            vals = batch.values(force)
+            if vals is None:
+                return None
+            if len(vals) == len(keys):
+                for key, val in zip(keys, vals, strict=True):
+                    if key is LOSS:
+                        loss = val
+                    elif key == GRAD_NORM:
+                        gn = val
+                    else:
+                        extras[key] = val
+            ev = batch.timing_event
+            if ev is not None:
+                device_time = elapsed_s(self._prev_timing_ev, ev)
+                self._prev_timing_ev = ev
+        if loss is not None:
+            rec["loss"] = num(loss)
+        if gn is not None:
+            rec["grad_norm"] = num(gn)
+        if lr is not None and (lr := num(lr)) is not None:
+            rec["lr"] = lr
+        if lrs is not None:
+            rec["lrs"] = [num(x) for x in lrs]
+        if dw is not None:  # None: no probe.loader(), the data wait is unknown
+            rec["data_time"] = dw
+        rec["step_time"] = st
+        rec["compute_time"] = max(0.0, st - (dw or 0.0))
+        if device_time is not None:
+            rec["device_time"] = device_time
+        if bs is not None:
+            rec["batch_size"] = bs
+            if st > 0:
+                rec["samples_per_s"] = bs / st
+        if mem is not None:
+            alloc, reserved, peak, limit = mem
+            rec["mem_allocated"] = alloc
+            rec["mem_reserved"] = reserved
+            rec["mem_max_allocated"] = peak
+            rec["mem_limit"] = limit
+        if extras:
+            for k, v in extras.items():
+                if k not in rec:
+                    rec[k] = num(v)
+        return rec
+
+
+def build_lazy(item: tuple[Any, ...], force: bool) -> dict[str, Any] | None:
+    """``(build_lazy, record, keys, batch_or_None)``: the record, its device values filled in."""
+    _, rec, keys, batch = item
+    if batch is not None:
+        vals = batch.values(force)
+        if vals is None:
+            return None
+        if len(vals) == len(keys):
+            rec.update(zip(keys, vals, strict=True))
+    return rec
+
+
+def build_layers(item: tuple[Any, ...], force: bool) -> dict[str, Any] | None:
+    """``(build_layers, step, t, taken)``: see :func:`dltop.probe.gradnorm.layers_record`."""
+    _, step, t, taken = item
+    return layers_record(step, t, taken, force)

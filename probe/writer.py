@@ -1,0 +1,348 @@
+"""The background writer: queued records → complete JSON lines → sinks.
+
+The training thread only appends to a deque (a tuple for a step, a dict for
+anything else); this thread wakes every ~50 ms, turns what it finds into lines
+with :func:`dltop.probe.schema.encode_record` (the only way a line is made), and
+hands each sink one batch of complete lines in one call. Events wake it at once.
+
+Failure policy: a sink that raises (disk full, file size limit, the file
+descriptor closed under us, a dead socket) is dropped, one line goes to stderr,
+and a ``warning`` event goes to the sinks that still work. Nothing here ever
+raises into the training thread.
+
+Queue items:
+- a ``dict``: a finished record;
+- a ``tuple`` whose first element is a builder ``f(item, force) -> dict | None``:
+  built here, off the training thread. ``None`` means "not ready yet" (a device
+  read-back still in flight): the item and everything after it wait for the next
+  wake, so the log keeps its order. ``force`` (close, crash flush, or an item held
+  too long) asks the builder to give up waiting and return what it has.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import sys
+import threading
+import time
+import weakref
+from collections import deque
+from collections.abc import Callable
+from typing import Any, Protocol, runtime_checkable
+
+from dltop.probe.schema import EV_WARNING, EVENT, encode_record
+
+WAKE_S = 0.05  # how often the thread looks at the queue
+HOLD_MAX_S = 5.0  # an item not ready for this long is forced (a hung device must not stop the log)
+QUEUE_MAX = 1 << 18  # records kept if the thread falls behind; the oldest are dropped beyond
+
+
+@runtime_checkable
+class Sink(Protocol):
+    """Where lines go: the log file, later the live socket server.
+
+    ``write`` receives complete lines only and may raise; the writer then drops
+    the sink and warns once. ``flush(fsync)`` is optional.
+    """
+
+    def write(self, batch: bytes) -> None: ...
+
+    def close(self) -> None: ...
+
+
+class FileSink:
+    """Append-only log file written with one ``os.write`` per batch (no user-space buffer).
+
+    Because nothing is buffered in the process, a batch is on its way to disk as
+    soon as it is written, and a SIGKILL loses at most what the writer had not
+    yet picked up. A batch cut short (file size limit, disk full) is truncated
+    away so the file never ends in a partial line. Before each write the
+    descriptor is checked to still be our file: user code that closes it (and
+    perhaps opens something else on the same number) must not get our lines.
+    """
+
+    def __init__(self, path: str) -> None:
+        folder = os.path.dirname(os.path.abspath(path))
+        os.makedirs(folder, exist_ok=True)
+        self.path = path
+        self.fd: int | None = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        st = os.fstat(self.fd)
+        self._ident = (st.st_dev, st.st_ino)
+
+    def __repr__(self) -> str:
+        return f"FileSink({self.path!r})"
+
+    def _own_fd(self) -> tuple[int, int]:
+        """Our descriptor and the file's size; raises when it is closed or no longer ours."""
+        fd = self.fd
+        if fd is None:
+            raise OSError(errno.EBADF, "the log file is closed")
+        try:
+            st = os.fstat(fd)
+        except OSError:
+            self.fd = None  # closed by someone else: never touch that number again
+            raise
+        if (st.st_dev, st.st_ino) != self._ident:
+            self.fd = None
+            raise OSError(errno.EBADF, "the log's file descriptor was closed and reused")
+        return fd, st.st_size
+
+    def write(self, batch: bytes) -> None:
+        fd, start = self._own_fd()
+        view = memoryview(batch)
+        done = 0
+        try:
+            while done < len(batch):
+                done += os.write(fd, view[done:])
+        except OSError:
+            if done:
+                # take back the partial line; lines already written stay intact
+                with contextlib.suppress(OSError):
+                    os.ftruncate(fd, start)
+            raise
+
+    def flush(self, fsync: bool = False) -> None:
+        if fsync and self.fd is not None:
+            fd, _ = self._own_fd()
+            os.fsync(fd)
+
+    def close(self) -> None:
+        fd, self.fd = self.fd, None
+        if fd is None:
+            return
+        try:
+            st = os.fstat(fd)
+            if (st.st_dev, st.st_ino) == self._ident:
+                os.close(fd)
+        except OSError:
+            pass
+
+
+_WRITERS: weakref.WeakSet[Writer] = weakref.WeakSet()
+
+
+def _after_fork_in_child() -> None:
+    """A forked child (a DataLoader worker) must never write into its parent's log.
+
+    It inherits the writer's state and file descriptors but not its thread; a crash
+    hook or an atexit handler in the child would otherwise append the child's records
+    (a worker's SIGTERM, say) to the parent's run.
+    """
+    for w in list(_WRITERS):
+        w._disown()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+def _stderr(message: str) -> None:
+    try:
+        sys.stderr.write(message + "\n")
+        sys.stderr.flush()
+    except Exception:
+        pass
+
+
+class Writer:
+    """Owns the writer thread, the queue, and the sinks."""
+
+    def __init__(
+        self,
+        sinks: list[Any],
+        heartbeat: Callable[[], dict[str, Any]] | None = None,
+        heartbeat_every: float = 2.0,
+        wake_every: float = WAKE_S,
+    ) -> None:
+        self.sinks: list[Any] = list(sinks)
+        self._queue: deque[Any] = deque(maxlen=QUEUE_MAX)
+        self.put: Callable[[Any], None] = self._queue.append  # the training thread's only cost
+        self._held: deque[Any] = deque()
+        self._held_since: float | None = None
+        self._heartbeat = heartbeat
+        self._heartbeat_every = heartbeat_every
+        self._last_beat = time.monotonic()
+        self._wake_every = wake_every
+        self._wake = threading.Event()
+        self._stop = False
+        self._lock = threading.Lock()  # one drain at a time (thread, or a caller when it is dead)
+        self._flush_reqs: deque[tuple[threading.Event, bool]] = deque()
+        self._thread: threading.Thread | None = None
+        self.warnings: list[str] = []  # what was reported, for tests and close()
+        self.records_written = 0
+        self._build_errors = 0
+        _WRITERS.add(self)
+
+    def _disown(self) -> None:
+        """In a forked child: forget the sinks (without closing the parent's files) and the queue."""
+        self.sinks = []
+        self._queue.clear()
+        self._held.clear()
+        self._flush_reqs.clear()
+        self._thread = None
+        self._lock = threading.Lock()  # the parent's thread may have held it at the fork
+        self._stop = True
+
+    # --- any thread -----------------------------------------------------------------
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name="dltop-writer", daemon=True)
+        self._thread.start()
+
+    def wake(self) -> None:
+        """Write what is queued now rather than at the next tick (events)."""
+        self._wake.set()
+
+    def emit(self, record: dict[str, Any]) -> None:
+        """Queue a finished record and write it at once."""
+        self._queue.append(record)
+        self._wake.set()
+
+    def flush(self, fsync: bool = False, timeout: float = 5.0) -> bool:
+        """Block until everything queued so far is written (and fsynced if asked).
+
+        Device read-backs still in flight are forced (waited for, boundedly).
+        Returns False on timeout. Safe from a signal handler on the main thread:
+        it only waits on the writer thread, or drains itself when that is gone.
+        """
+        t = self._thread
+        if t is None or not t.is_alive() or t is threading.current_thread():
+            return self._drain_locked(force=True, fsync=fsync, timeout=timeout)
+        done = threading.Event()
+        self._flush_reqs.append((done, fsync))
+        self._wake.set()
+        return done.wait(timeout)
+
+    def close(self, timeout: float = 5.0) -> None:
+        """Write everything, fsync, close the sinks. Idempotent."""
+        self._stop = True
+        self._wake.set()
+        t = self._thread
+        if t is not None and t.is_alive() and t is not threading.current_thread():
+            t.join(timeout)
+        if t is None or not t.is_alive():
+            self._drain_locked(force=True, fsync=True, timeout=timeout)
+        for sink in self.sinks:
+            with contextlib.suppress(Exception):
+                sink.close()
+        self.sinks = []
+
+    # --- the writer thread ------------------------------------------------------------
+    def _run(self) -> None:
+        while True:
+            self._wake.wait(self._wake_every)
+            self._wake.clear()
+            stop = self._stop
+            reqs = []
+            while self._flush_reqs:
+                reqs.append(self._flush_reqs.popleft())
+            force = stop or bool(reqs)
+            fsync = stop or any(f for _, f in reqs)
+            try:
+                with self._lock:
+                    self._drain(force=force, fsync=fsync)
+            except Exception as e:  # a bug here must not kill the thread and with it the log
+                self._warn(f"writer error: {e!r}")
+            for done, _ in reqs:
+                done.set()
+            if stop:
+                return
+
+    def _drain_locked(self, force: bool, fsync: bool, timeout: float) -> bool:
+        if not self._lock.acquire(timeout=timeout):
+            return False
+        try:
+            self._drain(force=force, fsync=fsync)
+            return True
+        except Exception as e:
+            self._warn(f"writer error: {e!r}")
+            return False
+        finally:
+            self._lock.release()
+
+    def _drain(self, force: bool, fsync: bool) -> None:
+        lines: list[bytes] = []
+        held, queue = self._held, self._queue
+        now = time.monotonic()
+        if held and self._held_since is not None and now - self._held_since > HOLD_MAX_S:
+            force = True
+        if not self.sinks:  # nowhere left to write: do not build lines nobody will read
+            held.clear()
+            queue.clear()
+            return
+        while queue:
+            held.append(queue.popleft())
+        while held:
+            item = held[0]
+            if type(item) is dict:
+                rec: dict[str, Any] | None = item
+            else:
+                try:
+                    rec = item[0](item, force)
+                except Exception as e:
+                    self._build_errors += 1
+                    if self._build_errors == 1:
+                        self._warn(f"could not build a record: {e!r}")
+                    held.popleft()
+                    continue
+                if rec is None:  # a read-back still in flight: keep the order, wait
+                    if self._held_since is None:
+                        self._held_since = now
+                    break
+            held.popleft()
+            self._held_since = None
+            try:
+                lines.append(encode_record(rec))
+            except Exception as e:
+                self._build_errors += 1
+                if self._build_errors == 1:
+                    self._warn(f"could not encode a {rec.get('kind')!r} record: {e!r}")
+        if not held:
+            self._held_since = None
+        beat_due = now - self._last_beat >= self._heartbeat_every
+        if self._heartbeat is not None and beat_due and not self._stop:  # exit is the last line
+            self._last_beat = now
+            with contextlib.suppress(Exception):
+                lines.append(encode_record(self._heartbeat()))
+        if lines:
+            self._write(b"".join(lines))
+            self.records_written += len(lines)
+        if fsync:
+            for sink in list(self.sinks):
+                fl = getattr(sink, "flush", None)
+                if fl is not None:
+                    try:
+                        fl(True)
+                    except Exception as e:
+                        self._sink_failed(sink, e)
+
+    def _write(self, batch: bytes) -> None:
+        for sink in list(self.sinks):
+            try:
+                sink.write(batch)
+            except Exception as e:
+                self._sink_failed(sink, e)
+
+    def _sink_failed(self, sink: Any, err: BaseException) -> None:
+        if sink in self.sinks:
+            self.sinks.remove(sink)
+        with contextlib.suppress(Exception):
+            sink.close()
+        self._warn(f"cannot write to {sink!r} ({err}); dropped it, the training goes on")
+
+    def _warn(self, message: str) -> None:
+        """One stderr line and one ``warning`` event to the sinks that still work."""
+        self.warnings.append(message)
+        _stderr(f"dltop: warning: {message}")
+        rec = {"kind": EVENT, "type": EV_WARNING, "t": time.time(), "message": message}
+        try:
+            line = encode_record(rec)
+        except Exception:
+            return
+        for sink in list(self.sinks):
+            try:
+                sink.write(line)
+            except Exception:
+                if sink in self.sinks:
+                    self.sinks.remove(sink)

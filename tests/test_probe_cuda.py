@@ -1,0 +1,73 @@
+"""The probe on a GPU: no host-device sync in the training loop, and the CUDA-only fields.
+
+Skipped where there is no CUDA device. ``torch.cuda.set_sync_debug_mode("error")``
+turns every hidden synchronisation on the training thread into an exception, so a
+probe that called ``.item()`` or ``synchronize()`` in ``step()`` or in its backward
+hooks would fail here.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+from dltop.probe import Probe
+from dltop.probe.schema import read_records
+
+pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
+
+
+def test_cuda_training_with_sync_debug_mode_error(tmp_path: Path) -> None:
+    log = tmp_path / "run.jsonl"
+    dev = torch.device("cuda")
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(
+        torch.nn.Linear(64, 256), torch.nn.ReLU(), torch.nn.Linear(256, 8)
+    ).to(dev)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    refs, losses = [], []
+    with Probe(path=log, model=model, optimizer=opt, layers_every=2, memory_every=0.0) as probe:
+        torch.cuda.set_sync_debug_mode("error")
+        try:
+            for i in range(6):
+                if i == 5:  # the user's own norm: used as given, still no sync
+                    x = torch.randn(32, 64, device=dev)
+                    loss = model(x).pow(2).mean()
+                    loss.backward()
+                    norm = torch.nn.utils.clip_grad_norm_(model.parameters(), 0.1)
+                    refs.append(norm.detach().clone())
+                    opt.step()
+                    opt.zero_grad()
+                    probe.step(loss=loss, grad_norm=norm, acc=torch.ones((), device=dev))
+                else:
+                    x = torch.randn(32, 64, device=dev)
+                    loss = model(x).pow(2).mean()
+                    loss.backward()
+                    refs.append(torch.nn.utils.get_total_norm([p.grad for p in model.parameters()]))
+                    torch.nn.utils.clip_grad_norm_(model.parameters(), 0.1)
+                    opt.step()
+                    opt.zero_grad()
+                    probe.step(loss=loss, acc=torch.ones((), device=dev))
+                losses.append(loss.detach().clone())
+            with probe.phase("eval"):
+                probe.eval(loss=losses[-1])
+        finally:
+            torch.cuda.set_sync_debug_mode(0)
+    recs, dec = read_records(str(log))
+    assert dec.malformed == 0
+    steps = [r for r in recs if r["kind"] == "step"]
+    assert len(steps) == 6
+    assert [s["loss"] for s in steps] == pytest.approx([float(v) for v in losses], rel=1e-6)
+    assert [s["grad_norm"] for s in steps] == pytest.approx([float(v) for v in refs], rel=1e-5)
+    assert all(s["acc"] == 1.0 for s in steps)
+    assert all(s["device_time"] > 0 for s in steps[1:])
+    for s in steps:
+        assert 0 < s["mem_allocated"] <= s["mem_reserved"] <= s["mem_limit"]
+        assert s["mem_max_allocated"] >= s["mem_allocated"]
+    layers = [r for r in recs if r["kind"] == "layers"]
+    assert [r["step"] for r in layers] == [0, 2, 4] and all(
+        len(r["zero_frac"]) == 4 for r in layers
+    )
+    assert [r for r in recs if r["kind"] == "eval"][0]["loss"] == pytest.approx(float(losses[-1]))
+    assert not [r for r in recs if r.get("type") == "warning"]

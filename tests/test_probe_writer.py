@@ -1,0 +1,208 @@
+"""The writer: complete lines only, and a write failure never stops the training."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+from dltop.probe import Probe
+from dltop.probe.schema import LineDecoder, read_records
+
+
+def _all_lines_parse(path: Path) -> list[dict]:
+    data = path.read_bytes()
+    assert data == b"" or data.endswith(b"\n"), "the log ends in a partial line"
+    dec = LineDecoder()
+    recs = dec.feed(data)
+    assert dec.malformed == 0 and dec.pending == 0
+    return recs
+
+
+class ListSink:
+    """A second sink that keeps what it receives, and can be told to fail."""
+
+    def __init__(self, fail_after: int | None = None) -> None:
+        self.batches: list[bytes] = []
+        self.fail_after = fail_after
+        self.closed = False
+
+    def write(self, batch: bytes) -> None:
+        if self.fail_after is not None and len(self.batches) >= self.fail_after:
+            raise BrokenPipeError("viewer went away")
+        self.batches.append(batch)
+
+    def close(self) -> None:
+        self.closed = True
+
+    def records(self) -> list[dict]:
+        dec = LineDecoder()
+        out = dec.feed(b"".join(self.batches))
+        assert dec.malformed == 0 and dec.pending == 0
+        return out
+
+
+def test_file_size_limit_warns_once_and_training_completes(tmp_path: Path) -> None:
+    log = tmp_path / "run.jsonl"
+    limit = 16 * 1024
+    script = textwrap.dedent(
+        f"""
+        import resource, signal, time
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # EFBIG instead of death
+        resource.setrlimit(resource.RLIMIT_FSIZE, ({limit}, {limit}))
+        import torch
+        from dltop.probe import Probe
+        torch.set_num_threads(1)
+        torch.manual_seed(0)
+        model = torch.nn.Linear(8, 1)
+        opt = torch.optim.SGD(model.parameters(), lr=0.01)
+        with Probe(path={str(log)!r}, model=model, optimizer=opt, system=False) as probe:
+            for i in range(600):
+                loss = model(torch.randn(4, 8)).pow(2).mean()
+                loss.backward()
+                opt.step()
+                opt.zero_grad()
+                probe.step(loss=loss, note_field=i)
+                if i % 100 == 0:
+                    time.sleep(0.06)  # let the writer run into the limit mid-training
+        print("trained", i + 1)
+        """
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120, cwd=tmp_path
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "trained 600"
+    warnings = [line for line in out.stderr.splitlines() if line.startswith("dltop: warning:")]
+    assert len(warnings) == 1, out.stderr
+    assert "File too large" in warnings[0]
+    assert log.stat().st_size <= limit
+    recs = _all_lines_parse(log)  # the cut batch was taken back: no partial line
+    steps = [r for r in recs if r["kind"] == "step"]
+    assert recs[0]["kind"] == "meta" and 0 < len(steps) < 600
+    assert [r["step"] for r in steps] == list(range(len(steps)))
+
+
+def test_fd_closed_and_reused_under_the_writer(tmp_path: Path) -> None:
+    log = tmp_path / "run.jsonl"
+    other = tmp_path / "someone_elses.txt"
+    spare = ListSink()
+    probe = Probe(path=log, system=False, sinks=[spare]).start()
+    for i in range(10):
+        probe.step(loss=float(i))
+    assert probe.flush()
+    fd = probe._writer.sinks[0].fd  # the FileSink's descriptor
+    os.close(fd)  # user code closing descriptors it does not own
+    reuse = os.open(other, os.O_WRONLY | os.O_CREAT, 0o644)
+    try:
+        assert reuse == fd  # the number now belongs to another file
+        for i in range(10, 20):
+            probe.step(loss=float(i))
+        probe.flush()
+        probe.close()
+        assert other.read_bytes() == b""  # nothing of ours went into it
+        os.fstat(reuse)  # and the probe did not close it
+    finally:
+        os.close(reuse)
+    assert len(probe.warnings) == 1 and "closed" in probe.warnings[0]
+    file_steps = [r["step"] for r in read_records(str(log))[0] if r["kind"] == "step"]
+    assert file_steps == list(range(10))
+    kept = spare.records()  # the other sink got everything, and the warning
+    assert [r["step"] for r in kept if r["kind"] == "step"] == list(range(20))
+    assert [r["type"] for r in kept if r["kind"] == "event"] == ["warning", "exit"]
+
+
+def test_failing_sink_is_dropped_once_and_the_file_goes_on(tmp_path: Path, capfd) -> None:
+    log = tmp_path / "run.jsonl"
+    bad = ListSink(fail_after=1)
+    with Probe(path=log, system=False, sinks=[bad]) as probe:
+        for i in range(5):
+            probe.step(loss=float(i))
+            probe.flush()
+    err = capfd.readouterr().err
+    assert err.count("dltop: warning:") == 1 and "viewer went away" in err
+    recs = _all_lines_parse(log)
+    assert [r["step"] for r in recs if r["kind"] == "step"] == list(range(5))
+    warn = [r for r in recs if r.get("type") == "warning"]
+    assert len(warn) == 1 and "ListSink" in warn[0]["message"]
+    assert bad.closed
+
+
+def test_flush_blocks_until_written_and_events_go_out_at_once(tmp_path: Path) -> None:
+    log = tmp_path / "run.jsonl"
+    # a writer that would otherwise only look at its queue every 10 s
+    with Probe(path=log, system=False) as probe:
+        probe._writer._wake_every = 10.0
+        for i in range(1000):
+            probe.step(loss=float(i))
+        assert probe.flush(fsync=True)
+        steps = [r for r in _all_lines_parse(log) if r["kind"] == "step"]
+        assert len(steps) == 1000
+        probe.note("now")
+        for _ in range(200):  # an event wakes the writer: well under its 10 s tick
+            if b'"note"' in log.read_bytes():
+                break
+            import time
+
+            time.sleep(0.01)
+        assert b'"note"' in log.read_bytes()
+
+
+def test_every_line_parses_under_a_fast_loop(tmp_path: Path) -> None:
+    log = tmp_path / "run.jsonl"
+    with Probe(path=log, system=False, heartbeat_every=0.01) as probe:
+        for i in range(20000):
+            probe.step(loss=float(i) if i % 7 else float("nan"), extra=i)
+    recs = _all_lines_parse(log)
+    steps = [r for r in recs if r["kind"] == "step"]
+    assert [r["step"] for r in steps] == list(range(20000))
+    assert recs[-1]["type"] == "exit"
+
+
+def test_unwritable_path_warns_and_the_training_goes_on(tmp_path: Path, capfd) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    with Probe(path=blocker / "run.jsonl", system=False) as probe:  # a file where a folder must be
+        probe.step(loss=1.0)
+    assert capfd.readouterr().err.count("dltop: warning: cannot open") == 1
+
+
+@pytest.mark.parametrize("fsync", [False, True])
+def test_flush_after_close_is_harmless(tmp_path: Path, fsync: bool) -> None:
+    probe = Probe(path=tmp_path / "run.jsonl", system=False).start()
+    probe.step(loss=1.0)
+    probe.close()
+    assert probe.flush(fsync=fsync)
+    probe.step(loss=2.0)  # after close: ignored, never raises
+    assert [r["kind"] for r in read_records(str(tmp_path / "run.jsonl"))[0]] == [
+        "meta",
+        "step",
+        "event",
+    ]
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="no fork")
+def test_a_forked_child_never_writes_into_the_parents_log(tmp_path: Path) -> None:
+    log = tmp_path / "run.jsonl"
+    with Probe(path=log, system=False, crash=False) as probe:
+        probe.step(loss=1.0)
+        probe.flush()
+        pid = os.fork()
+        if pid == 0:  # a DataLoader worker, say: its records and flushes go nowhere
+            try:
+                probe.note("from the child")
+                probe.step(loss=99.0)
+                probe.flush(fsync=True, timeout=1.0)
+                probe.close("exception")
+            finally:
+                os._exit(0)
+        _, status = os.waitpid(pid, 0)
+        assert os.waitstatus_to_exitcode(status) == 0
+        probe.step(loss=2.0)
+    recs = _all_lines_parse(log)
+    assert [r.get("loss") for r in recs if r["kind"] == "step"] == [1.0, 2.0]
+    assert not [r for r in recs if r.get("type") == "note"]
+    assert [r["status"] for r in recs if r.get("type") == "exit"] == ["ok"]
