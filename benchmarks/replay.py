@@ -1,0 +1,363 @@
+"""Replay of a huge log: time to dashboard data and peak RSS, next to the parse floors.
+
+    .venv/bin/python benchmarks/replay.py [--steps 1000000] [--only a,b] [--keep DIR]
+
+Generates a realistic log (1 M steps ~ 250 MB: meta, step records with 11 fields, a sys
+sample every 100 steps, an eval every 1000, heartbeats, an exit) into a temp dir, then
+measures each variant in its OWN subprocess, so that peak RSS (``ru_maxrss``) belongs to
+that variant alone and no variant warms the page cache for the next more than the first
+(the log is read once before measuring). Variants, cheapest first:
+
+- ``read``        the floor: read the file in 4 MB chunks
+- ``newlines``    newline index floor: mmap + ``bytes.find`` loop into ``array('q')`` (its
+                  RSS shows why the viewer does not mmap the whole log: the mapped pages count)
+- ``orjson``      a plain line-by-line ``orjson.loads`` (skipped when orjson is absent)
+- ``msgspec``     a plain line-by-line msgspec decode to dicts
+- ``decoder``     the schema's ``LineDecoder`` over the source's chunks (what every reader uses)
+- ``store``       decoder + ``Store.ingest`` (columns, block summaries, EMA), no rules
+- ``full``        ``FileSource`` (tail-first off) -> ``RunModel.ingest`` (store + rules
+                  engine) -> a dashboard's worth of series decimated at 120 columns
+- ``tailfirst``   the viewer's path: tail preview -> dashboard decimated ("ready"), the
+                  off-lock chart backfill adopted ("history"), then the rules brought
+                  through the whole run ("complete")
+
+Ratios are printed against ``read``, measured in the same run. The app adds its own
+variants (a fully drawn dashboard, event-loop lag) by registering more functions in
+``VARIANTS``; each takes the log path and returns a dict of figures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import random
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from typing import Any
+
+CHUNK = 4 << 20  # the read floor's chunk; the parse variants use the viewer's own size
+WIDTH = 120
+# what the dashboard draws: one chart per name (the app's panels)
+DASHBOARD = (
+    "loss",
+    "loss.ema",
+    "eval.loss",
+    "grad_norm",
+    "lr",
+    "data_time",
+    "compute_time",
+    "step_time",
+    "mem_allocated",
+    "mem_reserved",
+    "samples_per_s",
+    "sys.rss",
+    "sys.gpus.0.util",
+)
+
+
+def generate_log(path: str, steps: int, seed: int = 0) -> int:
+    """Write a synthetic run of ``steps`` steps; returns its size in bytes."""
+    from dltop.probe.schema import encode_record
+
+    rng = random.Random(seed)
+    t = 1_700_000_000.0
+    out: list[bytes] = [
+        encode_record(
+            {"kind": "meta", "v": 1, "run_id": "bench", "host": "bench", "pid": 1, "t": t}
+        )
+    ]
+    with open(path, "wb") as f:
+        for i in range(steps):
+            data = 0.002 + rng.random() * 0.001
+            compute = 0.030 + rng.random() * 0.004
+            t += data + compute
+            loss = 2.5 * math.exp(-i / (steps / 3)) + 0.3 + rng.random() * 0.05
+            if i == steps // 2:
+                loss = 40.0  # a one-step spike the decimation must keep
+            out.append(
+                encode_record(
+                    {
+                        "kind": "step",
+                        "step": i,
+                        "t": round(t, 6),
+                        "loss": loss,
+                        "grad_norm": 1.0 + rng.random(),
+                        "lr": 3e-4 * min(1.0, (i + 1) / 2000),
+                        "data_time": round(data, 6),
+                        "step_time": round(data + compute, 6),
+                        "compute_time": round(compute, 6),
+                        "samples_per_s": round(64 / (data + compute), 3),
+                        "mem_allocated": 1_200_000_000 + (i % 1000) * 1000,
+                        "mem_reserved": 2_000_000_000,
+                    }
+                )
+            )
+            if i % 100 == 0:
+                out.append(
+                    encode_record(
+                        {
+                            "kind": "sys",
+                            "t": t,
+                            "rss": 3.1e9,
+                            "cpu": 99.0,
+                            "gpus": [{"index": 0, "util": 97.0, "mem_used": 5e9}],
+                        }
+                    )
+                )
+                out.append(encode_record({"kind": "heartbeat", "t": t}))
+            if i % 1000 == 999:
+                out.append(encode_record({"kind": "eval", "step": i, "t": t, "loss": loss + 0.1}))
+            if len(out) >= 10_000:
+                f.write(b"".join(out))
+                out.clear()
+        out.append(encode_record({"kind": "event", "type": "exit", "status": "ok", "t": t}))
+        f.write(b"".join(out))
+    return os.path.getsize(path)
+
+
+# -- variants (each runs in a fresh subprocess) ---------------------------------------------
+def v_read(path: str) -> dict[str, Any]:
+    n = 0
+    with open(path, "rb") as f:
+        while chunk := f.read(CHUNK):
+            n += len(chunk)
+    return {"bytes": n}
+
+
+def v_newlines(path: str) -> dict[str, Any]:
+    import mmap
+    from array import array
+
+    with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mm:
+        offsets = array("q")
+        find = mm.find
+        append = offsets.append
+        i = find(b"\n")
+        while i >= 0:
+            append(i)
+            i = find(b"\n", i + 1)
+    return {"lines": len(offsets)}
+
+
+def v_orjson(path: str) -> dict[str, Any]:
+    try:
+        import orjson
+    except ImportError:
+        return {"skipped": "orjson not installed"}
+    n = 0
+    with open(path, "rb") as f:
+        for line in f:
+            orjson.loads(line)
+            n += 1
+    return {"lines": n}
+
+
+def v_msgspec(path: str) -> dict[str, Any]:
+    import msgspec
+
+    decode = msgspec.json.Decoder().decode
+    n = 0
+    with open(path, "rb") as f:
+        for line in f:
+            decode(line)
+            n += 1
+    return {"lines": n}
+
+
+def v_decoder(path: str) -> dict[str, Any]:
+    from dltop.probe.schema import LineDecoder
+    from dltop.tui.core.sources import CHUNK as SOURCE_CHUNK
+
+    dec = LineDecoder()
+    n = 0
+    with open(path, "rb") as f:
+        while chunk := f.read(SOURCE_CHUNK):
+            n += len(dec.feed(chunk))
+    return {"records": n + len(dec.finish())}
+
+
+def v_store(path: str) -> dict[str, Any]:
+    from dltop.probe.schema import LineDecoder
+    from dltop.tui.core.sources import CHUNK as SOURCE_CHUNK
+    from dltop.tui.core.store import Store
+
+    dec = LineDecoder()
+    store = Store()
+    with open(path, "rb") as f:
+        while chunk := f.read(SOURCE_CHUNK):
+            recs = dec.feed(chunk)
+            for i in range(0, len(recs), 4096):
+                store.ingest(recs[i : i + 4096])
+    return {"steps": store.steps, "store_mb": round(store.nbytes / 2**20, 1)}
+
+
+def decimate_dashboard(model: Any) -> dict[str, Any]:
+    """Decimate every dashboard series over the whole run at WIDTH columns (UI thread work)."""
+    with model.lock:
+        store = model.store
+        rng = store.step_range() or (0, 0)
+        t0 = time.perf_counter()
+        charts = [store.decimate(name, rng[0], rng[1], WIDTH) for name in DASHBOARD]
+        dt = time.perf_counter() - t0
+    spike = max((v for v in charts[0].hi if v is not None), default=None)
+    return {
+        "decimate_ms_per_chart": round(dt * 1000 / len(charts), 2),
+        "charts_with_points": sum(1 for c in charts if c.points),
+        "loss_max": spike,
+        "window": list(rng),
+    }
+
+
+def v_full(path: str) -> dict[str, Any]:
+    from dltop.tui.core.run import RunModel
+    from dltop.tui.core.sources import FileSource
+
+    model = RunModel("bench")
+    FileSource(path, model, follow=False, tail_first=None).run()
+    out = decimate_dashboard(model)
+    out.update(records=model.records, engine=model.engine is not None, alerts=len(model.alerts()))
+    if model.engine_error:
+        out["engine_error"] = model.engine_error
+    out["store_mb"] = round(model.store.nbytes / 2**20, 1)
+    return out
+
+
+def v_tailfirst(path: str) -> dict[str, Any]:
+    from dltop.tui.core.run import RunModel
+    from dltop.tui.core.sources import FileSource
+
+    t0 = time.perf_counter()
+    model = RunModel("bench")
+    ready: dict[str, Any] = {}
+
+    calls = [0]
+
+    def on_update(n: int) -> None:
+        calls[0] += 1
+        if ready and "history_s" not in ready and model.loading is None:
+            ready["history_s"] = round(time.perf_counter() - t0, 3)  # whole run charted
+        if not ready and model.records:
+            ready.update(decimate_dashboard(model))
+            ready["ready_s"] = round(time.perf_counter() - t0, 3)
+            ready["ready_rss_mb"] = _peak_rss_mb()
+            ready["preview_steps"] = model.store.steps
+
+    FileSource(path, model, on_update, follow=False).run()
+    full = decimate_dashboard(model)
+    return {
+        **ready,
+        "complete_s": round(time.perf_counter() - t0, 3),
+        "updates": calls[0],
+        "steps": model.store.steps,
+        "alerts": len(model.alerts()),
+        "loss_max_full": full["loss_max"],
+        **({"engine_error": model.engine_error} if model.engine_error else {}),
+    }
+
+
+VARIANTS: dict[str, Callable[[str], dict[str, Any]]] = {
+    "read": v_read,
+    "newlines": v_newlines,
+    "orjson": v_orjson,
+    "msgspec": v_msgspec,
+    "decoder": v_decoder,
+    "store": v_store,
+    "full": v_full,
+    "tailfirst": v_tailfirst,
+}
+
+
+def _peak_rss_mb() -> float:
+    return round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
+
+
+def run_variant(name: str, path: str) -> dict[str, Any]:
+    """Child process body: import cost excluded from the timing, included in the RSS."""
+    fn = VARIANTS[name]
+    import dltop.tui.core.run  # noqa: F401
+    import msgspec  # noqa: F401 - every variant but `read` needs it; load it before timing
+
+    base = _peak_rss_mb()
+    t0 = time.perf_counter()
+    out = fn(path)
+    out["seconds"] = round(time.perf_counter() - t0, 3)
+    out["peak_rss_mb"] = _peak_rss_mb()
+    out["baseline_rss_mb"] = base
+    return out
+
+
+def measure(name: str, path: str) -> dict[str, Any]:
+    """Run one variant in a fresh interpreter and return its figures."""
+    proc = subprocess.run(
+        [sys.executable, __file__, "--child", name, "--log", path],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if proc.returncode != 0:
+        return {"error": (proc.stderr.strip().splitlines() or ["failed"])[-1]}
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def report(results: dict[str, dict[str, Any]]) -> None:
+    anchor = results.get("read", {}).get("seconds")
+    print(f"{'variant':<11} {'seconds':>8} {'x read':>7} {'peak RSS MB':>12}  details")
+    for name, r in results.items():
+        if "error" in r or "skipped" in r:
+            print(f"{name:<11} {r.get('error') or r.get('skipped')}")
+            continue
+        ratio = f"{r['seconds'] / anchor:.1f}" if anchor else "-"
+        details = {
+            k: v for k, v in r.items() if k not in ("seconds", "peak_rss_mb", "baseline_rss_mb")
+        }
+        print(f"{name:<11} {r['seconds']:>8.3f} {ratio:>7} {r['peak_rss_mb']:>12.1f}  {details}")
+    tf = results.get("tailfirst", {})
+    if "ready_s" in tf:
+        print(
+            f"\ntargets: dashboard data ready {tf['ready_s']:.2f} s (<= 2 s), "
+            f"peak RSS of the core {tf['peak_rss_mb']:.0f} MB (whole viewer <= 300 MB); "
+            f"whole history charted after {tf.get('history_s', float('nan')):.1f} s, "
+            f"rules through the whole run after {tf['complete_s']:.1f} s"
+        )
+    if "decoder" in results and "msgspec" in results and "seconds" in results["decoder"]:
+        plain = results["msgspec"]["seconds"]
+        print(
+            f"LineDecoder / plain msgspec line loop: {results['decoder']['seconds'] / plain:.2f}x"
+        )
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--steps", type=int, default=1_000_000)
+    ap.add_argument("--only", default="", help="comma-separated variants (default: all)")
+    ap.add_argument("--keep", default="", help="write/reuse the log in this directory")
+    ap.add_argument("--child", default="", help=argparse.SUPPRESS)
+    ap.add_argument("--log", default="", help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+    if args.child:
+        print(json.dumps(run_variant(args.child, args.log)))
+        return 0
+    names = [n for n in args.only.split(",") if n] or list(VARIANTS)
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = args.keep or tmp
+        path = os.path.join(folder, f"bench-{args.steps}.jsonl")
+        if not os.path.exists(path):
+            t0 = time.perf_counter()
+            size = generate_log(path, args.steps)
+            print(
+                f"generated {args.steps} steps, {size / 1e6:.0f} MB in {time.perf_counter() - t0:.1f} s"
+            )
+        v_read(path)  # warm the page cache once, so every variant starts equal
+        print(f"log: {path} ({os.path.getsize(path) / 1e6:.0f} MB), {os.cpu_count()} CPUs")
+        report({name: measure(name, path) for name in names})
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,142 @@
+"""Huge logs: show the tail at once, then the whole run's charts, then its diagnosis.
+
+A full parse of a 1 M-step log into the store takes a few seconds and the rules engine
+several times more (``benchmarks/replay.py``), far over the 2 s a dashboard may take. So
+a source that opens a log bigger than ``tail_first`` bytes:
+
+1. parses only its last ``tail_bytes`` (plus the ``meta`` line) into a fresh store and
+   notifies: the dashboard shows the latest steps within ~0.2 s;
+2. parses the whole log into a private store, off-lock, while a second cursor keeps
+   feeding lines appended meanwhile to the preview, then swaps it in (``RunModel.adopt``);
+3. re-reads the log to bring a fresh rules engine through the run in order, while the
+   normal follow loop keeps charting new records and the model queues them for that
+   engine, then swaps it in (``RunModel.adopt_engine``).
+
+``TailFirst`` is a mixin of :class:`dltop.tui.core.sources.FileSource`, which owns the
+descriptor, the decoder, the offsets and the follow loop used here.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import TYPE_CHECKING
+
+from dltop.probe.schema import META, LineDecoder, decode_line
+from dltop.tui.core.run import feed_engine, make_engine
+
+if TYPE_CHECKING:
+    import threading
+
+    from dltop.tui.core.run import RunModel
+
+CHUNK_LIVE = 1 << 20  # most bytes read per progress tick for the live preview
+PROGRESS = 0.2  # seconds between progress notifications during a backfill
+
+
+class TailFirst:
+    """The tail-first replay and the two backfills (see the module docstring)."""
+
+    model: RunModel
+    offset: int
+    chunk_size: int
+    tail_bytes: int
+    _fd: int
+    _dec: LineDecoder
+    _stop: threading.Event
+    # and FileSource's _notify(), _read_chunk(), _check_file(), _remember_head()
+
+    def _tail_first(self, size: int) -> None:
+        """Show the last ``tail_bytes`` at once, then build the whole run off-lock and swap.
+
+        While the backfill runs, records appended to a live log still reach the preview
+        (a second cursor, store only), so a huge live run does not look frozen meanwhile.
+        """
+        head = os.pread(self._fd, 1 << 16, 0)
+        nl = head.find(b"\n")
+        meta = decode_line(head[:nl]) if nl >= 0 else None
+        start = max(0, size - self.tail_bytes)
+        blob = os.pread(self._fd, size - start, start)
+        cut = blob.find(b"\n") + 1 if start else 0
+        end = blob.rfind(b"\n") + 1  # the preview ends on a line boundary
+        live_off = start + end  # where the live cursor picks up during the backfill
+        show_meta = meta is not None and meta.get("kind") == META and start > 0
+        self.model.ingest_preview([meta] if show_meta else [])  # type: ignore[list-item]
+        pdec = LineDecoder()
+        n = 0
+        for i in range(cut, end, self.chunk_size):  # in slices: few parsed dicts alive at once
+            recs = pdec.feed(blob[i : min(i + self.chunk_size, end)])
+            self.model.extend_preview(recs)
+            n += len(recs)
+        del blob
+        self._notify(n)
+        live_dec = LineDecoder()
+        staged = self.model.staging(rules=False)
+        last = time.monotonic()
+        while not self._stop.is_set():
+            data = os.pread(self._fd, self.chunk_size, self.offset)
+            if not data:
+                break
+            self.offset += len(data)
+            staged.ingest(self._dec.feed(data))
+            now = time.monotonic()
+            if now - last >= PROGRESS:  # progress and live records, not one message per chunk
+                last = now
+                self.model.set_loading(self.offset / max(size, self.offset))
+                fresh = os.pread(self._fd, CHUNK_LIVE, live_off)
+                live_off += len(fresh)
+                recs = live_dec.feed(fresh)
+                self.model.extend_preview(recs)
+                self._notify(len(recs))
+        if self._stop.is_set():
+            return
+        self._remember_head()
+        self.model.adopt(staged, self._dec.malformed)
+        self._notify(staged.records)
+        self._backfill_rules()
+
+    def _backfill_rules(self) -> None:
+        """Bring a fresh rules engine through the whole run, in order, by re-reading the
+        log up to where the charts' backfill stopped, while the follow loop keeps the charts
+        live (the model queues those records for the engine until it is adopted)."""
+        engine, error = make_engine()
+        if engine is None and error is None:
+            return  # no rules package: nothing to catch up
+        upto = self.offset - self._dec.pending  # complete lines only; the rest comes live
+        self.model.begin_rules_backfill()
+        generation = self.model.generation
+        fd = os.dup(self._fd)  # the follow loop may reopen the path (rotation) meanwhile
+        try:
+            dec = LineDecoder()
+            off = 0
+            last = time.monotonic()
+            while off < upto and error is None:
+                if self._stop.is_set():
+                    return
+                data = os.pread(fd, min(self.chunk_size, upto - off), off)
+                if not data:
+                    break  # truncated under us: the follow loop restarts the run
+                off += len(data)
+                error = feed_engine(engine, dec.feed(data))
+                now = time.monotonic()
+                if now - last >= PROGRESS:
+                    last = now
+                    self.model.set_diagnosing(off / upto)
+                    self._follow_a_little()
+                    if self.model.generation != generation:
+                        return  # the run restarted: this engine describes the old one
+                    self._notify(0)
+        finally:
+            os.close(fd)
+        self.model.adopt_engine(engine, error)
+        self._notify(0)
+
+    def _follow_a_little(self) -> None:
+        """One bounded round of the follow loop (new records, truncation, rotation)."""
+        budget = CHUNK_LIVE
+        while budget > 0 and self._read_chunk():
+            budget -= self.chunk_size
+        if budget == CHUNK_LIVE:
+            self._check_file()
+
+    # -- end-of-file checks ----------------------------------------------------------------

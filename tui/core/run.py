@@ -1,0 +1,272 @@
+"""RunModel: one run's Store + RuleEngine + counters, fed by a source, read by the UI.
+
+The reader thread calls :meth:`RunModel.ingest` per parsed chunk; the UI's timer takes
+``model.lock``, compares ``model.version`` with the version it last drew, and redraws
+only what changed (``store.changed(since)``). A truncated or replaced log is a new run:
+the source calls :meth:`reset`, which swaps in a fresh store and engine, counts the
+restart and raises ``restarted`` so the UI can say so.
+
+Huge replays: the source may show the tail of the log first (``ingest_preview``), build
+the full run's charts in a private :class:`Staging` without holding the lock and
+:meth:`adopt` it in one swap (``loading`` says how far that got), then re-read the log
+to bring a fresh rules engine up to date (``diagnosing``) while live records queue for
+it, and :meth:`adopt_engine`. The charts come first because the rules cost ~4x more per
+record than the store (see ``benchmarks/replay.py``).
+"""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from typing import Any
+
+from dltop.tui.core.store import Store
+
+try:  # the rules engine is written in parallel; the model works without it
+    from dltop.tui.core.rules import RuleEngine
+except ImportError:  # pragma: no cover - only while rules/ is incomplete
+    try:
+        from dltop.tui.core.rules.engine import RuleEngine
+    except ImportError:
+        RuleEngine = None  # type: ignore[assignment,misc]
+
+
+def make_engine() -> tuple[Any | None, str | None]:
+    """A fresh RuleEngine and ``None``, or ``None`` and why there is none (the rules package
+    is missing, or its constructor failed: the charts must work regardless)."""
+    if RuleEngine is None:
+        return None, None
+    try:
+        return RuleEngine(), None
+    except Exception as exc:
+        return None, f"rules engine failed to start: {type(exc).__name__}: {exc}"
+
+
+def feed_engine(engine: Any | None, records: list[dict[str, Any]]) -> str | None:
+    """Feed the rules; a failing rule must not stop the charts, so its error is returned
+    (the caller keeps it as ``engine_error`` and stops feeding) instead of raised."""
+    if engine is None:
+        return None
+    try:
+        engine.feed_many(records)
+    except Exception as exc:  # a bug in one rule: diagnosis off, data path alive
+        return f"rules engine failed: {type(exc).__name__}: {exc}"
+    return None
+
+
+class Staging:
+    """A store (and engine, unless ``rules`` is False) built off-lock, adopted in one swap."""
+
+    def __init__(self, version: int, rules: bool = True) -> None:
+        self.store = Store(version=version)
+        self.engine, self.engine_error = make_engine() if rules else (None, None)
+        self.rules = rules
+        self.records = 0
+
+    def ingest(self, records: list[dict[str, Any]]) -> None:
+        self.store.ingest(records)
+        if self.engine_error is None:
+            self.engine_error = feed_engine(self.engine, records)
+        self.records += len(records)
+
+
+class RunModel:
+    """Everything the viewer knows about one run. Hold ``lock`` while reading."""
+
+    def __init__(self, label: str) -> None:
+        self.label = label
+        self.lock = threading.RLock()
+        self.version = 0  # bumps on every ingest, reset and adopt; never goes back
+        # bumps when ``store`` is replaced (reset, tail preview, backfill adopted): redraw all
+        self.generation = 0
+        self.store = Store(version=0)
+        self.engine, engine_error = make_engine()
+        self.records = 0  # records ingested into this run
+        self.malformed = 0  # lines the decoder skipped in this run
+        self.resets = 0  # truncations / replacements seen since the viewer started
+        self.restarted = False  # True after a reset until the UI calls acknowledge_restart()
+        self.reset_reason = ""
+        self.loading: float | None = None  # backfill progress 0..1; None when complete
+        self.preview_from: int | None = None  # first step shown while only the tail is loaded
+        # rules backfill progress 0..1 while the charts are whole but alerts are not yet;
+        # None when the rules have seen every record
+        self.diagnosing: float | None = None
+        self._backlog: list[dict[str, Any]] | None = None
+        self.source_error: str | None = None  # a one-line problem the reader thread hit
+        self.engine_error: str | None = engine_error  # why there is no diagnosis (a rule raised)
+        self._pid_cache: tuple[float, Any, bool | None] = (0.0, None, None)
+
+    # -- the reader thread -----------------------------------------------------------------
+    def ingest(self, records: list[dict[str, Any]], malformed: int | None = None) -> None:
+        """Add records to store and engine under the lock; ``malformed`` is the decoder's
+        running count of skipped lines for this run."""
+        with self.lock:
+            if records:
+                self.store.ingest(records)
+                if self._backlog is not None:  # the rules are catching up: they get these later
+                    self._backlog.extend(records)
+                elif self.engine_error is None:
+                    self.engine_error = feed_engine(self.engine, records)
+                self.records += len(records)
+                self._bump()
+            if malformed is not None and malformed != self.malformed:
+                self.malformed = malformed
+                self._bump()
+
+    def reset(self, reason: str = "the log was truncated or replaced") -> None:
+        """Start over as a new run (truncation / replacement), keeping the restart visible."""
+        with self.lock:
+            self._bump()
+            self.store = Store(version=self.version)
+            self.generation += 1
+            self.engine, self.engine_error = make_engine()
+            self.records = 0
+            self.malformed = 0
+            self.resets += 1
+            self.restarted = True
+            self.reset_reason = reason
+            self.loading = None
+            self.preview_from = None
+            self.diagnosing = None
+            self._backlog = None
+
+    def acknowledge_restart(self) -> None:
+        with self.lock:
+            self.restarted = False
+
+    def ingest_preview(self, records: list[dict[str, Any]]) -> None:
+        """Start showing the tail of a huge log: a fresh store, no rules (they need the run
+        in order); ``loading`` stays below 1 until :meth:`adopt` brings the whole run."""
+        with self.lock:
+            self.store = Store(version=self.version + 1)
+            self.records = 0
+            self.loading = 0.0
+            self.preview_from = None
+            self.generation += 1
+            self._bump()
+        self.extend_preview(records)
+
+    def extend_preview(self, records: list[dict[str, Any]]) -> None:
+        """More of the preview: the rest of the tail, or records appended to a live log
+        while its backfill runs (the backfill feeds them to the rules, in order)."""
+        if not records:
+            return
+        with self.lock:
+            self.store.ingest(records)
+            self.records += len(records)
+            if self.loading is not None:
+                self.preview_from = self.store.first_step
+            self._bump()
+
+    def staging(self, rules: bool = True) -> Staging:
+        """A private store (+ engine) for a backfill; ``rules=False``: charts first, the
+        rules follow via :meth:`begin_rules_backfill` / :meth:`adopt_engine`."""
+        return Staging(self.version, rules)
+
+    def set_loading(self, fraction: float) -> None:
+        with self.lock:
+            self.loading = min(1.0, max(0.0, fraction))
+
+    def adopt(self, staged: Staging, malformed: int) -> None:
+        """Swap a finished backfill in: from now on the full run is shown and followed."""
+        with self.lock:
+            self.version = max(self.version, staged.store.version) + 1
+            staged.store.touch_all(self.version)
+            self.generation += 1
+            self.store = staged.store
+            if staged.rules:
+                self.engine = staged.engine
+                self.engine_error = staged.engine_error
+            self.records = staged.records
+            self.malformed = malformed
+            self.loading = None
+            self.preview_from = None
+
+    def begin_rules_backfill(self) -> None:
+        """The charts hold the whole run but the rules do not yet: until
+        :meth:`adopt_engine`, records ingested live are queued for the new engine."""
+        with self.lock:
+            self._backlog = []
+            self.diagnosing = 0.0
+
+    def set_diagnosing(self, fraction: float) -> None:
+        with self.lock:
+            self.diagnosing = min(1.0, max(0.0, fraction))
+
+    def adopt_engine(self, engine: Any | None, error: str | None) -> None:
+        """Swap in an engine that has seen the run up to where live ingestion began; it
+        takes the queued records first, so it has seen every record once, in order."""
+        with self.lock:
+            backlog, self._backlog = self._backlog or [], None
+            if error is None and engine is not None and backlog:
+                error = feed_engine(engine, backlog)
+            self.engine, self.engine_error = engine, error
+            self.diagnosing = None
+            self._bump()
+
+    def _bump(self) -> None:
+        self.version = max(self.version + 1, self.store.version)
+        self.store.version = self.version
+
+    # -- the UI ----------------------------------------------------------------------------
+    @property
+    def meta(self) -> dict[str, Any] | None:
+        return self.store.meta
+
+    def pid_alive(self, now: float | None = None) -> bool | None:
+        """Is the run's process alive? ``None`` when we cannot tell (another host, no meta).
+
+        Checked at most once a second. A live pid that started after the run's ``meta``
+        time is a reused pid, hence dead for us.
+        """
+        now = time.time() if now is None else now
+        meta = self.store.meta
+        cached_at, cached_meta, cached = self._pid_cache
+        if cached_meta is meta and 0 <= now - cached_at < 1.0:
+            return cached
+        alive = _pid_alive(meta)
+        self._pid_cache = (now, meta, alive)
+        return alive
+
+    def status(self, now: float | None = None) -> Any:
+        """The engine's RunState (running / stalled / finished / crashed / unknown)."""
+        with self.lock:
+            if self.engine is None:
+                return None
+            try:
+                return self.engine.status(now, self.pid_alive(now))
+            except ImportError:  # the status module lands in parallel with this one
+                return None
+
+    def alerts(self) -> list[Any]:
+        with self.lock:
+            return self.engine.alerts() if self.engine is not None else []
+
+    def facts(self) -> dict[str, Any]:
+        with self.lock:
+            return self.engine.facts() if self.engine is not None else {}
+
+
+def _pid_alive(meta: dict[str, Any] | None) -> bool | None:
+    if not meta:
+        return None
+    host, pid = meta.get("host"), meta.get("pid")
+    if type(pid) is not int or not isinstance(host, str) or host != socket.gethostname():
+        return None
+    try:
+        import psutil
+    except ImportError:  # pragma: no cover - psutil is a dependency
+        return None
+    try:
+        proc = psutil.Process(pid)
+        started = proc.create_time()
+        if proc.status() == psutil.STATUS_ZOMBIE:
+            return False
+    except psutil.NoSuchProcess:
+        return False
+    except psutil.Error:
+        return None
+    t0 = meta.get("t")
+    # a pid reused by a process that started after the run is not the run
+    return not (isinstance(t0, (int, float)) and started > float(t0) + 2.0)

@@ -1,0 +1,364 @@
+"""The columnar store of one run: every numeric series, plus events, meta and layers.
+
+Records arrive in batches (one parsed chunk of the log). Step records are transposed
+column by column with C-level primitives (``map(dict.get, ...)`` then ``array('d', col)``)
+instead of a Python loop over fields, because at a million steps the per-value cost is
+what decides whether a replay is ready in two seconds. Which series exist is discovered
+from the data: every numeric field of a ``step`` record (user extras included) becomes a
+series named by its key; ``eval`` fields become ``eval.<key>``, ``sys`` fields
+``sys.<key>`` (nested: ``sys.<key>.<index-or-subkey>.<field>``); a list field such as
+``lrs`` becomes ``lrs.0``, ``lrs.1``... ``loss`` also gets a stored EMA, ``loss.ema``.
+
+Thread model: the reader thread calls :meth:`Store.ingest` and the UI reads, both under
+``RunModel.lock``; nothing here locks by itself.
+"""
+
+from __future__ import annotations
+
+from array import array
+from collections import Counter
+from itertools import compress, repeat
+from operator import eq, ne
+from typing import Any
+
+from dltop.probe import schema
+from dltop.tui.core.decimate import Decimated
+from dltop.tui.core.series import Series
+
+__all__ = ["Store", "Series", "Decimated", "DEFAULT_EMA"]
+
+DEFAULT_EMA = {"loss": 0.02}  # series -> EMA alpha (0.02: ~50-step memory)
+_SKIP = frozenset(("kind", "step"))  # step-record keys that are not series
+_NOT_SERIES = frozenset(("kind", "step", "t"))  # eval / sys keys that are not series
+
+
+def _dense(col: list[Any]) -> array | None:
+    """``col`` as float64 when every entry is a plain int/float (no None, str, bool)."""
+    try:
+        arr = array("d", col)
+    except (TypeError, OverflowError):
+        return None
+    # bools pass array('d') but are not numbers (schema.as_float); one C-level pass finds them
+    if bool in set(map(type, col)):
+        return None
+    return arr
+
+
+_num = schema.as_float  # int/float -> float; None for bools, strings, containers
+
+
+class Store:
+    """Every series of one run; ``version`` bumps once per non-empty :meth:`ingest`."""
+
+    def __init__(self, version: int = 0, ema: dict[str, float] | None = None) -> None:
+        self.version = version
+        self.step_x = array("q")  # the step of every step record, in arrival order
+        self.step_sorted = True  # False once steps went backwards (resumed run)
+        self.meta: dict[str, Any] | None = None  # the first meta record
+        self.events: list[dict[str, Any]] = []  # every event record, in order
+        self.layers: dict[str, Any] | None = None  # the latest layers record
+        self.last_heartbeat: float | None = None  # ``t`` of the latest heartbeat
+        self.last_t: float | None = None  # ``t`` of the latest record that had one
+        self.kinds: Counter[str] = Counter()  # records per kind, unknown kinds included
+        self.events_version = version  # store version when events/meta/layers last changed
+        self._series: dict[str, Series] = {}
+        self._ema = dict(DEFAULT_EMA if ema is None else ema)
+        self._ema_acc: dict[str, float] = {}
+        self._changed: set[Series] = set()
+        self._first_step_hint: int | None = None
+
+    # -- reading -------------------------------------------------------------------------
+    def series(self, name: str) -> Series | None:
+        return self._series.get(name)
+
+    def names(self, prefix: str = "", kind: str | None = None) -> list[str]:
+        """Series names (in discovery order) starting with ``prefix``, of one kind if given."""
+        return [
+            n
+            for n, s in self._series.items()
+            if n.startswith(prefix) and (kind is None or s.kind == kind)
+        ]
+
+    def changed(self, since: int) -> list[str]:
+        """Names of the series that changed after store version ``since``."""
+        return [n for n, s in self._series.items() if s.version > since]
+
+    def changed_since(self, name: str, since: int) -> bool:
+        s = self._series.get(name)
+        return s is not None and s.version > since
+
+    def latest(self, name: str) -> float | None:
+        s = self._series.get(name)
+        return None if s is None or not len(s) else s.ys[-1]
+
+    def decimate(self, name: str, start: int, end: int, width: int) -> Decimated:
+        """``name`` in ``width`` min/max buckets over steps ``start..end``; all-empty buckets
+        when the series does not exist (yet)."""
+        s = self._series.get(name)
+        if s is not None:
+            return s.decimate(start, end, width)
+        nones: list[float | None] = [None] * width
+        return Decimated(
+            name, start, end, width, nones, nones[:], nones[:], nones[:], [0] * width, [0] * width
+        )
+
+    @property
+    def steps(self) -> int:
+        """Number of step records."""
+        return len(self.step_x)
+
+    @property
+    def first_step(self) -> int | None:
+        return self.step_x[0] if self.step_x else None
+
+    @property
+    def last_step(self) -> int | None:
+        return self.step_x[-1] if self.step_x else None
+
+    def step_range(self) -> tuple[int, int] | None:
+        """(min, max) step over every series: the x range a full-run chart spans."""
+        ranges = [r for s in self._series.values() if (r := s.x_range()) is not None]
+        if not ranges:
+            return None
+        return min(r[0] for r in ranges), max(r[1] for r in ranges)
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes held in arrays (values, steps, summaries, non-finite rows)."""
+        return 8 * len(self.step_x) + sum(s.nbytes for s in self._series.values())
+
+    # -- writing -------------------------------------------------------------------------
+    def touch_all(self, version: int) -> None:
+        """Mark everything changed at ``version`` (a store swapped in wholesale)."""
+        self.version = version
+        self.events_version = version
+        for s in self._series.values():
+            s.version = version
+
+    def ingest(self, records: list[dict[str, Any]]) -> int:
+        """Add a batch of decoded records (any kinds, in log order); returns the new version."""
+        if not records:
+            return self.version
+        self.version += 1
+        v = self.version
+        self._changed = set()
+        kinds = list(map(dict.get, records, repeat("kind")))
+        nsteps = kinds.count(schema.STEP)
+        self._first_step_hint = self.first_step
+        if self._first_step_hint is None and nsteps:
+            self._first_step_hint = next(
+                (r.get("step") for r in records if r.get("kind") == schema.STEP), None
+            )
+            if type(self._first_step_hint) is not int:
+                self._first_step_hint = None
+        if nsteps == len(records):
+            self._ingest_steps(records, v)
+        else:
+            # non-step records are rare (sys ~1 Hz, events): pick them out at C speed
+            others = list(compress(range(len(records)), map(ne, kinds, repeat(schema.STEP))))
+            last = self.last_step
+            scanned = 0
+            for i in others:
+                for j in range(i - 1, scanned - 1, -1):  # each record scanned at most once
+                    st = records[j].get("step")
+                    if kinds[j] == schema.STEP and type(st) is int:
+                        last = st
+                        break
+                scanned = i + 1
+                self._ingest_other(records[i], kinds[i], last, v)
+            if nsteps:
+                self._ingest_steps(list(compress(records, map(eq, kinds, repeat(schema.STEP)))), v)
+        self.kinds[schema.STEP] += nsteps
+        for s in self._changed:
+            s.summarize()
+        self._update_ema(v)
+        return v
+
+    def _step_column(self, batch: list[dict[str, Any]]) -> array:
+        raw = list(map(dict.get, batch, repeat("step")))
+        try:
+            steps = array("q", raw)
+            if bool in set(map(type, raw)):
+                raise TypeError
+        except (TypeError, OverflowError):
+            steps = array("q")
+            prev = self.last_step if self.last_step is not None else -1
+            for s in raw:
+                prev = (
+                    s
+                    if type(s) is int
+                    else (int(s) if type(s) is float and s.is_integer() else prev + 1)
+                )
+                steps.append(prev)
+        return steps
+
+    def _ingest_steps(self, batch: list[dict[str, Any]], v: int) -> None:
+        n = len(batch)
+        steps = self._step_column(batch)
+        prev = self.last_step
+        if self.step_sorted and (
+            (prev is not None and steps[0] < prev) or (n > 1 and sorted(steps) != list(steps))
+        ):
+            self.step_sorted = False
+            for s in self._series.values():
+                if s.kind in (schema.STEP, "derived"):
+                    s.sorted = False
+        base = len(self.step_x)
+        self.step_x.extend(steps)
+        t = batch[-1].get("t")
+        if type(t) is float or type(t) is int:
+            self.last_t = float(t)
+        keys = set().union(*batch) - _SKIP
+        for k in keys:
+            if not isinstance(k, str):
+                continue
+            col = list(map(dict.get, batch, repeat(k)))
+            vals = _dense(col)
+            if vals is not None:
+                self._extend_dense(k, vals, steps, base, v)
+            else:
+                self._slow_column(k, col, steps, base, v)
+        # a shared series absent from this whole batch has a hole: it leaves the shared axis
+        for s in self._series.values():
+            if s.kind == schema.STEP and s.shared and s.version != v and s._x_of is None:
+                s.make_own()
+
+    def _extend_dense(self, name: str, vals: array, steps: array, base: int, v: int) -> None:
+        s = self._series.get(name)
+        if s is None:
+            s = Series(name, schema.STEP, xs=self.step_x, x_off=base, version=v)
+            s.sorted = self.step_sorted
+            self._series[name] = s
+        if s.shared and s._x_off + len(s.ys) != base:
+            s.make_own()  # defensive: never misalign values and steps
+        s.extend(vals, None if s.shared else steps, v)
+        self._changed.add(s)
+
+    def _slow_column(self, key: str, col: list[Any], steps: array, base: int, v: int) -> None:
+        """A column with gaps, strings, bools, lists (``lrs``) or dicts: expand, then keep
+        only the numeric points."""
+        first = next((x for x in col if x is not None), None)
+        if isinstance(first, list):
+            width = max(len(x) for x in col if isinstance(x, list))
+            for i in range(width):
+                sub = [x[i] if isinstance(x, list) and len(x) > i else None for x in col]
+                self._sparse(f"{key}.{i}", [_num(x) for x in sub], steps, base, v)
+        elif isinstance(first, dict):
+            subkeys: dict[str, None] = {}
+            for x in col:
+                if isinstance(x, dict):
+                    subkeys.update(dict.fromkeys(x))
+            for sk in subkeys:
+                sub = [x.get(sk) if isinstance(x, dict) else None for x in col]
+                self._sparse(f"{key}.{sk}", [_num(x) for x in sub], steps, base, v)
+        else:
+            self._sparse(key, [_num(x) for x in col], steps, base, v)
+
+    def _sparse(self, name: str, vals: list[float | None], steps: array, base: int, v: int) -> None:
+        present = [i for i, x in enumerate(vals) if x is not None]
+        if not present:
+            return
+        if len(present) == len(vals):
+            self._extend_dense(name, array("d", vals), steps, base, v)  # type: ignore[arg-type]
+            return
+        s = self._series.get(name)
+        if s is None:
+            s = Series(name, schema.STEP, version=v)
+            s.sorted = self.step_sorted
+            self._series[name] = s
+        s.make_own()
+        s.extend(
+            array("d", [vals[i] for i in present]),  # type: ignore[misc]
+            array("q", [steps[i] for i in present]),
+            v,
+        )
+        self._changed.add(s)
+
+    def _ingest_other(self, rec: dict[str, Any], kind: Any, last_step: int | None, v: int) -> None:
+        self.kinds[kind if isinstance(kind, str) else "?"] += 1
+        t = rec.get("t")
+        if type(t) is float or type(t) is int:
+            self.last_t = float(t)
+        if kind == schema.EVAL or kind == schema.SYS:
+            st = rec.get("step")
+            x = st if type(st) is int else last_step
+            if x is None:  # before the first step record: pin to the first step we know
+                x = self._first_step_hint if self._first_step_hint is not None else 0
+            for name, val in _flatten(kind, rec):
+                self._append_point(name, kind, x, val, v)
+        elif kind == schema.EVENT:
+            self.events.append(rec)
+            self.events_version = v
+        elif kind == schema.META:
+            if self.meta is None:
+                self.meta = rec
+                self.events_version = v
+        elif kind == schema.LAYERS:
+            self.layers = rec
+            self.events_version = v
+        elif kind == schema.HEARTBEAT and type(t) in (float, int):
+            self.last_heartbeat = float(t)
+
+    def _append_point(self, name: str, kind: str, x: int, val: float, v: int) -> None:
+        s = self._series.get(name)
+        if s is None:
+            s = Series(name, kind, version=v)
+            self._series[name] = s
+        elif len(s) and x < s.x(-1):
+            s.sorted = False
+        s.extend(array("d", (val,)), array("q", (x,)), v)
+        self._changed.add(s)
+
+    def _update_ema(self, v: int) -> None:
+        for name, alpha in self._ema.items():
+            src = self._series.get(name)
+            if src is None:
+                continue
+            ema_name = name + ".ema"
+            e = self._series.get(ema_name)
+            if e is None:
+                e = Series(ema_name, "derived", version=v)
+                e.follow_x(src)
+                e.sorted = src.sorted
+                self._series[ema_name] = e
+            if len(e) == len(src):
+                continue
+            acc = self._ema_acc.get(name)
+            out = array("d")
+            append = out.append
+            for x in src.ys[len(e) :]:
+                if x - x == 0:  # finite; NaN/Inf are marked on the raw series, not smoothed
+                    acc = x if acc is None else acc + alpha * (x - acc)
+                append(acc if acc is not None else float("nan"))
+            if acc is not None:
+                self._ema_acc[name] = acc
+            e.extend(out, None, v)
+            e.summarize()
+
+
+def _flatten(kind: str, rec: dict[str, Any]) -> list[tuple[str, float]]:
+    """Numeric fields of an eval/sys record as (series name, value), one nesting level deep
+    (``{"gpus": [{"index": 0, "util": 97}]}`` -> ``sys.gpus.0.util``)."""
+    out: list[tuple[str, float]] = []
+    for k, val in rec.items():
+        if k in _NOT_SERIES:
+            continue
+        f = _num(val)
+        if f is not None:
+            out.append((f"{kind}.{k}", f))
+        elif isinstance(val, dict):
+            out.extend(
+                (f"{kind}.{k}.{sk}", f2) for sk, sv in val.items() if (f2 := _num(sv)) is not None
+            )
+        elif isinstance(val, list):
+            for i, item in enumerate(val):
+                if isinstance(item, dict):
+                    idx = item.get("index", i)
+                    out.extend(
+                        (f"{kind}.{k}.{idx}.{sk}", f2)
+                        for sk, sv in item.items()
+                        if sk != "index" and (f2 := _num(sv)) is not None
+                    )
+                elif (f2 := _num(item)) is not None:
+                    out.append((f"{kind}.{k}.{i}", f2))
+    return out
