@@ -86,7 +86,7 @@ def sanitize(value: Any) -> Any:
     if isinstance(value, float):  # float subclasses too: numpy.float64 NaN must not become null
         return value if math.isfinite(value) else _finite_or_marker(value)
     if isinstance(value, dict):
-        for k, v in value.items():
+        for v in value.values():
             if _needs_sanitizing(v):
                 return {k2: sanitize(v2) for k2, v2 in value.items()}
         return value
