@@ -17,6 +17,8 @@ from collections.abc import Sequence
 # sub-command name -> module under dltop.tui implementing configure() and run()
 COMMANDS = {
     "check": "dltop.tui.check_cmd",
+    "demo": "dltop.tui.demo_cmd",
+    "ls": "dltop.tui.ls_cmd",
 }
 VIEW_MODULE = "dltop.tui.view_cmd"
 
@@ -39,6 +41,8 @@ def _base_parser(prog: str, description: str) -> argparse.ArgumentParser:
 EPILOG = """commands:
   dltop [SOURCE]                 watch a run: a .jsonl log (followed while it grows)
   dltop check SOURCE [--json]    headless diagnosis for scripts and CI (exit 0/1/2/3)
+  dltop ls                       live runs on this host and recent logs
+  dltop demo NAME | --list       watch a demo training hit a real failure
 
 Start a run by adding three lines to a training loop (see README.md):
   from dltop.probe import Probe
