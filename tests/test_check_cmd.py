@@ -1,0 +1,192 @@
+"""`dltop check` end to end, in a subprocess: report, --json shape, exit codes, bad sources.
+
+Includes two real (tiny, CPU) torch trainings logged by the probe: a healthy MLP must
+pass clean, the same MLP with lr=50 must be diagnosed as a numeric blow-up.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import pytest
+from dltop.probe.schema import encode_record
+from rulekit import Run
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def check(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "dltop.tui", "check", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=ROOT,
+    )
+
+
+def write_log(path: Path, run: Run, garbage: int = 0) -> Path:
+    with open(path, "wb") as f:
+        for rec in run.records():
+            f.write(encode_record(rec))
+        f.write(b"not json at all\n" * garbage)
+    return path
+
+
+def test_healthy_log_exits_0(tmp_path: Path) -> None:
+    p = check(str(write_log(tmp_path / "ok.jsonl", Run())))
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert "status:  finished" in p.stdout and "alerts:  none" in p.stdout
+    assert p.stderr == ""
+
+
+def test_warning_exits_1_with_evidence_and_checklist(tmp_path: Path) -> None:
+    p = check(str(write_log(tmp_path / "w.jsonl", Run(data_share=0.15))))
+    assert p.returncode == 1, p.stdout
+    assert "WARNING  data_bound" in p.stdout
+    assert "evidence: data_wait_share=" in p.stdout
+    assert "checklist:" in p.stdout  # the checklist helper's data files
+
+
+def test_critical_json_shape(tmp_path: Path) -> None:
+    run = Run(loss_at=lambda i, x: math.nan if i >= 300 else x)
+    p = check(str(write_log(tmp_path / "nan.jsonl", run, garbage=2)), "--json")
+    assert p.returncode == 2, p.stdout + p.stderr
+    out = json.loads(p.stdout)
+    assert set(out) >= {"status", "steps", "alerts", "skipped_lines", "source"}
+    assert out["status"] == "finished" and out["steps"] == 1000 and out["skipped_lines"] == 2
+    (a,) = [a for a in out["alerts"] if a["id"] == "nan_loss"]
+    assert a["severity"] == "critical" and a["step"] == 300
+    assert a["evidence"]["loss"] == "NaN"  # non-finite numbers as the log format writes them
+    assert {
+        "id",
+        "severity",
+        "step",
+        "title",
+        "evidence",
+        "message",
+        "active",
+        "checklist_steps",
+    } <= set(a)
+    steps: list[dict[str, Any]] = a["checklist_steps"]
+    assert steps and all(set(s) == {"text", "mark", "evidence"} for s in steps)
+    assert any(s["mark"] in ("yes", "no") for s in steps)  # the log answers some of them
+
+
+def test_info_alerts_do_not_fail_the_check(tmp_path: Path) -> None:
+    p = check(str(write_log(tmp_path / "conv.jsonl", Run(steps=1500, tau=60))), "--json")
+    out = json.loads(p.stdout)
+    assert [a["severity"] for a in out["alerts"]] and {a["severity"] for a in out["alerts"]} == {
+        "info"
+    }
+    assert p.returncode == 0
+
+
+def test_set_and_config_change_the_verdict(tmp_path: Path) -> None:
+    log = str(write_log(tmp_path / "w.jsonl", Run(data_share=0.15)))
+    assert check(log, "--set", "data_bound.warn=0.2").returncode == 0
+    cfg = tmp_path / "t.toml"
+    cfg.write_text("[data_bound]\nwarn = 0.2\n")
+    assert check(log, "--config", str(cfg)).returncode == 0
+    dump = check("--print-config")
+    assert (
+        dump.returncode == 0 and "[data_bound]" in dump.stdout and "floor_s = 60.0" in dump.stdout
+    )
+
+
+def test_directory_of_rank_files(tmp_path: Path) -> None:
+    write_log(tmp_path / "rank0.jsonl", Run())
+    write_log(tmp_path / "rank1.jsonl", Run(loss_at=lambda i, x: math.inf if i == 500 else x))
+    p = check(str(tmp_path), "--json")
+    assert p.returncode == 2
+    out = json.loads(p.stdout)
+    assert [f["path"].rsplit("/", 1)[-1] for f in out["files"]] == ["rank0.jsonl", "rank1.jsonl"]
+    assert [(a["id"], a["file"].rsplit("/", 1)[-1]) for a in out["alerts"]] == [
+        ("nan_loss", "rank1.jsonl")
+    ]
+    (tmp_path / "rank2.jsonl").write_text("")  # a rank that died before writing anything
+    p = check(str(tmp_path))
+    assert p.returncode == 2 and "rank2.jsonl is empty" in p.stdout
+
+
+def _file(d: Path, name: str, text: str) -> Path:
+    (d / name).write_text(text)
+    return d / name
+
+
+@pytest.mark.parametrize(
+    ("make", "needle"),
+    [
+        (lambda d: d / "missing.jsonl", "no such file"),
+        (lambda d: d, "holds no .jsonl log"),
+        (lambda d: _file(d, "e.jsonl", ""), "is empty"),
+        (lambda d: _file(d, "t.jsonl", "hello\nworld\n"), "not a dltop log"),
+    ],
+)
+def test_unreadable_sources_exit_3_with_one_line(tmp_path: Path, make: Any, needle: str) -> None:
+    p = check(str(make(tmp_path)))
+    assert p.returncode == 3
+    assert needle in p.stderr and "hint:" in p.stderr
+    assert p.stderr.count("\n") == 1 and "Traceback" not in p.stderr
+    assert p.stdout == ""
+
+
+def test_bad_setting_exits_3(tmp_path: Path) -> None:
+    p = check(str(write_log(tmp_path / "ok.jsonl", Run(steps=10))), "--set", "data_bound.wran=1")
+    assert p.returncode == 3 and "unknown threshold 'data_bound.wran'" in p.stderr
+
+
+TRAIN = textwrap.dedent(
+    """
+    import sys, torch
+    from torch import nn
+    from dltop.probe import Probe
+    torch.set_num_threads(1)
+    torch.manual_seed(0)
+    lr, path = float(sys.argv[1]), sys.argv[2]
+    x = torch.randn(2048, 16)
+    y = (x[:, :4].sum(1) > 0).long()
+    model = nn.Sequential(nn.Linear(16, 64), nn.ReLU(), nn.Linear(64, 64), nn.ReLU(), nn.Linear(64, 2))
+    opt = torch.optim.SGD(model.parameters(), lr=lr, momentum=0.9)
+    batches = [(x[i:i + 32], y[i:i + 32]) for i in range(0, 2048, 32)] * 5
+    with Probe(path=path, model=model, optimizer=opt, system=False) as probe:
+        for xb, yb in probe.loader(batches[:300]):
+            loss = nn.functional.cross_entropy(model(xb), yb)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            probe.step(loss=loss)
+    """
+)
+
+
+def train(tmp_path: Path, lr: float) -> Path:
+    pytest.importorskip("torch")
+    script = tmp_path / "train.py"
+    script.write_text(TRAIN)
+    log = tmp_path / f"lr{lr}.jsonl"
+    subprocess.run(
+        [sys.executable, str(script), str(lr), str(log)], check=True, timeout=240, cwd=ROOT
+    )
+    return log
+
+
+def test_real_healthy_training_passes_clean(tmp_path: Path) -> None:
+    p = check(str(train(tmp_path, 0.05)), "--json")
+    out = json.loads(p.stdout)
+    assert p.returncode == 0, out["alerts"]
+    assert out["status"] == "finished" and out["steps"] == 300
+
+
+def test_real_training_with_lr_50_blows_up(tmp_path: Path) -> None:
+    p = check(str(train(tmp_path, 50.0)), "--json")
+    out = json.loads(p.stdout)
+    assert p.returncode == 2
+    ids = {a["id"] for a in out["alerts"] if a["severity"] == "critical"}
+    assert ids & {"nan_loss", "nan_grad", "divergence", "grad_explosion"}, out["alerts"]

@@ -1,0 +1,76 @@
+"""oom/crash alerts from exception events, named by the crash catalogue."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from rulekit import Run, alerts_of, run_engine
+
+CUDA_OOM = (
+    "CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 79.1 GiB "
+    "of which 1.2 GiB is free."
+)
+
+
+def crash_at(step: int, **event: Any) -> Run:
+    rec = {"kind": "event", "type": "exception", "t": 0.0, "step": step} | event
+    return Run(steps=step + 1, extra_records={step: [rec]}, end="exception")
+
+
+def test_cuda_oom_is_an_oom_alert_with_pattern_and_checklist() -> None:
+    eng = run_engine(crash_at(120, type="oom", exc_type="torch.OutOfMemoryError", message=CUDA_OOM))
+    (a,) = alerts_of(eng, "oom")
+    assert (a.step, a.severity) == (120, "critical")
+    assert a.evidence["pattern"] and a.evidence["pattern"] != "unknown"
+    assert a.checklist
+    assert eng.status().status == "crashed"
+
+
+def test_shape_error_is_a_crash_alert() -> None:
+    msg = "mat1 and mat2 shapes cannot be multiplied (32x8 and 32x64)"
+    eng = run_engine(crash_at(7, exc_type="RuntimeError", message=msg))
+    (a,) = alerts_of(eng, "crash")
+    assert a.step == 7 and a.evidence["exc_type"] == "RuntimeError"
+    assert "shape" in a.evidence["pattern"]
+    assert "mat1 and mat2" in a.message
+
+
+def test_keyboard_interrupt_is_not_a_crash() -> None:
+    run = crash_at(50, exc_type="KeyboardInterrupt", message="", interrupted=True)
+    run.end = "interrupted"
+    eng = run_engine(run)
+    assert [a.id for a in eng.alerts()] == []
+    assert eng.status().status == "finished"
+
+
+def test_the_same_exception_recorded_twice_is_one_alert() -> None:
+    run = crash_at(9, exc_type="ValueError", message="bad")
+    run.extra_records[9] *= 2
+    assert len(alerts_of(run_engine(run), "crash")) == 1
+
+
+def test_sigterm_is_a_crash_warning() -> None:
+    run = Run(
+        steps=100,
+        extra_records={99: [{"kind": "event", "type": "signal", "signal": "SIGTERM", "t": 0.0}]},
+    )
+    run.end = "signal"
+    eng = run_engine(run)
+    (a,) = alerts_of(eng, "crash")
+    assert a.severity == "warning" and "SIGTERM" in a.title
+    assert eng.status().status == "crashed"
+
+
+def test_a_broken_catalogue_still_reports_the_crash(monkeypatch: pytest.MonkeyPatch) -> None:
+    import dltop.tui.core.crashdiag as crashdiag
+
+    def boom(event: dict[str, Any]) -> None:
+        raise RuntimeError("catalogue exploded")
+
+    monkeypatch.setattr(crashdiag, "diagnose", boom)
+    eng = run_engine(
+        crash_at(3, exc_type="RuntimeError", message="CUDA out of memory. Tried to allocate 1 GiB")
+    )
+    (a,) = alerts_of(eng, "oom")
+    assert a.evidence["pattern"] == "unknown"

@@ -1,0 +1,166 @@
+"""The engine as a whole: determinism, facts, configuration, robustness to odd records."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+from dltop.tui.core.alerts import ALERT_IDS
+from dltop.tui.core.facts import FACT_NAMES
+from dltop.tui.core.rules import DEFAULTS, Config, ConfigError, RuleEngine, parse_override
+from rulekit import Run, alerts_of, run_engine
+
+
+def faulty() -> Run:
+    """A run that trips several rules: spike, explosion, data wait, stall, NaN at the end."""
+
+    def loss(i: int, x: float) -> float:
+        return math.nan if i >= 1400 else x * 30 if i == 500 else x
+
+    return Run(
+        steps=1500,
+        loss_at=loss,
+        gn_at=lambda i, g: g * 80 if i == 700 else g,
+        share_at=lambda i: 0.4 if 900 <= i < 1100 else 0.02,
+        pause_at={1200: 100.0},
+        eval_every=100,
+    )
+
+
+def test_same_alerts_fed_in_one_batch_or_record_by_record() -> None:
+    records = list(faulty().records())
+    batch = RuleEngine()
+    batch.feed_many(records)
+    one = RuleEngine()
+    for rec in records:
+        one.feed(rec)
+        (
+            one.alerts(),
+            one.facts(),
+            one.status(now=rec.get("t")),
+        )  # a viewer polling must change nothing
+    batch.finish()
+    one.finish()
+    got = [a.to_json() for a in one.alerts()]
+    assert got == [a.to_json() for a in batch.alerts()]
+    assert {a["id"] for a in got} >= {
+        "loss_spike",
+        "grad_explosion",
+        "data_bound",
+        "stall",
+        "nan_loss",
+    }
+
+
+def test_facts_cover_the_whole_vocabulary() -> None:
+    facts = run_engine(faulty()).facts()
+    assert set(facts) == set(FACT_NAMES)
+    assert facts["steps"].value == 1500
+    assert facts["first_nonfinite_step"].value == 1400
+    assert facts["evals"].value == 15
+    assert facts["device"].value == "cuda"
+    empty = RuleEngine().facts()
+    assert set(empty) == set(FACT_NAMES) and empty["loss_last"].value is None
+
+
+def test_every_alert_id_has_a_config_section() -> None:
+    assert set(ALERT_IDS) - set(DEFAULTS) == {"straggler"}  # waits for multi-rank support
+
+
+def test_config_file_and_overrides(tmp_path: Path) -> None:
+    f = tmp_path / "alerts.toml"
+    f.write_text("[data_bound]\nwarn = 0.3\n\n[stall]\nfloor_s = 5\n")
+    cfg = Config.load(str(f), {"data_bound.critical": "0.6", "plateau.enabled": "false"})
+    assert cfg.section("data_bound")["warn"] == 0.3 and cfg.section("data_bound")["critical"] == 0.6
+    assert cfg.section("stall")["floor_s"] == 5.0 and isinstance(
+        cfg.section("stall")["floor_s"], float
+    )
+    assert cfg.enabled("plateau") is False
+    assert (
+        Config.load(None, dict([parse_override("loss_spike.window=200")])).section("loss_spike")[
+            "window"
+        ]
+        == 200
+    )
+    again = tmp_path / "dump.toml"
+    again.write_text(cfg.to_toml())
+    assert Config.load(str(again)).values == cfg.values
+
+
+@pytest.mark.parametrize(
+    ("overrides", "needle"),
+    [
+        ({"data_bound.wran": "0.1"}, "unknown threshold 'data_bound.wran'"),
+        ({"databound.warn": "0.1"}, "unknown alert section 'databound'"),
+        ({"data_bound.warn": "lots"}, "cannot read value"),
+        ({"loss_spike.window": "1.5"}, "must be an integer"),
+        ({"plateau.enabled": "1"}, "must be true or false"),
+    ],
+)
+def test_config_errors_are_one_clear_line(overrides: dict[str, str], needle: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        Config.load(None, overrides)
+    assert needle in str(info.value) and "\n" not in str(info.value)
+
+
+def test_bad_config_file(tmp_path: Path) -> None:
+    f = tmp_path / "bad.toml"
+    f.write_text("[stall\nfloor_s = 5")
+    with pytest.raises(ConfigError, match="not valid TOML"):
+        Config.load(str(f))
+    with pytest.raises(ConfigError, match="cannot read config file"):
+        Config.load(str(tmp_path / "missing.toml"))
+    with pytest.raises(ConfigError):
+        parse_override("data_bound.warn")
+
+
+def test_a_disabled_rule_stays_silent() -> None:
+    run = Run(loss_at=lambda i, x: math.nan if i >= 300 else x)
+    assert alerts_of(run_engine(run, {"nan_loss.enabled": "false"}), "nan_loss") == []
+
+
+def test_odd_records_never_raise() -> None:
+    eng = RuleEngine()
+    odd = [
+        {"kind": "step"},
+        {"kind": "step", "step": "7", "loss": "NaN", "grad_norm": [1], "lr": None, "t": "soon"},
+        {
+            "kind": "step",
+            "step": 3,
+            "loss": True,
+            "data_time": "x",
+            "step_time": 0,
+            "mem_allocated": "lots",
+        },
+        {"kind": "layers", "names": "x"},
+        {
+            "kind": "layers",
+            "names": ["a.weight", "b.weight"],
+            "grad_norm": [None, "NaN"],
+            "zero_frac": [1],
+        },
+        {"kind": "eval", "loss": "Infinity"},
+        {"kind": "event", "type": "phase"},
+        {"kind": "event", "type": "exception"},
+        {"kind": "event", "type": "exit", "status": 3},
+        {"kind": "sys", "t": 5.0, "rss": "big", "gpus": [None]},
+        {"kind": "heartbeat"},
+        {"kind": "meta", "devices": "gpu"},
+        {"kind": "future_kind", "t": math.inf},
+    ]
+    for rec in odd * 30:
+        eng.feed(rec)
+    eng.finish()
+    assert eng.steps == 90
+    eng.facts()
+    eng.status(now=1e10, pid_alive=True)
+
+
+def test_an_episode_that_returns_soon_is_the_same_alert() -> None:
+    def loss(i: int, x: float) -> float:
+        return x * 40 if i in (500, 620, 1500) else x
+
+    spikes = alerts_of(run_engine(Run(steps=2000, loss_at=loss)), "loss_spike")
+    assert [a.step for a in spikes] == [500, 1500]
+    assert spikes[0].last_step == 620 and spikes[0].evidence["spikes"] == 2

@@ -1,0 +1,74 @@
+"""Loss spikes, exploding gradients, divergence: on the step, relative to the run's own history."""
+
+from __future__ import annotations
+
+from rulekit import Run, alerts_of, lr_step, noisy, run_engine
+
+
+def test_loss_spike_flagged_on_its_step_with_ratio_evidence() -> None:
+    eng = run_engine(Run(loss_at=lambda i, x: x * 40 if i == 500 else x))
+    (a,) = alerts_of(eng, "loss_spike")
+    assert (a.step, a.severity) == (500, "warning")
+    assert a.evidence["ratio"] >= 10 and a.evidence["window"] == 100
+    assert "x the median of the last 100 steps" in a.message
+    assert a.active is False  # it passed
+
+
+def test_loss_spike_ignored_during_warmup() -> None:
+    eng = run_engine(Run(loss_at=lambda i, x: x * 40 if i == 20 else x))
+    assert alerts_of(eng, "loss_spike") == []
+
+
+def test_small_bump_is_not_a_spike() -> None:
+    eng = run_engine(Run(loss_at=lambda i, x: x * 4 if i == 500 else x))
+    assert noisy(eng) == []
+
+
+def test_grad_explosion_single_step_is_critical() -> None:
+    eng = run_engine(Run(gn_at=lambda i, g: g * 60 if i == 600 else g))
+    (a,) = alerts_of(eng, "grad_explosion")
+    assert (a.step, a.severity) == (600, "critical")
+    assert a.evidence["ratio"] >= 10
+    assert a.evidence["raised_at_step"] == 600
+
+
+def test_sustained_moderate_explosion_is_a_warning_three_of_five() -> None:
+    eng = run_engine(Run(gn_at=lambda i, g: 7.0 if 600 <= i < 603 else g, gn_noise=0.1))
+    (a,) = alerts_of(eng, "grad_explosion")
+    assert (a.step, a.severity) == (602, "warning")
+    assert "3 of the last 5 steps" in a.message
+
+
+def test_grad_explosion_right_after_an_lr_jump_is_forgiven() -> None:
+    # a schedule that triples lr at step 400 may double the grad norm for a while
+    eng = run_engine(
+        Run(
+            lr=lr_step(0.01, every=400, gamma=3.0),
+            gn_at=lambda i, g: g * 8 if 400 <= i < 410 else g,
+        )
+    )
+    assert alerts_of(eng, "grad_explosion") == []
+
+
+def test_divergence_when_the_loss_climbs_and_stays() -> None:
+    def climb(i: int, x: float) -> float:
+        return x * 1.04 ** (i - 400) if i >= 400 else x
+
+    eng = run_engine(Run(loss_at=climb))
+    (a,) = alerts_of(eng, "divergence")
+    assert 400 <= a.step <= 450
+    assert a.evidence["raised_at_step"] - 400 <= 50
+    assert a.severity == "critical" and a.evidence["ratio"] >= 5
+    assert a.evidence["min_step"] <= 420
+
+
+def test_divergence_from_the_first_step() -> None:
+    eng = run_engine(Run(steps=200, loss_at=lambda i, x: 2.3 * 1.1**i))
+    (a,) = alerts_of(eng, "divergence")
+    assert a.step <= 30 and a.severity == "critical"
+
+
+def test_loss_wobble_near_zero_is_not_divergence() -> None:
+    # converged to 1e-4; it triples but gives back none of the progress made
+    eng = run_engine(Run(floor=1e-4, tau=50, loss_at=lambda i, x: x * 3 if i >= 600 else x))
+    assert alerts_of(eng, "divergence") == []

@@ -1,0 +1,267 @@
+"""Diagnose a training log headlessly: status, alerts with evidence and checklists (exit 0/1/2/3).
+
+Exit codes (the contract): 0 no alert, 1 warnings only, 2 a critical alert (info alerts
+do not count), 3 the source could not be checked (missing or unreadable file, a
+directory without logs, not a dltop log, a bad threshold setting). Errors are one line
+on stderr with a hint, never a traceback: this command runs in CI scripts.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from dltop.probe.schema import LineDecoder, sanitize
+from dltop.tui.core.alerts import SEVERITY_RANK, Alert
+from dltop.tui.core.rules import Config, ConfigError, RuleEngine, parse_override
+from dltop.tui.core.status import RunState, local_pid_alive
+
+EXIT_OK, EXIT_WARN, EXIT_CRIT, EXIT_UNREADABLE = 0, 1, 2, 3
+_STATUS_ORDER = ("crashed", "stalled", "unknown", "running", "finished")
+_MARKS = {"yes": "[yes]", "no": "[no] ", None: "[ ? ]"}
+
+
+class CheckError(Exception):
+    """Why the source cannot be checked: one line for stderr."""
+
+
+@dataclass
+class FileResult:
+    path: str
+    engine: RuleEngine
+    state: RunState
+    skipped: int
+    rank: int | None = None
+    checklists: dict[int, list[dict[str, Any]]] = field(default_factory=dict)
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "source", nargs="?", help="a .jsonl log, or a directory of per-rank .jsonl logs"
+    )
+    parser.add_argument(
+        "--json", action="store_true", help="print one JSON object instead of the report"
+    )
+    parser.add_argument(
+        "--config", metavar="FILE", help="a TOML file of alert thresholds (see docs/alerts.md)"
+    )
+    parser.add_argument(
+        "--set",
+        metavar="SECTION.KEY=VALUE",
+        action="append",
+        default=[],
+        help="override one threshold, e.g. --set data_bound.warn=0.15 (repeatable)",
+    )
+    parser.add_argument("--lang", default="en", help="checklist language (en, zh)")
+    parser.add_argument(
+        "--print-config",
+        action="store_true",
+        help="print the effective thresholds as TOML and exit",
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        config = Config.load(args.config, dict(parse_override(s) for s in args.set))
+    except ConfigError as exc:
+        return _fail(str(exc), "see docs/alerts.md for the keys, or `dltop check --print-config`")
+    if args.print_config:
+        sys.stdout.write(config.to_toml())
+        return EXIT_OK
+    if not args.source:
+        return _fail("no SOURCE given", "usage: dltop check RUN.jsonl [--json]")
+    hint = "pass a .jsonl log written by dltop.probe, or a directory of them"
+    try:
+        files = _log_files(args.source)
+    except CheckError as exc:
+        return _fail(str(exc), hint)
+    results: list[FileResult] = []
+    skipped: list[str] = []  # in a directory, one bad rank file must not hide the others
+    for path in files:
+        try:
+            results.append(check_file(path, config))
+        except CheckError as exc:
+            skipped.append(str(exc))
+    if not results:
+        return _fail(skipped[0], hint)
+    for r in results:
+        r.checklists = _checklists(r, args.lang)
+    alerts = [(r, a) for r in results for a in r.engine.alerts()]
+    worst = max((SEVERITY_RANK[a.severity] for _, a in alerts), default=0)
+    code = {0: EXIT_OK, 1: EXIT_WARN, 2: EXIT_CRIT}[worst]
+    try:
+        if args.json:
+            out = _as_json(args.source, results)
+            if skipped:
+                out["skipped_files"] = skipped
+            sys.stdout.write(json.dumps(sanitize(out), indent=2) + "\n")
+        else:
+            sys.stdout.write(_report(args.source, results, skipped))
+        sys.stdout.flush()
+    except BrokenPipeError:  # `dltop check x | head`
+        pass
+    return code
+
+
+def _fail(message: str, hint: str) -> int:
+    sys.stderr.write(f"dltop check: error: {message} (hint: {hint})\n")
+    return EXIT_UNREADABLE
+
+
+def _log_files(source: str) -> list[str]:
+    if "://" in source or source.startswith("unix:"):
+        raise CheckError(f"{source} is a live socket; `dltop check` reads log files")
+    if os.path.isdir(source):
+        files = sorted(os.path.join(source, n) for n in os.listdir(source) if n.endswith(".jsonl"))
+        files = [f for f in files if os.path.isfile(f)]
+        if not files:
+            raise CheckError(f"directory {source} holds no .jsonl log")
+        return files
+    if not os.path.exists(source):
+        raise CheckError(f"{source}: no such file or directory")
+    return [source]
+
+
+def check_file(path: str, config: Config) -> FileResult:
+    """Feed one log through a fresh engine in chunks (bounded memory for any log size)."""
+    dec = LineDecoder()
+    engine = RuleEngine(config)
+    try:
+        with open(path, "rb") as f:
+            while chunk := f.read(1 << 20):
+                engine.feed_many(dec.feed(chunk))
+    except IsADirectoryError:
+        raise CheckError(f"{path} is a directory") from None
+    except OSError as exc:
+        raise CheckError(f"cannot read {path}: {exc.strerror or exc}") from None
+    engine.feed_many(dec.finish())
+    if dec.records == 0:
+        what = "is empty" if dec.bytes == 0 else 'is not a dltop log (no JSON record with a "kind")'
+        raise CheckError(f"{path} {what}")
+    state = engine.status(now=time.time(), pid_alive=local_pid_alive(engine.meta))
+    rank = (engine.meta or {}).get("rank")
+    return FileResult(path, engine, state, dec.malformed, rank if isinstance(rank, int) else None)
+
+
+def _checklists(r: FileResult, lang: str) -> dict[int, list[dict[str, Any]]]:
+    """Checklist steps with automatic marks, per alert (by id()); empty without the checklist module."""
+    try:
+        from dltop.tui.core.checklists import checklist_for, evaluate  # noqa: PLC0415
+    except ImportError:
+        return {}
+    facts = r.engine.facts()
+    out: dict[int, list[dict[str, Any]]] = {}
+    for a in r.engine.alerts():
+        try:
+            cl = checklist_for(a, lang)
+            out[id(a)] = [
+                {"text": c.step.text, "mark": c.mark, "evidence": c.evidence, "how": c.step.how}
+                for c in evaluate(cl, facts, a)
+            ]
+        except Exception as exc:  # a damaged data file must not hide the diagnosis
+            out[id(a)] = [
+                {
+                    "text": f"(checklist unavailable: {exc})",
+                    "mark": None,
+                    "evidence": None,
+                    "how": None,
+                }
+            ]
+    return out
+
+
+def _combined_status(results: list[FileResult]) -> RunState:
+    return min((r.state for r in results), key=lambda s: _STATUS_ORDER.index(s.status))
+
+
+def _alert_json(r: FileResult, a: Alert, multi: bool) -> dict[str, Any]:
+    d = a.to_json()
+    d["checklist_steps"] = [
+        {"text": s["text"], "mark": s["mark"], "evidence": s["evidence"]}
+        for s in r.checklists.get(id(a), [])
+    ]
+    if multi:
+        d["file"] = r.path
+        d["rank"] = r.rank
+    return d
+
+
+def _as_json(source: str, results: list[FileResult]) -> dict[str, Any]:
+    multi = len(results) > 1
+    state = _combined_status(results)
+    out: dict[str, Any] = {
+        "source": source,
+        "status": state.status,
+        "reason": state.reason,
+        "steps": max(r.engine.steps for r in results),
+        "alerts": [_alert_json(r, a, multi) for r in results for a in r.engine.alerts()],
+        "skipped_lines": sum(r.skipped for r in results),
+    }
+    if multi:
+        out["files"] = [
+            {
+                "path": r.path,
+                "rank": r.rank,
+                "status": r.state.status,
+                "steps": r.engine.steps,
+                "skipped_lines": r.skipped,
+            }
+            for r in results
+        ]
+    return out
+
+
+def _evidence_line(ev: dict[str, Any]) -> str:
+    from dltop.tui.core.facts import format_number  # noqa: PLC0415
+
+    parts = []
+    for k, v in ev.items():
+        if isinstance(v, (dict, list)) or (isinstance(v, str) and len(v) > 60):
+            continue
+        parts.append(f"{k}={format_number(v)}")
+    return ", ".join(parts)
+
+
+def _report(source: str, results: list[FileResult], skipped: list[str]) -> str:
+    state = _combined_status(results)
+    lines = [f"dltop check: {source}"]
+    lines += [f"skipped: {why}" for why in skipped]
+    lines.append(f"status:  {state.status} ({state.reason})")
+    skipped = sum(r.skipped for r in results)
+    steps = max(r.engine.steps for r in results)
+    lines.append(
+        f"steps:   {steps}" + (f"  ({skipped} malformed lines skipped)" if skipped else "")
+    )
+    multi = len(results) > 1
+    if multi:
+        for r in results:
+            lines.append(
+                f"  {os.path.basename(r.path)} (rank {r.rank}): {r.state.status}, {r.engine.steps} steps"
+            )
+    alerts = [(r, a) for r in results for a in r.engine.alerts()]
+    if not alerts:
+        lines.append("alerts:  none")
+        return "\n".join(lines) + "\n"
+    lines.append(f"alerts:  {len(alerts)}")
+    for r, a in sorted(alerts, key=lambda ra: -SEVERITY_RANK[ra[1].severity]):
+        lines.append("")
+        where = f"step {a.step}" if a.step is not None else "no step"
+        state_word = "active" if a.active else f"cleared after step {a.last_step}"
+        rank = f" [rank {r.rank}]" if multi else ""
+        lines.append(f"{a.severity.upper():8} {a.id}{rank}  {where}  {a.title}  ({state_word})")
+        lines.append(f"  {a.message}")
+        ev = _evidence_line(a.evidence)
+        if ev:
+            lines.append(f"  evidence: {ev}")
+        steps_ = r.checklists.get(id(a), [])
+        if steps_:
+            lines.append("  checklist:")
+            for s in steps_:
+                tail = f"  — {s['evidence']}" if s["evidence"] else ""
+                lines.append(f"    {_MARKS.get(s['mark'], '[ ? ]')} {s['text']}{tail}")
+    return "\n".join(lines) + "\n"

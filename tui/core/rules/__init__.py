@@ -1,0 +1,11 @@
+"""Incremental diagnosis: ``RuleEngine`` turns records into alerts, facts and a run status.
+
+One module per rule family (numeric, spikes, gradients, progress, performance, crashes);
+thresholds in :class:`Config` (defaults, TOML file, ``--set`` overrides), documented with
+their reasoning in ``docs/alerts.md``.
+"""
+
+from dltop.tui.core.rules.config import DEFAULTS, Config, ConfigError, parse_override
+from dltop.tui.core.rules.engine import RuleEngine
+
+__all__ = ["DEFAULTS", "Config", "ConfigError", "RuleEngine", "parse_override"]

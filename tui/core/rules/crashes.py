@@ -1,0 +1,129 @@
+"""Crashes and out-of-memory errors from ``event`` records, named by the crash catalogue.
+
+The diagnosis itself (which known crash it is, which checklist explains it) belongs to
+``crashdiag``, whose patterns are data. This rule only turns its answer into an alert and
+remembers how the run ended, for the run status. A KeyboardInterrupt is the user
+stopping the run, not a crash.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from dltop.tui.core.alerts import CRITICAL, WARNING
+from dltop.tui.core.rules.base import Rule, Tracker
+
+if TYPE_CHECKING:
+    from dltop.tui.core.rules.engine import RuleEngine
+
+_OOM_TEXT = ("out of memory", "can't allocate memory", "cannot allocate memory")
+
+
+def _diagnose(event: dict[str, Any]) -> Any:
+    """crashdiag.diagnose, or None when it is missing or fails: a crash must still be reported."""
+    try:
+        from dltop.tui.core.crashdiag import diagnose  # noqa: PLC0415 - optional at import time
+    except ImportError:
+        return None
+    try:
+        return diagnose(event)
+    except Exception:
+        return None
+
+
+def _interrupted(rec: dict[str, Any]) -> bool:
+    exc = str(rec.get("exc_type") or "")
+    return rec.get("interrupted") is True or exc.rsplit(".", 1)[-1] == "KeyboardInterrupt"
+
+
+class Crashes(Rule):
+    def __init__(self, engine: RuleEngine) -> None:
+        super().__init__(engine)
+        self.oom_on = self.cfg.enabled("oom")
+        self.crash_on = self.cfg.enabled("crash")
+        self.trackers = {"oom": Tracker(engine, "oom"), "crash": Tracker(engine, "crash")}
+        self.seen: set[tuple[str, str]] = set()
+        # how the run ended, for status.py
+        self.exit_status: str | None = None
+        self.exit_t: float | None = None
+        self.exception: dict[str, Any] | None = None  # the last crash event
+        self.interrupted = False
+        self.signal: str | None = None
+        self.system_exit_ok = False
+
+    def on_event(self, e: RuleEngine, rec: dict[str, Any]) -> None:
+        typ = rec.get("type")
+        if typ in ("exception", "oom"):
+            self._exception(e, rec)
+        elif typ == "signal":
+            self.signal = str(rec.get("signal") or "signal")
+            if self.crash_on and self.signal != "SIGINT":
+                step = rec.get("step") if type(rec.get("step")) is int else e.last_step
+                ev = {"signal": self.signal, "pattern": "signal", "last_step": e.last_step}
+                msg = f"the process received {self.signal} after step {e.last_step}"
+                self.trackers["crash"].fire(
+                    step, WARNING, f"Run terminated by {self.signal}", msg, ev, t=e.last_t
+                )
+        elif typ == "exit":
+            self.exit_status = str(rec.get("status") or "ok")
+            self.exit_t = e.last_t
+            if self.exit_status == "interrupted":
+                self.interrupted = True
+
+    def _exception(self, e: RuleEngine, rec: dict[str, Any]) -> None:
+        if _interrupted(rec):
+            self.interrupted = True
+            return
+        exc_type = str(rec.get("exc_type") or "")
+        message = str(rec.get("message") or "")
+        if exc_type.rsplit(".", 1)[-1] == "SystemExit" and rec.get("exit_code") in (0, None):
+            self.system_exit_ok = True  # sys.exit(0) is a normal end
+            return
+        self.exception = rec
+        key = (exc_type, message[:300])
+        if key in self.seen:
+            return
+        self.seen.add(key)
+        step = rec.get("step") if type(rec.get("step")) is int else e.last_step
+        diag = _diagnose(rec)
+        if diag is not None:
+            alert_id = diag.alert_id if diag.alert_id in self.trackers else "crash"
+            title, summary, checklist, pattern = (
+                diag.title,
+                diag.summary,
+                diag.checklist,
+                diag.pattern,
+            )
+            details = dict(diag.details)
+        else:
+            low = message.lower()
+            oom = (
+                rec.get("type") == "oom"
+                or "OutOfMemory" in exc_type
+                or any(s in low for s in _OOM_TEXT)
+            )
+            alert_id = "oom" if oom else "crash"
+            title = "Out of memory" if oom else f"The run crashed: {exc_type or 'exception'}"
+            summary, checklist, pattern, details = message, None, "unknown", {}
+        if not (self.oom_on if alert_id == "oom" else self.crash_on):
+            return
+        short = message.strip().splitlines()[0][:200] if message.strip() else ""
+        ev: dict[str, Any] = {
+            "pattern": pattern,
+            "exc_type": exc_type,
+            "message": message[:500],
+            "last_step": e.last_step,
+        }
+        ev.update({k: v for k, v in details.items() if k not in ev})
+        if isinstance(rec.get("memory"), dict):
+            ev["memory"] = rec["memory"]
+        msg = (
+            f"{exc_type or 'exception'} at step {step}: {short}"
+            if short
+            else f"{exc_type} at step {step}"
+        )
+        if summary and summary != message:
+            msg += f" ({summary.strip().splitlines()[0][:200]})"
+        self.trackers[alert_id].fire(
+            step, CRITICAL, title, msg, ev, t=e.last_t, checklist=checklist, refresh=True
+        )

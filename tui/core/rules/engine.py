@@ -1,0 +1,399 @@
+"""The rules engine: records in, alerts and facts out, one record at a time.
+
+The engine parses each step once into plain attributes (``loss``, ``gn``, ``lr``...),
+lets each rule look at them, then pushes them into shared rolling windows. Everything a
+rule decides depends only on the records and their order, never on when ``alerts()`` or
+``facts()`` is called, so a log replayed in one batch gives the same alerts as the same
+log followed live. Only :meth:`RuleEngine.status` looks at the wall clock.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from collections.abc import Iterable
+from typing import Any
+
+from dltop.probe.schema import as_float
+from dltop.tui.core.alerts import Alert
+from dltop.tui.core.facts import Fact
+from dltop.tui.core.rules.base import Rule
+from dltop.tui.core.rules.config import Config
+from dltop.tui.core.rules.window import Block, log_spread, median_of
+
+_HOOKS = ("on_block", "on_eval", "on_layers", "on_event", "on_sys", "on_time")
+
+
+class RuleEngine:
+    """Incremental diagnosis of one run (one rank's log)."""
+
+    def __init__(self, config: Config | None = None) -> None:
+        from dltop.tui.core.rules import (  # noqa: PLC0415 - rule modules import this one
+            crashes,
+            gradients,
+            numeric,
+            performance,
+            progress,
+            spikes,
+        )
+
+        self.config = config or Config()
+        g = self.config.section("general")
+        self.warmup_steps = int(g["warmup_steps"])
+        self.lr_jump_ratio = float(g["lr_jump_ratio"])
+        self.lr_grace_steps = int(g["lr_grace_steps"])
+        self.progress_block = max(2, int(g["progress_block"]))
+        self.progress_min_gain = float(g["progress_min_gain"])
+        self.progress_total_gain = float(g["progress_total_gain"])
+        self._alerts: list[Alert] = []
+
+        # counters and identity
+        self.steps = 0
+        self.last_step: int | None = None
+        self.meta: dict[str, Any] | None = None
+        self.first_t: float | None = None
+        self.last_t: float | None = None  # latest timestamp of any record
+        self.last_step_t: float | None = None
+        self.records = 0
+
+        # the current step, parsed (valid during on_step hooks)
+        self.step = 0
+        self.t: float | None = None
+        self.loss: float | None = None
+        self.loss_finite = False
+        self.gn: float | None = None
+        self.gn_finite = False
+        self.lr: float | None = None
+        self.lr_prev: float | None = None
+        self.lr_jump_step: int | None = None  # step of the latest schedule jump
+        self.in_grace = False  # within lr_grace_steps of a jump
+        self.warm = False  # past warmup_steps
+        self.timing_ok = True  # step timings are not distorted by a phase / pause
+        self.rec: dict[str, Any] = {}
+
+        # phases (eval, checkpoint...) declared by the user
+        self.phase: str | None = None
+        self.phase_ended = False
+
+        # shared windows (sized by the spike/explosion sections), refreshed per block
+        ls = self.config.section("loss_spike")
+        gs = self.config.section("grad_explosion")
+        self.block_size = max(1, int(g["block_steps"]))
+        self.blk = Block()
+        self.loss_win: deque[float] = deque(maxlen=max(2, int(ls["window"])))
+        self.gn_win: deque[float] = deque(maxlen=max(2, int(gs["window"])))
+        self.loss_med: float | None = None
+        self.gn_med: float | None = None
+        self.loss_wmax: float | None = None  # window maxima
+        self.gn_wmax: float | None = None
+        self.gn_p90: float | None = None
+        self.loss_spread = 0.0  # robust sigma of log(value) in the window: how heavy the noise is
+        self.gn_spread = 0.0
+        self.loss_hi = math.inf  # inline thresholds, set by the spike rules at block ends
+        self.gn_hi = math.inf
+        self.gn_warn = math.inf
+        self.loss_first_vals: list[float] = []
+        self.loss_first: float | None = None
+        self.loss_min: float | None = None
+        self.loss_blocks: list[float] = []  # block medians of the finite loss (bounded below)
+        self._pblock: list[float] = []
+        self.progress_failing = False
+
+        # facts kept along the way
+        self.lr_initial: float | None = None
+        self.lr_max: float | None = None
+        self.first_nonfinite_step: int | None = None
+        self.lr_at_first_nonfinite: float | None = None
+        self.gn_before_nonfinite: float | None = None
+        self.gn_before_nonfinite_ratio: float | None = None
+        self.last_finite_gn: float | None = None
+        self.gn_max_seen: float | None = None
+        self.loss_max_jump_ratio: float | None = None
+        self.batch_size: Any = None
+        self.gpu_util: deque[float] = deque(maxlen=120)
+        self.device: str | None = None
+
+        self.rules: list[Rule] = [
+            numeric.NonFinite(self),
+            spikes.LossSpike(self),
+            spikes.GradExplosion(self),
+            spikes.Divergence(self),
+            gradients.LayerGradients(self),
+            progress.Plateau(self),
+            progress.Oscillation(self),
+            progress.Overfitting(self),
+            performance.DataBound(self),
+            performance.MemoryGrowth(self),
+            performance.Stall(self),
+            crashes.Crashes(self),
+        ]
+        self.by_name = {type(r).__name__: r for r in self.rules}
+        self.nonfinite_rule = self.by_name["NonFinite"]
+        self.spike_rule = self.by_name["LossSpike"]
+        self.explosion_rule = self.by_name["GradExplosion"]
+        hooks: dict[str, list[Any]] = {}
+        for name in _HOOKS:
+            hooks[name] = [
+                getattr(r, name)
+                for r in self.rules
+                if getattr(type(r), name) is not getattr(Rule, name)
+            ]
+        self._block_hooks = hooks["on_block"]
+        self._eval_hooks = hooks["on_eval"]
+        self._layers_hooks = hooks["on_layers"]
+        self._event_hooks = hooks["on_event"]
+        self._sys_hooks = hooks["on_sys"]
+        self._time_hooks = hooks["on_time"]
+
+    # ------------------------------------------------------------------ feeding
+
+    def feed_many(self, records: Iterable[dict[str, Any]]) -> None:
+        feed = self.feed
+        for rec in records:
+            feed(rec)
+
+    def feed(self, record: dict[str, Any]) -> None:
+        """Take one record; unknown kinds and malformed fields are ignored."""
+        kind = record.get("kind")
+        self.records += 1
+        t = record.get("t")
+        if type(t) is not float:
+            t = as_float(t)
+        if t is not None and t - t == 0.0:
+            if self.first_t is None:
+                self.first_t = t
+            if self.last_t is None or t > self.last_t:
+                self.last_t = t
+        else:
+            t = None
+        if kind == "step":
+            self._on_step(record, t)
+        elif kind == "heartbeat":
+            if t is not None:
+                for h in self._time_hooks:
+                    h(self, t)
+        elif kind == "sys":
+            gpus = record.get("gpus")
+            if isinstance(gpus, list) and gpus and isinstance(gpus[0], dict):
+                u = as_float(gpus[0].get("util"))
+                if u is not None:
+                    self.gpu_util.append(u)
+            for h in self._sys_hooks:
+                h(self, record)
+            if t is not None:
+                for h in self._time_hooks:
+                    h(self, t)
+        elif kind == "eval":
+            for h in self._eval_hooks:
+                h(self, record)
+        elif kind == "layers":
+            if self.blk.steps:
+                self._close_block()  # the gradient rules read the progress gate up to here
+            for h in self._layers_hooks:
+                h(self, record)
+        elif kind == "event":
+            typ = record.get("type")
+            if typ == "phase":
+                self._on_phase(record)
+            elif typ in ("exit", "exception", "oom") and self.blk.steps:
+                self._close_block()  # the run is ending: judge its last steps now
+            for h in self._event_hooks:
+                h(self, record)
+        elif kind == "meta" and self.meta is None:
+            self.meta = record
+            devs = record.get("devices")
+            if isinstance(devs, list) and devs and isinstance(devs[0], dict):
+                self.device = str(devs[0].get("type") or "") or None
+
+    def _on_phase(self, rec: dict[str, Any]) -> None:
+        state = rec.get("state")
+        if state == "begin":
+            self.phase = str(rec.get("name") or "phase")
+        elif state == "end":
+            self.phase = None
+            self.phase_ended = True
+
+    def _on_step(self, rec: dict[str, Any], t: float | None) -> None:
+        """The per-step hot path: parse, judge the on-the-step conditions inline, buffer the rest.
+
+        NaN/Inf, spikes and explosions must be flagged on their step, so they are compared
+        here against thresholds refreshed at each block end. Everything windowed runs once
+        per block (``block_size`` steps, or one second of record time when steps are slow).
+        """
+        step = rec.get("step")
+        if type(step) is not int:
+            step = 0 if self.last_step is None else self.last_step + 1
+        self.steps += 1
+        self.step = step
+        self.rec = rec
+        self.t = t
+        loss = rec.get("loss")
+        if type(loss) is not float:
+            loss = as_float(loss)
+        self.loss = loss
+        gn = rec.get("grad_norm")
+        if type(gn) is not float:
+            gn = as_float(gn)
+        self.gn = gn
+        lr = rec.get("lr")
+        if type(lr) is not float:
+            lr = as_float(lr)
+        prev = self.lr
+        if lr is not None and lr != prev:
+            if self.lr_initial is None:
+                self.lr_initial = lr
+            if self.lr_max is None or lr > self.lr_max:
+                self.lr_max = lr
+            if prev is not None:
+                r = self.lr_jump_ratio
+                if (prev <= 0.0 < lr) or (
+                    lr > 0 and prev > 0 and (lr >= prev * r or lr * r <= prev)
+                ):
+                    self.lr_jump_step = step
+                    self.in_grace = True
+        self.lr_prev = prev
+        self.lr = lr
+        if self.in_grace and step - self.lr_jump_step >= self.lr_grace_steps:  # type: ignore[operator]
+            self.in_grace = False
+
+        lf = loss is not None and loss - loss == 0.0
+        gf = gn is not None and gn - gn == 0.0
+        self.loss_finite, self.gn_finite = lf, gf
+        if (loss is not None and not lf) or (gn is not None and not gf):
+            self._nonfinite(step, loss, gn, lf, gf)
+        if lf and loss >= self.loss_hi and not self.in_grace:
+            self.spike_rule.spike(self)
+        if gf:
+            if gn >= self.gn_warn and not self.in_grace:
+                self.explosion_rule.above(self)
+            self.last_finite_gn = gn
+        elif gn is not None:
+            self.nonfinite_rule.on_grad_nonfinite(self)
+        if self.nonfinite_rule.watching and (lf or gf):
+            self.nonfinite_rule.finite(self, lf, gf)
+
+        b = self.blk
+        if not b.steps:
+            b.t0 = t
+        b.steps.append(step)
+        b.t.append(t)
+        b.loss.append(loss if lf else None)
+        b.gn.append(gn if gf else None)
+        b.recs.append(rec)
+        b.timing.append(self.phase is None and not self.phase_ended)
+        self.phase_ended = False
+        self.last_step = step
+        if t is not None:
+            self.last_step_t = t
+        if len(b.steps) >= self.block_size or (
+            t is not None and b.t0 is not None and t - b.t0 >= 1.0
+        ):
+            self._close_block()
+
+    def _nonfinite(
+        self, step: int, loss: float | None, gn: float | None, lf: bool, gf: bool
+    ) -> None:
+        if self.first_nonfinite_step is None:
+            self.first_nonfinite_step = step
+            self.lr_at_first_nonfinite = self.lr
+            self.gn_before_nonfinite = gn if gf else self.last_finite_gn
+            med, bv = self.gn_med, self.gn_before_nonfinite
+            if bv is not None and med:
+                self.gn_before_nonfinite_ratio = bv / med
+        if loss is not None and not lf:
+            self.nonfinite_rule.on_loss_nonfinite(self)
+
+    def finish(self) -> None:
+        """Judge the steps still buffered: call at the end of a finished log (``dltop check``).
+
+        Alerts never depend on when ``alerts()`` is read, so a live viewer does not call
+        this; the buffered steps are judged when their block completes.
+        """
+        if self.blk.steps:
+            self._close_block()
+
+    def _close_block(self) -> None:
+        b = self.blk
+        self.warm = self.steps > self.warmup_steps
+        for h in self._block_hooks:
+            h(self, b)
+        losses = [x for x in b.loss if x is not None]
+        gns = [x for x in b.gn if x is not None]
+        if losses:
+            med = self.loss_med
+            if med and med > 0 and self.warm:
+                jr = max(losses) / med
+                if self.loss_max_jump_ratio is None or jr > self.loss_max_jump_ratio:
+                    self.loss_max_jump_ratio = jr
+            self.loss_win.extend(losses)
+            s = sorted(self.loss_win)
+            n = len(s)
+            self.loss_med = s[n // 2] if n % 2 else 0.5 * (s[n // 2 - 1] + s[n // 2])
+            self.loss_wmax = s[-1]
+            self.loss_spread = log_spread(s)
+            lo = min(losses)
+            if self.loss_min is None or lo < self.loss_min:
+                self.loss_min = lo
+            if self.loss_first is None:
+                self.loss_first_vals.extend(losses)
+                if len(self.loss_first_vals) >= 20:
+                    self.loss_first = median_of(self.loss_first_vals[:20])
+            self._pblock.extend(losses)
+            while len(self._pblock) >= self.progress_block:
+                self._close_progress_block(self._pblock[: self.progress_block])
+                del self._pblock[: self.progress_block]
+        if gns:
+            self.gn_win.extend(gns)
+            s = sorted(self.gn_win)
+            n = len(s)
+            self.gn_med = s[n // 2] if n % 2 else 0.5 * (s[n // 2 - 1] + s[n // 2])
+            hi = self.gn_wmax = s[-1]
+            self.gn_p90 = s[int(0.9 * (n - 1))]
+            self.gn_spread = log_spread(s)
+            if self.gn_max_seen is None or hi > self.gn_max_seen:
+                self.gn_max_seen = hi
+        bs = b.recs[-1].get("batch_size")
+        if bs is not None:
+            self.batch_size = bs
+        self.spike_rule.thresholds(self)
+        self.explosion_rule.thresholds(self)
+        b.clear()
+
+    def _close_progress_block(self, values: list[float]) -> None:
+        m = median_of(values)
+        if m is None:
+            return
+        blocks = self.loss_blocks
+        blocks.append(m)
+        if len(blocks) > 64:
+            del blocks[1:2]  # keep the first block: it is the "start" level
+        if len(blocks) >= 2:
+            ref = blocks[-3] if len(blocks) >= 3 else blocks[0]
+            recent_gain = (ref - m) / abs(ref) if ref else 0.0
+            first = blocks[0]
+            total_gain = (first - m) / abs(first) if first else 0.0
+            self.progress_failing = (
+                recent_gain < self.progress_min_gain and total_gain < self.progress_total_gain
+            )
+
+    # ------------------------------------------------------------------ reading
+
+    def alerts(self) -> list[Alert]:
+        """Every alert raised so far, active or not, in the order they were raised."""
+        return list(self._alerts)
+
+    def active_alerts(self) -> list[Alert]:
+        return [a for a in self._alerts if a.active]
+
+    def facts(self) -> dict[str, Fact]:
+        from dltop.tui.core.rules.facts import collect_facts  # noqa: PLC0415
+
+        return collect_facts(self)
+
+    def status(self, now: float | None = None, pid_alive: bool | None = None) -> Any:
+        from dltop.tui.core.status import run_state  # noqa: PLC0415
+
+        return run_state(self, now=now, pid_alive=pid_alive)
+
+    def rule(self, name: str) -> Any:
+        return self.by_name[name]

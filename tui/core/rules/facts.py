@@ -1,0 +1,122 @@
+"""The engine's state as named facts (``dltop.tui.core.facts.FACT_NAMES``), for checklists.
+
+Computed on demand from the engine's windows without touching them, so asking for facts
+never changes what the rules decide next.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from dltop.tui.core.facts import FACT_NAMES, Fact
+from dltop.tui.core.facts import format_number as fmt
+from dltop.tui.core.rules.window import median_of, quantile_of
+
+if TYPE_CHECKING:
+    from dltop.tui.core.rules.engine import RuleEngine
+
+MIB = 1 << 20
+
+
+def _mib(v: float | None) -> str:
+    return "unknown" if v is None else f"{fmt(v / MIB)} MiB"
+
+
+def collect_facts(e: RuleEngine) -> dict[str, Fact]:
+    layers = e.rule("LayerGradients")
+    data = e.rule("DataBound")
+    mem = e.rule("MemoryGrowth")
+    stall = e.rule("Stall")
+    over = e.rule("Overfitting")
+    sys_util = e.gpu_util
+    last = e.last_step
+    vals: dict[str, tuple[Any, int | None, str]] = {}
+
+    def put(name: str, value: Any, step: int | None = None, text: str = "") -> None:
+        vals[name] = (value, step, text)
+
+    put("steps", e.steps)
+    put("last_step", last)
+    put("lr_initial", e.lr_initial)
+    put("lr_last", e.lr, last)
+    put("lr_max", e.lr_max)
+    put("lr_at_first_nonfinite", e.lr_at_first_nonfinite, e.first_nonfinite_step)
+    put("first_nonfinite_step", e.first_nonfinite_step, e.first_nonfinite_step)
+    gvals = list(e.gn_win)
+    put("grad_norm_median", median_of(gvals), last)
+    put("grad_norm_max", e.gn_max_seen)
+    put("grad_norm_before_nonfinite", e.gn_before_nonfinite, e.first_nonfinite_step)
+    r = e.gn_before_nonfinite_ratio
+    put(
+        "grad_norm_before_nonfinite_ratio",
+        r,
+        e.first_nonfinite_step,
+        f"{fmt(r)}x the median before it" if r is not None else "",
+    )
+    put("grad_norm_min_recent", min(gvals) if gvals else None, last)
+    lvals = list(e.loss_win)
+    loss_last = median_of(lvals)
+    put("loss_first", e.loss_first if e.loss_first is not None else median_of(e.loss_first_vals))
+    put("loss_last", loss_last, last)
+    put("loss_min", e.loss_min)
+    lf = vals["loss_first"][0]
+    imp = (lf - loss_last) / abs(lf) if lf and loss_last is not None else None
+    put(
+        "loss_rel_improvement",
+        imp,
+        last,
+        f"{fmt(100 * imp)} % better than at the start" if imp is not None else "",
+    )
+    put("loss_max_jump_ratio", e.loss_max_jump_ratio)
+    share = median_of(list(data.share)[-50:]) if data.share else None
+    put(
+        "data_wait_share",
+        share,
+        last,
+        f"data wait {fmt(100 * share)} % of the step" if share is not None else "",
+    )
+    ivals = list(stall.intervals.values)
+    st = list(data.st) or [x for x in ivals]
+    put("step_time_median", median_of(st))
+    put("step_time_p95", quantile_of(st, 0.95))
+    put("gpu_util_median", median_of(sys_util) if sys_util else None)
+    put("mem_start", mem.start, None, _mib(mem.start) if mem.start is not None else "")
+    put("mem_last", mem.last, last, _mib(mem.last) if mem.last is not None else "")
+    growth = mem.last - mem.start if mem.last is not None and mem.start is not None else None
+    put("mem_growth", growth, last, _mib(growth) if growth is not None else "")
+    put("mem_growth_per_step", mem.slope)
+    put("mem_limit", mem.limit, None, _mib(mem.limit) if mem.limit is not None else "")
+    put("batch_size", e.batch_size)
+    ev = over.evals
+    best = ev[over.best] if over.best is not None and over.best < len(ev) else None
+    put("eval_loss_best", best[1] if best else None, best[0] if best else None)
+    put("eval_loss_best_step", best[0] if best else None)
+    lastev = over.last
+    put("eval_loss_last", lastev[1] if lastev else None, lastev[0] if lastev else None)
+    gap = lastev[1] - lastev[2] if lastev and lastev[2] is not None else None
+    put("eval_train_gap", gap, lastev[0] if lastev else None)
+    put("evals", over.count)
+    put(
+        "zero_grad_fraction_max",
+        layers.zero_frac_max,
+        layers.layers_step,
+        f"{fmt(100 * layers.zero_frac_max)} % zero in {layers.zero_frac_layer}"
+        if layers.zero_frac_max is not None
+        else "",
+    )
+    put("first_last_grad_ratio", layers.first_last_ratio, layers.layers_step)
+    wg = layers.without_grad
+    put(
+        "layers_without_grad",
+        len(wg) if layers.layers_step is not None else None,
+        layers.layers_step,
+        f"{len(wg)} without gradient" + (f": {', '.join(wg[:3])}" if wg else ""),
+    )
+    since = e.last_t - e.last_step_t if e.last_t is not None and e.last_step_t is not None else None
+    put("seconds_since_last_step", since, last)
+    put("device", e.device)
+    out: dict[str, Fact] = {}
+    for name in FACT_NAMES:
+        value, step, text = vals.get(name, (None, None, ""))
+        out[name] = Fact(name, value, step, text)
+    return out

@@ -1,0 +1,183 @@
+"""Gradient shape from ``layers`` records: vanishing gradients and dead units.
+
+Both are gated on failing progress (the loss is not improving, see
+``RuleEngine.progress_failing``). The published detectors that dropped such a gate
+raised these alarms on healthy models: a 1e-3 first/last grad ratio or a layer with 70 %
+zero gradients is normal in many networks that learn fine (embeddings, ReLU stacks,
+pre-norm transformers). Only when the loss is stuck do they explain something.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from dltop.probe.schema import as_float
+from dltop.tui.core.alerts import INFO, WARNING
+from dltop.tui.core.facts import format_number as fmt
+from dltop.tui.core.rules.base import Rule, Tracker
+
+if TYPE_CHECKING:
+    from dltop.tui.core.rules.engine import RuleEngine
+
+_SPARSE_BY_DESIGN = ("embed", "emb.", "wte", "wpe", "lookup")
+
+
+def _floats(v: Any, n: int) -> list[float | None]:
+    if not isinstance(v, list) or len(v) != n:
+        return [None] * n
+    return [as_float(x) for x in v]
+
+
+class LayerGradients(Rule):
+    def __init__(self, engine: RuleEngine) -> None:
+        super().__init__(engine)
+        v = self.cfg.section("vanishing_grad")
+        self.v_on = bool(v["enabled"])
+        self.v_ratio = float(v["ratio"])
+        self.v_first = float(v["first_norm"])
+        self.v_checks = max(1, int(v["checks"]))
+        d = self.cfg.section("dead_units")
+        self.d_on = bool(d["enabled"])
+        self.d_frac = float(d["zero_frac"])
+        self.d_checks = max(1, int(d["checks"]))
+        self.ng_checks = max(1, int(d["no_grad_checks"]))
+        self.vt = Tracker(engine, "vanishing_grad")
+        self.dt = Tracker(engine, "dead_units")
+        self.v_run = 0
+        self.d_run = 0
+        self.ng_run = 0
+        # latest figures, for facts
+        self.first_last_ratio: float | None = None
+        self.first_norm: float | None = None
+        self.zero_frac_max: float | None = None
+        self.zero_frac_layer: str | None = None
+        self.without_grad: list[str] = []
+        self.layers_step: int | None = None
+
+    def on_layers(self, e: RuleEngine, rec: dict[str, Any]) -> None:
+        names = rec.get("names")
+        if not isinstance(names, list) or not names:
+            return
+        n = len(names)
+        norms = _floats(rec.get("grad_norm"), n)
+        zero = _floats(rec.get("zero_frac"), n)
+        step = rec.get("step") if type(rec.get("step")) is int else e.last_step
+        self.layers_step = step
+        without = self._without_grad(rec.get("no_grad"), names, norms)
+        self.without_grad = without
+        weights = [i for i, name in enumerate(names) if str(name).endswith("weight")] or list(
+            range(n)
+        )
+        self._vanishing(e, step, names, norms, weights)
+        self._dead(e, step, names, norms, zero, weights, without)
+
+    @staticmethod
+    def _without_grad(ng: Any, names: list[Any], norms: list[float | None]) -> list[str]:
+        out: list[str] = []
+        if isinstance(ng, list):
+            if len(ng) == len(names) and all(isinstance(x, bool) for x in ng):
+                out = [str(nm) for nm, flag in zip(names, ng, strict=True) if flag]
+            else:
+                out = [str(x) for x in ng if isinstance(x, str)]
+        out += [str(nm) for nm, g in zip(names, norms, strict=True) if g == 0.0]
+        return out
+
+    def _vanishing(
+        self,
+        e: RuleEngine,
+        step: int | None,
+        names: list[Any],
+        norms: list[float | None],
+        w: list[int],
+    ) -> None:
+        first, last = norms[w[0]], norms[w[-1]]
+        if first is None or last is None or not (last > 0) or first != first or len(w) < 2:
+            self.first_last_ratio = None
+            return
+        ratio = first / last
+        self.first_last_ratio, self.first_norm = ratio, first
+        if not self.v_on:
+            return
+        if ratio < self.v_ratio and first < self.v_first:
+            self.v_run += 1
+        else:
+            self.v_run = 0
+            if self.vt.active:
+                self.vt.clear(step)
+            return
+        if self.v_run >= self.v_checks and e.progress_failing:
+            ev = {
+                "first_layer": str(names[w[0]]),
+                "last_layer": str(names[w[-1]]),
+                "first_grad_norm": first,
+                "last_grad_norm": last,
+                "ratio": ratio,
+                "checks": self.v_run,
+                "loss_last": e.loss_blocks[-1] if e.loss_blocks else None,
+                "loss_first": e.loss_first,
+            }
+            msg = (
+                f"first-layer grad norm {fmt(first)} = {fmt(ratio)}x the last layer's ({fmt(last)}) "
+                f"for {self.v_run} checks while the loss is not improving"
+            )
+            self.vt.fire(step, WARNING, "Vanishing gradients", msg, ev, t=e.last_t, refresh=True)
+
+    def _dead(
+        self,
+        e: RuleEngine,
+        step: int | None,
+        names: list[Any],
+        norms: list[float | None],
+        zero: list[float | None],
+        w: list[int],
+        without: list[str],
+    ) -> None:
+        worst, worst_name = None, None
+        dead: list[str] = []
+        for i in w:
+            name = str(names[i])
+            if any(s in name.lower() for s in _SPARSE_BY_DESIGN):
+                continue
+            z = zero[i]
+            if z is None and norms[i] == 0.0:
+                z = 1.0
+            if z is None:
+                continue
+            if worst is None or z > worst:
+                worst, worst_name = z, name
+            if z >= self.d_frac:
+                dead.append(name)
+        self.zero_frac_max, self.zero_frac_layer = worst, worst_name
+        self.d_run = self.d_run + 1 if dead else 0
+        self.ng_run = self.ng_run + 1 if without else 0
+        if not self.d_on:
+            return
+        failing = e.progress_failing
+        if dead and self.d_run >= self.d_checks and failing:
+            ev = {
+                "layer": worst_name,
+                "zero_frac": worst,
+                "dead_layers": dead,
+                "checks": self.d_run,
+                "layers_without_grad": without,
+            }
+            msg = (
+                f"{fmt(100 * (worst or 0.0))} % of the gradient of {worst_name} is exactly zero "
+                f"({len(dead)} layer(s) >= {fmt(100 * self.d_frac)} %) for {self.d_run} checks "
+                "while the loss is not improving"
+            )
+            self.dt.fire(step, WARNING, "Dead units", msg, ev, t=e.last_t, refresh=True)
+        elif without and self.ng_run >= self.ng_checks:
+            sev = WARNING if failing else INFO
+            ev = {"layers_without_grad": without, "count": len(without), "checks": self.ng_run}
+            shown = ", ".join(without[:3]) + (
+                f" (+{len(without) - 3} more)" if len(without) > 3 else ""
+            )
+            msg = f"{len(without)} trainable parameter(s) get no gradient: {shown}"
+            if failing:
+                msg += "; the loss is not improving"
+            self.dt.fire(
+                step, sev, "Parameters without gradient", msg, ev, t=e.last_t, refresh=True
+            )
+        elif self.dt.active and not dead and not without:
+            self.dt.clear(step)

@@ -1,0 +1,133 @@
+"""NaN/Inf in the loss or the global grad norm: flagged on the very step, no warm-up.
+
+A non-finite loss is always critical. A non-finite grad norm with a finite loss is what
+an AMP ``GradScaler`` produces on purpose when it probes a too-large scale (it then skips
+the step and halves the scale), so one isolated overflow is only information; it becomes
+critical when it persists ``persist`` steps in a row or the loss follows it.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from dltop.tui.core.alerts import CRITICAL, INFO
+from dltop.tui.core.facts import format_number as fmt
+from dltop.tui.core.rules.base import Rule, Tracker
+
+if TYPE_CHECKING:
+    from dltop.tui.core.rules.engine import RuleEngine
+
+
+class NonFinite(Rule):
+    def __init__(self, engine: RuleEngine) -> None:
+        super().__init__(engine)
+        self.loss_on = self.cfg.enabled("nan_loss")
+        self.grad_on = self.cfg.enabled("nan_grad")
+        self.loss_clear = int(self.cfg.section("nan_loss")["clear_after"])
+        g = self.cfg.section("nan_grad")
+        self.grad_clear = int(g["clear_after"])
+        self.persist = max(1, int(g["persist"]))
+        self.loss_t = Tracker(engine, "nan_loss")
+        self.grad_t = Tracker(engine, "nan_grad")
+        self.loss_bad = 0  # non-finite losses in the current episode
+        self.loss_good_run = 0  # finite losses since the last non-finite one
+        self.grad_run = 0  # consecutive non-finite grad norms
+        self.grad_bad = 0
+        self.grad_good_run = 0
+        self.overflows = 0  # isolated overflow episodes (AMP-like)
+        self.watching = False  # an episode is open: finite steps count towards ending it
+
+    def finite(self, e: RuleEngine, lf: bool, gf: bool) -> None:
+        """A step with a finite loss and/or grad norm: counts towards ending an episode."""
+        self.watching = self.loss_t.active or self.grad_t.active or self.grad_run > 0
+        if lf:
+            self.loss_good_run += 1
+            if self.loss_good_run >= self.loss_clear and self.loss_t.active:
+                self.loss_t.clear(e.step)
+        if gf:
+            self.grad_run = 0
+            self.grad_good_run += 1
+            if self.grad_good_run >= self.grad_clear and self.grad_t.active:
+                self.grad_t.clear(e.step)
+
+    def on_loss_nonfinite(self, e: RuleEngine) -> None:
+        self.watching = True
+        if self.loss_on:
+            self._loss_nonfinite(e, e.loss)  # type: ignore[arg-type]
+
+    def on_grad_nonfinite(self, e: RuleEngine) -> None:
+        self.watching = True
+        if self.grad_on:
+            self._grad_nonfinite(e, e.gn)  # type: ignore[arg-type]
+
+    def _loss_nonfinite(self, e: RuleEngine, loss: float) -> None:
+        if not self.loss_t.active:
+            self.loss_bad = 0
+        self.loss_bad += 1
+        self.loss_good_run = 0
+        med = e.loss_med
+        ev = {
+            "loss": loss,
+            "nonfinite_steps": self.loss_bad,
+            "lr": e.lr,
+            "grad_norm": e.gn,
+            "last_finite_loss": self._last_finite_loss(e),
+            "loss_median": med,
+        }
+        what = "NaN" if loss != loss else ("Inf" if loss > 0 else "-Inf")
+        first = self.loss_t.alert.step if self.loss_t.active and self.loss_t.alert else e.step
+        msg = f"loss is {what} at step {e.step}"
+        if self.loss_bad > 1:
+            msg = f"loss non-finite on {self.loss_bad} steps since step {first}"
+        if ev["last_finite_loss"] is not None:
+            msg += f" (last finite loss {fmt(ev['last_finite_loss'])}"
+            msg += f", lr {fmt(e.lr)})" if e.lr is not None else ")"
+        a = self.loss_t.fire(
+            e.step, CRITICAL, f"Loss is {what}", msg, ev, t=e.t, refresh=self.loss_bad <= 1
+        )
+        a.evidence["nonfinite_steps"] = self.loss_bad
+
+    @staticmethod
+    def _last_finite_loss(e: RuleEngine) -> float | None:
+        for x in reversed(e.blk.loss):
+            if x is not None:
+                return x
+        return e.loss_win[-1] if e.loss_win else None
+
+    def _grad_nonfinite(self, e: RuleEngine, gn: float) -> None:
+        if not self.grad_t.active:
+            self.grad_bad = 0
+        self.grad_bad += 1
+        self.grad_run += 1
+        self.grad_good_run = 0
+        what = "NaN" if gn != gn else "Inf"
+        ev = {
+            "grad_norm": gn,
+            "loss": e.loss,
+            "consecutive": self.grad_run,
+            "nonfinite_steps": self.grad_bad,
+            "lr": e.lr,
+            "last_finite_grad_norm": e.last_finite_gn,
+            "grad_norm_median": e.gn_med,
+        }
+        loss_ok = e.loss is None or e.loss_finite
+        if loss_ok and e.loss is not None and self.grad_run < self.persist:
+            # a finite loss and an isolated overflow: what AMP loss scaling does on purpose
+            if self.grad_run == 1:
+                self.overflows += 1
+            ev["overflow_episodes"] = self.overflows
+            msg = (
+                f"grad norm {what} at step {e.step} with a finite loss {fmt(e.loss)}: "
+                "an AMP overflow skips the step; critical if it persists"
+            )
+            self.grad_t.fire(e.step, INFO, "Gradient overflow (step skipped?)", msg, ev, t=e.t)
+            return
+        base = f"grad norm {what} at step {e.step}"
+        if self.grad_run > 1:
+            base = f"grad norm non-finite for {self.grad_run} steps in a row (step {e.step})"
+        if e.last_finite_gn is not None:
+            med = e.gn_med
+            base += f"; last finite {fmt(e.last_finite_gn)}"
+            if med:
+                base += f" = {fmt(e.last_finite_gn / med)}x the recent median"
+        self.grad_t.fire(e.step, CRITICAL, f"Gradient norm is {what}", base, ev, t=e.t)

@@ -1,0 +1,365 @@
+"""Where the time and memory go: data-loader bound, memory growth, stalls.
+
+Timing rules ignore steps inside declared phases and the first step after one, whose
+step time includes the evaluation or checkpoint. Stalls are judged against record
+timestamps (heartbeats keep arriving while the training loop hangs), so a replayed log
+finds the same stall a live viewer did.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from typing import TYPE_CHECKING, Any
+
+from dltop.probe.schema import as_float
+from dltop.tui.core.alerts import CRITICAL, INFO, WARNING
+from dltop.tui.core.facts import format_number as fmt
+from dltop.tui.core.rules.base import Rule, Tracker
+from dltop.tui.core.rules.window import Rolling, linear_fit, median_of
+
+if TYPE_CHECKING:
+    from dltop.tui.core.rules.engine import RuleEngine
+    from dltop.tui.core.rules.window import Block
+
+MIB = 1 << 20
+
+
+class DataBound(Rule):
+    def __init__(self, engine: RuleEngine) -> None:
+        super().__init__(engine)
+        c = self.cfg.section("data_bound")
+        self.on = bool(c["enabled"])
+        self.warn, self.crit = float(c["warn"]), float(c["critical"])
+        self.min_steps = int(c["min_steps"])
+        self.min_dt = float(c["min_data_time"])
+        self.checks = max(1, int(c["checks"]))
+        n = max(1, int(c["window"]))
+        self.share: deque[float] = deque(maxlen=n)
+        self.dt: deque[float] = deque(maxlen=n)
+        self.st: deque[float] = deque(maxlen=n)
+        self.tr = Tracker(engine, "data_bound")
+        self.hits = 0
+        self.hit_start: int | None = None
+        self.pushed = 0
+        self.median_share: float | None = None
+
+    def on_block(self, e: RuleEngine, blk: Block) -> None:
+        pushed = 0
+        dts = [r.get("data_time") for r in blk.recs]
+        sts = [r.get("step_time") for r in blk.recs]
+        if (
+            all(type(x) is float for x in dts)
+            and all(type(x) is float and x > 0 for x in sts)
+            and all(blk.timing)
+        ):
+            # the common case in one pass of comprehensions (non-finite values fail `x > 0`
+            # or produce a share the min() clamps; NaN shares are filtered below)
+            shares = [min(1.0, d / st) for d, st in zip(dts, sts, strict=True)]
+            if all(x == x and x >= 0 for x in shares):
+                self.share.extend(shares)
+                self.dt.extend(dts)  # type: ignore[arg-type]
+                self.st.extend(sts)  # type: ignore[arg-type]
+                pushed = len(shares)
+                dts = []
+        for rec, ok in zip(blk.recs if dts else [], blk.timing, strict=False):
+            dt, st = rec.get("data_time"), rec.get("step_time")
+            if dt is None or st is None or not ok:
+                continue
+            if type(dt) is not float or type(st) is not float:
+                dt, st = as_float(dt), as_float(st)
+                if dt is None or st is None:
+                    continue
+            if not (st > 0) or not (dt >= 0) or dt - dt != 0.0:
+                continue
+            self.share.append(min(1.0, dt / st))
+            self.dt.append(dt)
+            self.st.append(st)
+            pushed += 1
+        before = self.pushed
+        self.pushed += pushed
+        if not pushed or self.pushed < self.min_steps or self.pushed // 10 == before // 10:
+            return  # judged every 10 timed steps
+        share = median_of(self.share) or 0.0
+        self.median_share = share
+        if not self.on:
+            return
+        if share >= self.warn and (median_of(self.dt) or 0.0) >= self.min_dt:
+            if self.hits == 0:
+                self.hit_start = e.step
+            self.hits += 1
+        else:
+            self.hits = 0
+            if self.tr.active:
+                self.tr.clear(e.step)
+            return
+        if self.hits >= self.checks:
+            sev = CRITICAL if share >= self.crit else WARNING
+            med_dt = median_of(self.dt) or 0.0
+            med_st = median_of(self.st) or 0.0
+            ev = {
+                "data_wait_share": share,
+                "data_time_median": med_dt,
+                "step_time_median": med_st,
+                "window": len(self.share),
+            }
+            msg = (
+                f"the loop waits for data {fmt(100 * share)} % of each step (median over "
+                f"{len(self.share)} steps: {fmt(med_dt)} s of {fmt(med_st)} s)"
+            )
+            self.tr.fire(self.hit_start, sev, "Data-loader bound", msg, ev, t=e.t, refresh=True)
+            self.tr.hold(e.step)
+
+
+class MemoryGrowth(Rule):
+    """Steady growth of allocated memory (CUDA) or process RSS (CPU) with no pull-back."""
+
+    def __init__(self, engine: RuleEngine) -> None:
+        super().__init__(engine)
+        c = self.cfg.section("memory_growth")
+        self.on = bool(c["enabled"])
+        self.min_growth = float(c["min_growth_mib"]) * MIB
+        self.limit_frac = float(c["limit_fraction"])
+        self.min_steps = int(c["min_steps"])
+        self.r2 = float(c["r2"])
+        self.horizon = float(c["horizon_s"])
+        self.pullback = float(c["pullback"])
+        self.tr = Tracker(engine, "memory_growth")
+        self.source: str | None = None  # "cuda" (step records) or "rss" (sys records)
+        self.samples: deque[tuple[int, float, float]] = deque()  # step, t, bytes
+        self.stride = 1
+        self.seen = 0
+        self.start: float | None = None
+        self.start_vals: list[float] = []
+        self.last: float | None = None
+        self.peak: float | None = None
+        self.limit: float | None = None
+        self.slope: float | None = None  # bytes per step
+        self.last_sample_step: int | None = None
+
+    def on_block(self, e: RuleEngine, blk: Block) -> None:
+        for i in range(len(blk.recs) - 1, -1, -1):  # the block's latest reading
+            rec = blk.recs[i]
+            v = as_float(rec.get("mem_allocated"))
+            if v is None:
+                continue
+            self.source = "cuda"
+            lim = as_float(rec.get("mem_limit"))
+            if lim:
+                self.limit = lim
+            self._sample(e, blk.steps[i], blk.t[i], v)
+            return
+
+    def on_sys(self, e: RuleEngine, rec: dict[str, Any]) -> None:
+        if self.source == "cuda":
+            return
+        rss = as_float(rec.get("rss"))
+        if rss is None or e.last_step is None:
+            return
+        self.source = "rss"
+        avail = as_float(rec.get("mem_available"))
+        if avail is not None:
+            self.limit = rss + avail
+        self._sample(e, e.last_step, as_float(rec.get("t")), rss)
+
+    def _sample(self, e: RuleEngine, step: int, t: float | None, v: float) -> None:
+        self.last = v
+        self.last_sample_step = step
+        if e.steps < e.warmup_steps:
+            return  # start-up allocations (model, optimizer state, caches) are not a leak
+        if self.start is None:
+            self.start_vals.append(v)
+            if len(self.start_vals) >= 2:
+                self.start = min(self.start_vals)
+        self.seen += 1
+        if self.seen % self.stride:
+            return
+        self.samples.append((step, t if t is not None else 0.0, v))
+        if self.peak is None or v > self.peak:
+            self.peak = v
+        if len(self.samples) > 256:  # keep the whole run at half the resolution
+            self.samples = deque(list(self.samples)[::2])
+            self.stride *= 2
+        n = len(self.samples)
+        # every sample while they are few (RSS comes at 1 Hz), every 4th once the fit is long
+        if n >= 4 and e.steps >= self.min_steps and (n < 32 or self.seen % (4 * self.stride) == 0):
+            self._judge(e, step)
+
+    def _judge(self, e: RuleEngine, step: int) -> None:
+        n = len(self.samples)
+        pts = list(self.samples)[n // 2 :] if n >= 16 else list(self.samples)
+        slope, r2 = linear_fit([float(p[0]) for p in pts], [p[2] for p in pts])
+        self.slope = slope
+        if not self.on or self.start is None or self.last is None:
+            return
+        growth = self.last - self.start
+        need = self.min_growth
+        if self.source == "cuda" and self.limit:
+            need = max(need, self.limit_frac * self.limit)
+        peak = self.peak or self.last
+        pulled = (peak - self.last) > self.pullback * max(growth, 1.0)
+        if growth >= need and slope > 0 and r2 >= self.r2 and not pulled:
+            sev, eta = WARNING, None
+            ts = [p[1] for p in pts]
+            if self.limit and ts[-1] > ts[0]:
+                per_s, _ = linear_fit(ts, [p[2] for p in pts])
+                if per_s > 0:
+                    eta = (self.limit - self.last) / per_s
+                    if eta <= self.horizon:
+                        sev = CRITICAL
+            what = "allocated CUDA memory" if self.source == "cuda" else "process RSS"
+            ev = {
+                "source": self.source,
+                "mem_start": self.start,
+                "mem_last": self.last,
+                "growth": growth,
+                "growth_per_step": slope,
+                "r2": r2,
+                "limit": self.limit,
+                "seconds_to_limit": eta,
+            }
+            msg = (
+                f"{what} grew {fmt(growth / MIB)} MiB ({fmt(self.start / MIB)} -> {fmt(self.last / MIB)} MiB), "
+                f"{fmt(slope / 1024)} KiB per step, steadily (R² {fmt(r2)})"
+            )
+            if eta is not None:
+                msg += f"; the limit is {fmt(eta)} s away at this rate"
+            self.tr.fire(step, sev, "Memory keeps growing", msg, ev, t=e.t, refresh=True)
+        elif self.tr.active and (pulled or slope <= 0):
+            self.tr.clear(step)
+
+
+class Stall(Rule):
+    """No new step for much longer than this run's steps take, while the process still writes."""
+
+    def __init__(self, engine: RuleEngine) -> None:
+        super().__init__(engine)
+        c = self.cfg.section("stall")
+        self.on = bool(c["enabled"])
+        self.wf, self.cf = float(c["warn_factor"]), float(c["critical_factor"])
+        self.wfloor, self.cfloor = float(c["floor_s"]), float(c["critical_floor_s"])
+        self.startup = float(c["startup_s"])
+        self.silent_s = float(c["silent_s"])
+        self.intervals = Rolling(200, 50, q=0.95)
+        self.tr = Tracker(engine, "stall")
+        self.pause_end: float | None = None  # end of the latest phase: the clock restarts there
+        self.in_phase_since: float | None = None
+        self.explained_by_eval = False
+        self.prev_t: float | None = None  # time of the previous step (judged per block)
+        self.prev_step: int | None = None
+        self.last_eval_step: int | None = None
+
+    def thresholds(self) -> tuple[float, float]:
+        p95 = self.intervals.quantile or 0.0
+        return max(self.wf * p95, self.wfloor), max(self.cf * p95, self.cfloor)
+
+    def since(self, e: RuleEngine) -> float | None:
+        ref = e.last_step_t
+        if self.pause_end is not None and (ref is None or self.pause_end > ref):
+            ref = self.pause_end
+        return ref
+
+    def on_block(self, e: RuleEngine, blk: Block) -> None:
+        prev = self.prev_t
+        ts = blk.t
+        if (
+            prev is not None
+            and None not in ts
+            and all(blk.timing)
+            and (self.pause_end is None or self.pause_end <= prev)
+        ):
+            # the common case, without a Python loop per step
+            gaps = [b - a for a, b in zip([prev, *ts[:-1]], ts, strict=True)]  # type: ignore[operator]
+            self.intervals.extend(gaps)
+            resumed_at = blk.steps[0]
+            if max(gaps) >= self.thresholds()[0] and self.on and not self.explained_by_eval:
+                i = max(range(len(gaps)), key=gaps.__getitem__)
+                self._fire(
+                    e, blk.steps[i - 1] if i else self.prev_step, gaps[i], ts[i], resumed=True
+                )  # type: ignore[arg-type]
+                resumed_at = blk.steps[i]
+            if self.tr.active:
+                self.tr.clear(resumed_at)
+                self.explained_by_eval = False
+            self.prev_t = ts[-1]
+            self.prev_step = blk.steps[-1]
+            return
+        warn = self.thresholds()[0]
+        for step, t, ok in zip(blk.steps, blk.t, blk.timing, strict=True):
+            if t is None:
+                continue
+            if prev is not None and ok:
+                gap = t - max(prev, self.pause_end or prev)
+                if gap >= 0:
+                    if gap >= warn and self.on and not self.explained_by_eval:
+                        self._fire(e, self.prev_step, gap, t, resumed=True)
+                    self.intervals.push(gap)
+            prev = t
+            self.prev_step = step
+            if self.tr.active:
+                self.tr.clear(step)
+                self.explained_by_eval = False
+        self.prev_t = prev
+
+    def on_event(self, e: RuleEngine, rec: dict[str, Any]) -> None:
+        if rec.get("type") != "phase":
+            return
+        t = as_float(rec.get("t"))
+        if rec.get("state") == "begin":
+            self.in_phase_since = t
+        elif rec.get("state") == "end":
+            self.in_phase_since = None
+            self.pause_end = t
+
+    def on_eval(self, e: RuleEngine, rec: dict[str, Any]) -> None:
+        self.last_eval_step = e.last_step
+        a = self.tr.alert
+        if a is not None and a.active and not self.explained_by_eval:
+            self._explain(a)
+
+    def _explain(self, a: Any) -> None:
+        """The pause ended in an evaluation the user did not declare as a phase: information only."""
+        self.explained_by_eval = True
+        a.severity = INFO
+        a.title = "Pause before an evaluation"
+        a.message += (
+            "; an eval record followed: probably evaluation (wrap it in probe.phase('eval'))"
+        )
+
+    def on_time(self, e: RuleEngine, t: float) -> None:
+        if not self.on or e.phase is not None or self.explained_by_eval:
+            return
+        ref = self.since(e)
+        if ref is None:
+            if e.first_t is not None and t - e.first_t >= self.startup:
+                gap = t - e.first_t
+                ev = {"seconds_without_step": gap, "threshold_s": self.startup, "last_step": None}
+                msg = f"no training step {fmt(gap)} s after the run started (records still arrive)"
+                self.tr.fire(None, WARNING, "No step yet", msg, ev, t=t, refresh=True)
+            return
+        gap = t - ref
+        if gap >= self.thresholds()[0]:
+            self._fire(e, e.last_step, gap, t, resumed=False)
+
+    def _fire(
+        self, e: RuleEngine, prev_step: int | None, gap: float, t: float, resumed: bool
+    ) -> None:
+        warn, crit = self.thresholds()
+        sev = CRITICAL if gap >= crit else WARNING
+        p95 = self.intervals.quantile
+        ev = {
+            "seconds_without_step": gap,
+            "last_step": prev_step,
+            "step_time_p95": p95,
+            "warn_s": warn,
+            "critical_s": crit,
+            "resumed": resumed,
+        }
+        how = "then training resumed" if resumed else "records still arrive"
+        msg = (
+            f"no new step for {fmt(gap)} s after step {prev_step} ({how}); threshold {fmt(warn)} s"
+        )
+        if p95:
+            msg += f" = max({fmt(self.wf)}x p95 step time {fmt(p95)} s, {fmt(self.wfloor)} s)"
+        a = self.tr.fire(prev_step, sev, "Training stalled", msg, ev, t=t, refresh=True)
+        if resumed and prev_step is not None and prev_step == self.last_eval_step:
+            self._explain(a)

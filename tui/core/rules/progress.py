@@ -1,0 +1,350 @@
+"""Is the run still learning? Plateau, oscillation and overfitting.
+
+All three judge windows (block medians), never single steps, because per-step losses of
+small batches are too noisy to say anything about progress. A plateau after the loss has
+already fallen a long way is usually convergence, not a fault: it is reported as
+information; only a run stuck near its starting loss gets a warning.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from typing import TYPE_CHECKING, Any
+
+from dltop.probe.schema import as_float
+from dltop.tui.core.alerts import INFO, WARNING
+from dltop.tui.core.facts import format_number as fmt
+from dltop.tui.core.rules.base import Rule, Tracker
+from dltop.tui.core.rules.window import linear_fit, median_of
+
+if TYPE_CHECKING:
+    from dltop.tui.core.rules.engine import RuleEngine
+    from dltop.tui.core.rules.window import Block
+
+
+def _finite(blk: Block) -> tuple[list[int], list[float]]:
+    """The block's steps and losses without the non-finite ones (kept as None)."""
+    if None not in blk.loss:
+        return blk.steps, blk.loss  # type: ignore[return-value]
+    pairs = [(s, x) for s, x in zip(blk.steps, blk.loss, strict=True) if x is not None]
+    return [p[0] for p in pairs], [p[1] for p in pairs]
+
+
+class Plateau(Rule):
+    def __init__(self, engine: RuleEngine) -> None:
+        super().__init__(engine)
+        c = self.cfg.section("plateau")
+        self.on = bool(c["enabled"])
+        self.window = max(2, int(c["window"]))
+        self.frac = float(c["window_frac"])
+        self.windows = max(1, int(c["windows"]))
+        self.min_imp = float(c["min_improvement"])
+        self.stuck = float(c["stuck_progress"])
+        self.max_rise = float(c["max_rise"])
+        self.span = 0
+        self.tr = Tracker(engine, "plateau")
+        self.cur: list[float] = []
+        self.cur_len = self.window
+        self.cur_start: int | None = None
+        # closed windows: (median, lr at start, lr at end, first step)
+        self.blocks: deque[tuple[float, float | None, float | None, int]] = deque(
+            maxlen=self.windows + 1
+        )
+        self.cur_lr0: float | None = None
+        self.seen_jump: int | None = None
+
+    def on_block(self, e: RuleEngine, blk: Block) -> None:
+        if not self.on:
+            return
+        if e.lr_jump_step is not None and e.lr_jump_step != self.seen_jump:
+            self.seen_jump = e.lr_jump_step  # a schedule jump: judge the new regime afresh
+            self.blocks.clear()
+            self.cur = []
+        steps, losses = _finite(blk)
+        pos, n = 0, len(losses)
+        while pos < n:
+            if not self.cur:
+                self.cur_start = steps[pos]
+                self.cur_lr0 = e.lr
+                self.cur_len = max(self.window, int(self.frac * e.steps))
+            chunk = losses[pos : pos + self.cur_len - len(self.cur)]
+            self.cur.extend(chunk)
+            pos += len(chunk)
+            if len(self.cur) >= self.cur_len:
+                m = median_of(self.cur) or 0.0
+                self.blocks.append((m, self.cur_lr0, e.lr, self.cur_start or 0))
+                self.cur = []
+                self._judge(e, steps[pos - 1])
+
+    def _judge(self, e: RuleEngine, step: int) -> None:
+        b = self.blocks
+        if len(b) <= self.windows:
+            return
+        lr0, lr1 = b[0][1], b[-1][2]
+        if lr1 is not None and lr1 <= 0:
+            return  # lr 0: nothing is supposed to move
+        if lr0 is not None and lr1 is not None and lr1 > 1.2 * lr0:
+            return  # lr still rising: a warm-up, the loss may wait for it
+        meds = [x[0] for x in b]
+        base = meds[0]
+        gain = (base - meds[-1]) / abs(base) if base else 0.0
+        # flat: less than min_improvement better over the span, and not rising either
+        # (a rising loss is divergence's business, not a plateau)
+        first = e.loss_first if e.loss_first is not None else meds[0]
+        total = (first - meds[-1]) / abs(first) if first else 0.0
+        if -self.max_rise < gain < self.min_imp and total > -self.max_rise:
+            sev = WARNING if total < self.stuck else INFO
+            title = "Loss plateau (not learning)" if sev == WARNING else "Loss plateau"
+            span = len(meds) * self.cur_len
+            ev = {
+                "window": self.cur_len,
+                "window_medians": meds,
+                "improvement": gain,
+                "total_improvement": total,
+                "loss_first": first,
+                "lr": e.lr,
+            }
+            msg = (
+                f"median loss {fmt(meds[0])} -> {fmt(meds[-1])} over {len(meds)} windows of "
+                f"{self.cur_len} steps ({fmt(100 * gain)} % better, < {fmt(100 * self.min_imp)} %); "
+                f"{fmt(100 * total)} % below the starting loss"
+            )
+            self.tr.fire(b[0][3], sev, title, msg, ev, t=e.t, refresh=True)
+            self.tr.hold(step)
+            self.span = span
+        elif self.tr.active and gain >= self.min_imp:
+            self.tr.clear(step)
+
+
+class Oscillation(Rule):
+    """The smoothed loss swings up and down by a large factor, repeatedly.
+
+    Two signatures: slow waves (the median of ``block``-step blocks reverses direction
+    ``min_swings`` times, each swing at least ``amplitude`` of the lower level and
+    ``noise_factor`` times the block-median noise), and a step-to-step two-cycle (strongly
+    negative lag-1 autocorrelation around the block means). A monotone descent, however
+    noisy, has no reversals that clear both bars.
+    """
+
+    def __init__(self, engine: RuleEngine) -> None:
+        super().__init__(engine)
+        c = self.cfg.section("oscillation")
+        self.on = bool(c["enabled"])
+        self.block = max(3, int(c["block"]))
+        self.nblocks = max(6, int(c["blocks"]))
+        self.min_blocks = max(4, int(c["min_blocks"]))
+        self.amp = float(c["amplitude"])
+        self.noise_k = float(c["noise_factor"])
+        self.min_swings = int(c["min_swings"])
+        self.autocorr = float(c["autocorr"])
+        self.checks = max(1, int(c["checks"]))
+        self.tr = Tracker(engine, "oscillation")
+        self.cur: list[float] = []
+        n = self.nblocks
+        self.meds: deque[float] = deque(maxlen=n)
+        self.noise: deque[float] = deque(maxlen=n)  # per-block noise of a single step
+        self.ac: deque[tuple[float, float]] = deque(
+            maxlen=n
+        )  # per block: lag-1 sum, sum of squares
+        self.ac_num = 0.0  # their running totals over the window
+        self.ac_den = 0.0
+        self.start: deque[int] = deque(maxlen=n)
+        self.hits = 0
+        self.hit_start = 0  # step of the first judgement in the current run of hits
+        self.closed = 0
+
+    def on_block(self, e: RuleEngine, blk: Block) -> None:
+        if not self.on:
+            return
+        steps, losses = _finite(blk)
+        pos, n = 0, len(losses)
+        while pos < n:
+            if not self.cur:
+                self.start.append(steps[pos])
+            chunk = losses[pos : pos + self.block - len(self.cur)]
+            self.cur.extend(chunk)
+            pos += len(chunk)
+            if len(self.cur) >= self.block:
+                self._close(e, steps[pos - 1])
+
+    def _close(self, e: RuleEngine, step: int) -> None:
+        c = self.cur
+        self.cur = []
+        s = sorted(c)
+        self.meds.append(s[len(s) // 2])
+        diffs = sorted([abs(c[i + 1] - c[i]) for i in range(len(c) - 1)])
+        self.noise.append(1.4826 * diffs[len(diffs) // 2] / 1.4142)
+        m = sum(c) / len(c)
+        d = [x - m for x in c]
+        lag = sum([d[i] * d[i + 1] for i in range(len(d) - 1)])
+        sq = sum([x * x for x in d])
+        if len(self.ac) == self.ac.maxlen:
+            old_lag, old_sq = self.ac[0]
+            self.ac_num -= old_lag
+            self.ac_den -= old_sq
+        self.ac.append((lag, sq))
+        self.ac_num += lag
+        self.ac_den += sq
+        self.closed += 1
+        if len(self.meds) >= self.min_blocks and self.closed % 4 == 0:
+            self._judge(e, step)
+
+    def _judge(self, e: RuleEngine, step: int) -> None:
+        meds = list(self.meds)
+        noise = sorted(self.noise)[len(self.noise) // 2] * 1.2533 / self.block**0.5
+        swings = _swings(meds, self.amp, self.noise_k * noise)
+        num, den = self.ac_num, self.ac_den
+        level = sorted(meds)[len(meds) // 2]
+        ac = num / den if den > 0 else None
+        rms = (den / (len(self.ac) * self.block)) ** 0.5
+        slow = swings >= self.min_swings
+        fast = ac is not None and ac <= self.autocorr and level > 0 and rms >= self.amp / 3 * level
+        if (slow or fast) and not e.in_grace:
+            if self.hits == 0:
+                self.hit_start = step
+            self.hits += 1
+        else:
+            self.hits = 0
+            if self.tr.active:
+                self.tr.clear(step)
+            return
+        if self.hits >= self.checks:
+            span = len(meds) * self.block
+            ev = {
+                "swings": swings,
+                "amplitude": self.amp,
+                "block_noise": noise,
+                "level": level,
+                "lag1_autocorr": ac,
+                "window": span,
+                "lr": e.lr,
+            }
+            if slow:
+                lo, hi = min(meds), max(meds)
+                msg = (
+                    f"{swings} swings of the smoothed loss in {span} steps, each >= {fmt(100 * self.amp)} % "
+                    f"(range {fmt(lo)} .. {fmt(hi)})"
+                )
+            else:
+                msg = f"the loss alternates up/down step to step (lag-1 autocorrelation {fmt(ac)}) over {span} steps"
+            ev["window_start"] = self.start[0]
+            self.tr.fire(self.hit_start, WARNING, "Loss oscillates", msg, ev, t=e.t, refresh=True)
+            self.tr.hold(step)
+
+
+def _swings(xs: list[float], rel: float, floor: float) -> int:
+    """Reversals of direction (a zigzag with hysteresis); a move counts when it is at least
+    ``rel`` of the lower of its two ends and at least ``floor``."""
+    if len(xs) < 3:
+        return 0
+    count, direction = 0, 0
+    hi = lo = extreme = xs[0]
+    for x in xs[1:]:
+        if direction == 0:
+            hi, lo = max(hi, x), min(lo, x)
+            if hi - lo >= max(rel * abs(lo), floor):
+                direction, extreme = (1, x) if x == hi else (-1, x)
+        elif direction == 1:
+            if x > extreme:
+                extreme = x
+            elif extreme - x >= max(rel * abs(x), floor):
+                count, direction, extreme = count + 1, -1, x
+        elif x < extreme:
+            extreme = x
+        elif x - extreme >= max(rel * abs(extreme), floor):
+            count, direction, extreme = count + 1, 1, x
+    return count
+
+
+class Overfitting(Rule):
+    """Eval loss stops improving while the train loss keeps falling: never from one evaluation."""
+
+    def __init__(self, engine: RuleEngine) -> None:
+        super().__init__(engine)
+        c = self.cfg.section("overfitting")
+        self.on = bool(c["enabled"])
+        self.patience = max(1, int(c["patience"]))
+        self.tol = float(c["tolerance"])
+        self.noise_k = float(c["noise_factor"])
+        self.tr = Tracker(engine, "overfitting")
+        self.evals: list[tuple[int | None, float, float | None]] = []  # step, eval, train
+        self.best: int | None = None  # index into evals
+        self.count = 0
+        self.last: tuple[int | None, float, float | None] | None = None
+
+    def on_eval(self, e: RuleEngine, rec: dict[str, Any]) -> None:
+        self.count += 1
+        loss = as_float(rec.get("loss"))
+        if loss is None or loss - loss != 0.0:
+            return
+        step = rec.get("step") if type(rec.get("step")) is int else e.last_step
+        train = e.loss_med
+        self.evals.append((step, loss, train))
+        if len(self.evals) > 512:
+            keep = self.evals[self.best] if self.best is not None else None
+            self.evals = self.evals[-256:]
+            if keep is not None and keep not in self.evals:
+                self.evals.insert(0, keep)
+            self.best = None
+        self.last = self.evals[-1]
+        if self.best is None:
+            self.best = min(range(len(self.evals)), key=lambda i: self.evals[i][1])
+        elif loss < self.evals[self.best][1]:
+            self.best = len(self.evals) - 1
+        if self.on:
+            self._judge(e)
+
+    def _judge(self, e: RuleEngine) -> None:
+        ev_all = self.evals[-64:]
+        n = len(ev_all)
+        if n < self.patience + 2:
+            return
+        # evaluations on a small held-out set are noisy: judge the median of 3 consecutive
+        # ones, and demand a rise well above the eval-to-eval noise (from second differences,
+        # which a steady trend does not inflate)
+        raw = [x[1] for x in ev_all]
+        sm = [median_of(raw[max(0, i - 2) : i + 1]) or 0.0 for i in range(n)]
+        d2 = sorted(abs(raw[i + 1] - 2 * raw[i] + raw[i - 1]) for i in range(1, n - 1))
+        noise = 1.4826 * d2[len(d2) // 2] / 6**0.5 if d2 else 0.0
+        b = min(range(n), key=lambda i: (sm[i], -i))  # the latest of equal bests
+        bstep, _, btrain = ev_all[b]
+        bloss = sm[b]
+        later = ev_all[b + 1 :]
+        if len(later) < self.patience:
+            if self.tr.active:
+                self.tr.clear(ev_all[-1][0])
+            return
+        margin = max(self.tol * abs(bloss), self.noise_k * noise)
+        step, loss, train = ev_all[-1]
+        worse = all(x > bloss + margin for x in raw[-self.patience :])
+        if not worse or train is None or btrain is None:
+            return
+        # ... and a real upward trend since the best, not one lucky low evaluation
+        pts = raw[b:]
+        slope, r2 = linear_fit([float(i) for i in range(len(pts))], pts)
+        tstat = (r2 * (len(pts) - 2) / (1 - r2)) ** 0.5 if r2 < 1 else math.inf
+        if slope <= 0 or tstat < 2.0:
+            return
+        train_falls = train < btrain * (1 - self.tol)
+        gap, bgap = sm[-1] - train, bloss - btrain
+        if train_falls and gap > bgap:
+            ev = {
+                "eval_loss": loss,
+                "eval_loss_smoothed": sm[-1],
+                "eval_loss_best": bloss,
+                "eval_noise": noise,
+                "best_step": bstep,
+                "evals_since_best": len(later),
+                "train_loss": train,
+                "train_loss_at_best": btrain,
+                "gap": gap,
+                "gap_at_best": bgap,
+            }
+            msg = (
+                f"eval loss {fmt(loss)} vs best {fmt(bloss)} at step {bstep} ({len(later)} evaluations "
+                f"without improvement) while train loss fell {fmt(btrain)} -> {fmt(train)}; "
+                f"gap {fmt(bgap)} -> {fmt(gap)}"
+            )
+            self.tr.fire(later[0][0], WARNING, "Overfitting", msg, ev, t=e.last_t, refresh=True)
+            self.tr.hold(step)

@@ -1,0 +1,287 @@
+"""Sudden and sustained blow-ups: loss spikes, exploding gradients, divergence.
+
+Every threshold is relative to the run's own recent history (median of the last 100
+steps), because loss and grad-norm scales differ by orders of magnitude between models.
+A value must also beat the largest value of that window by ``over_max``: with small,
+noisy batches a 10x-the-median loss can be an ordinary hard batch, while a real spike
+stands above everything the window has seen (Megatron-Core's "10x the max seen" idea).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from typing import TYPE_CHECKING
+
+from dltop.tui.core.alerts import CRITICAL, WARNING
+from dltop.tui.core.facts import format_number as fmt
+from dltop.tui.core.rules.base import Rule, Tracker
+
+if TYPE_CHECKING:
+    from dltop.tui.core.rules.engine import RuleEngine
+    from dltop.tui.core.rules.window import Block
+
+QUIET_TO_CLEAR = 20  # steps without a trigger before a spike/explosion episode ends
+
+
+class LossSpike(Rule):
+    def __init__(self, engine: RuleEngine) -> None:
+        super().__init__(engine)
+        c = self.cfg.section("loss_spike")
+        self.on = bool(c["enabled"])
+        self.ratio = float(c["ratio"])
+        self.over_max = float(c["over_max"])
+        self.min_samples = int(c["min_samples"])
+        self.sigmas = float(c["log_sigmas"])
+        self.tr = Tracker(engine, "loss_spike")
+        self.count = 0
+        self.last_hit: int | None = None
+        self.wmax: float | None = None
+
+    def thresholds(self, e: RuleEngine) -> None:
+        """At each block end: the loss that counts as a spike until the next one."""
+        med = e.loss_med
+        if (
+            not self.on
+            or not e.warm
+            or med is None
+            or med <= 0
+            or len(e.loss_win) < self.min_samples
+        ):
+            e.loss_hi = math.inf
+            return
+        self.wmax = e.loss_wmax or med
+        e.loss_hi = max(
+            self.ratio * med, self.over_max * self.wmax, med * math.exp(self.sigmas * e.loss_spread)
+        )
+
+    def spike(self, e: RuleEngine) -> None:
+        loss, med = e.loss, e.loss_med
+        if loss is None or not med:
+            return
+        self.last_hit = e.step
+        r = loss / med
+        ev = {
+            "loss": loss,
+            "threshold": e.loss_hi,
+            "log_sigma": e.loss_spread,
+            "median": med,
+            "ratio": r,
+            "window": len(e.loss_win),
+            "window_max": self.wmax,
+            "lr": e.lr,
+        }
+        msg = f"loss {fmt(loss)} = {fmt(r)}x the median of the last {len(e.loss_win)} steps ({fmt(med)})"
+        prev = self.tr.alert
+        a = self.tr.fire(e.step, WARNING, "Loss spike", msg, ev, t=e.t)
+        self.count = self.count + 1 if a is prev else 1  # spikes in this episode
+        a.evidence["spikes"] = self.count
+
+    def on_block(self, e: RuleEngine, b: Block) -> None:
+        if (
+            self.tr.active
+            and self.last_hit is not None
+            and e.step - self.last_hit >= QUIET_TO_CLEAR
+        ):
+            self.tr.clear(e.step)
+
+
+class GradExplosion(Rule):
+    def __init__(self, engine: RuleEngine) -> None:
+        super().__init__(engine)
+        c = self.cfg.section("grad_explosion")
+        self.on = bool(c["enabled"])
+        self.crit = float(c["critical_ratio"])
+        self.warn = float(c["warn_ratio"])
+        self.k = int(c["warn_k"])
+        self.n = max(1, int(c["warn_n"]))
+        self.over_max = float(c["over_max"])
+        self.early = float(c["early_ratio"])
+        self.warn_p90 = float(c["warn_p90_ratio"])
+        self.warn_sigmas = float(c["warn_log_sigmas"])
+        self.min_samples = int(c["min_samples"])
+        self.sigmas = float(c["log_sigmas"])
+        self.recent: deque[int] = deque()  # steps at or above warn_ratio x median
+        self.tr = Tracker(engine, "grad_explosion")
+        self.last_hit: int | None = None
+        self.wmax: float | None = None
+        self.early_phase = True
+
+    def thresholds(self, e: RuleEngine) -> None:
+        med, n = e.gn_med, len(e.gn_win)
+        if not self.on or med is None or med <= 0 or n < 5:
+            e.gn_hi = e.gn_warn = math.inf
+            return
+        self.wmax = e.gn_wmax or med
+        self.early_phase = not e.warm or n < self.min_samples
+        if self.early_phase:
+            # before the baseline settles only a blow-up by orders of magnitude counts
+            e.gn_hi = e.gn_warn = max(self.early * med, self.over_max * self.wmax)
+            return
+        e.gn_hi = max(
+            self.crit * med, self.over_max * self.wmax, med * math.exp(self.sigmas * e.gn_spread)
+        )
+        # heavy-tailed grad norms (a converged model, tiny batches) reach 5x their median
+        # routinely; a sustained blow-up also clears the window's 90th percentile by far
+        warn = max(
+            self.warn * med,
+            self.warn_p90 * (e.gn_p90 or med),
+            med * math.exp(self.warn_sigmas * e.gn_spread),
+        )
+        e.gn_warn = min(warn, e.gn_hi)
+
+    def above(self, e: RuleEngine) -> None:
+        """The step's grad norm reached the warning line (or the critical one)."""
+        gn, med, step = e.gn, e.gn_med, e.step
+        if gn is None or not med:
+            return
+        r = gn / med
+        if gn >= e.gn_hi:
+            self._fire(e, CRITICAL, gn, med, r, early=self.early_phase)
+            return
+        q = self.recent
+        q.append(step)
+        while q and q[0] <= step - self.n:
+            q.popleft()
+        if len(q) >= self.k:
+            self._fire(e, WARNING, gn, med, r)
+
+    def on_block(self, e: RuleEngine, b: Block) -> None:
+        if (
+            self.tr.active
+            and self.last_hit is not None
+            and e.step - self.last_hit >= QUIET_TO_CLEAR
+        ):
+            self.tr.clear(e.step)
+
+    def _fire(
+        self, e: RuleEngine, sev: str, gn: float, med: float, r: float, early: bool = False
+    ) -> None:
+        self.last_hit = e.step
+        ev = {
+            "grad_norm": gn,
+            "threshold": e.gn_hi if sev == CRITICAL else e.gn_warn,
+            "log_sigma": e.gn_spread,
+            "median": med,
+            "ratio": r,
+            "window": len(e.gn_win),
+            "window_max": self.wmax,
+            "lr": e.lr,
+            "loss": e.loss,
+        }
+        msg = f"grad norm {fmt(gn)} = {fmt(r)}x the median of the last {len(e.gn_win)} steps ({fmt(med)})"
+        if sev == WARNING:
+            msg = (
+                f"grad norm >= {fmt(self.warn)}x its median in {len(self.recent)} of the last {self.n} steps; "
+                + msg
+            )
+        if early:
+            msg += ", during warm-up"
+        self.tr.fire(e.step, sev, "Exploding gradients", msg, ev, t=e.t)
+
+
+class Divergence(Rule):
+    """The smoothed loss climbs well above its best and stays there.
+
+    Smoothing is an EMA of log(loss): a geometric mean, so that one huge batch loss cannot
+    drag the level up on its own, and the ratio tests read as differences. The rise must
+    also clear ``noise_sigmas`` times the EMA's own noise (from the loss window's spread),
+    because the minimum of a noisy smoothed curve sits below its typical level by an
+    amount that grows with the noise. Losses that go to zero or below (some likelihoods)
+    have no ratio scale: the rule stands down for them.
+    """
+
+    def __init__(self, engine: RuleEngine) -> None:
+        super().__init__(engine)
+        c = self.cfg.section("divergence")
+        self.on = bool(c["enabled"])
+        self.alpha = 2.0 / (max(1, int(c["span"])) + 1.0)
+        self.noise_gain = math.sqrt(self.alpha / (2.0 - self.alpha))
+        self.log_ratio = math.log(max(1.0 + 1e-9, float(c["ratio"])))
+        self.log_crit = math.log(max(1.0 + 1e-9, float(c["critical_ratio"])))
+        self.noise_sigmas = float(c["noise_sigmas"])
+        self.persist = max(1, int(c["persist"]))
+        self.lost = float(c["progress_lost"])
+        self.warmup = int(c["warmup_steps"])
+        self.tr = Tracker(engine, "divergence")
+        self.ema: float | None = None  # of log(loss)
+        self.ema_min: float | None = None
+        self.min_step: int | None = None
+        self.run = 0  # consecutive steps above the line
+        self.run_start: int | None = None
+        self.below = 0
+        self.last_jump: int | None = None
+        self.seen = 0
+        self.nonpositive = False
+        self.spread_at_min = 0.0
+
+    def on_block(self, e: RuleEngine, b: Block) -> None:
+        if not self.on or self.nonpositive:
+            return
+        if e.lr_jump_step is not None and e.lr_jump_step != self.last_jump:
+            self.last_jump = e.lr_jump_step
+            if e.lr_prev is not None and e.lr is not None and e.lr > e.lr_prev:
+                self.ema_min = None  # a schedule raised lr: a new baseline from here
+        a = self.alpha
+        # the noise allowance is taken from the window when the best level was set: a loss
+        # that is running away widens its own window and must not raise its own bar
+        line = max(self.log_ratio, self.noise_sigmas * self.noise_gain * self.spread_at_min)
+        log = math.log
+        for step, loss in zip(b.steps, b.loss, strict=True):
+            if loss is None:
+                continue
+            if loss <= 0:
+                self.nonpositive = True
+                return
+            x = log(loss)
+            ema = x if self.ema is None else self.ema + a * (x - self.ema)
+            self.ema = ema
+            if self.ema_min is None or ema < self.ema_min:
+                self.ema_min, self.min_step = ema, step
+                self.spread_at_min = e.loss_spread
+            self.seen += 1
+            if self.seen > self.warmup and (
+                ema - self.ema_min >= line or self.run or self.tr.active
+            ):
+                self._judge(e, step, ema, line)
+
+    def _judge(self, e: RuleEngine, step: int, ema: float, line: float) -> None:
+        lo = self.ema_min if self.ema_min is not None else ema
+        level, low = math.exp(ema), math.exp(lo)
+        first = e.loss_first if e.loss_first is not None else (e.loss_first_vals or [level])[0]
+        # and it has given back a real share of the progress made (a run at 1e-4 that
+        # wobbles to 3e-4 has lost nothing that matters)
+        diverging = ema - lo >= line and level - low >= self.lost * max(first - low, 0.0)
+        if diverging:
+            if self.run == 0:
+                self.run_start = step
+            self.run += 1
+            self.below = 0
+            if self.run >= self.persist:
+                r = level / low
+                sev = CRITICAL if ema - lo >= max(self.log_crit, line) else WARNING
+                ev = {
+                    "loss_smoothed": level,
+                    "loss_smoothed_min": low,
+                    "min_step": self.min_step,
+                    "ratio": r,
+                    "threshold_ratio": math.exp(line),
+                    "steps_above": self.run,
+                    "loss_first": first,
+                    "lr": e.lr,
+                }
+                msg = (
+                    f"smoothed loss {fmt(level)} = {fmt(r)}x its minimum {fmt(low)} (step {self.min_step}), "
+                    f"above {fmt(math.exp(line))}x for {self.run} steps"
+                )
+                refresh = sev == CRITICAL or not self.tr.active
+                self.tr.fire(
+                    self.run_start, sev, "Loss is diverging", msg, ev, t=e.t, refresh=refresh
+                )
+                self.tr.hold(step)
+        else:
+            self.run = 0
+            if self.tr.active:
+                self.below += 1
+                if self.below >= self.persist:
+                    self.tr.clear(step)

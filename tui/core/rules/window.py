@@ -1,0 +1,128 @@
+"""Rolling statistics over bounded windows, cheap enough to run on every step.
+
+A median over the last 100 values costs a sort; doing it per step would cap the engine
+near 100 k steps/s. The windows here recompute their order statistics eagerly every
+``refresh`` pushes instead, so a rule compares each new value against a median at most
+``refresh`` steps old. Recomputing at fixed push counts (never lazily on a query) keeps
+the engine deterministic: a viewer asking for facts at random moments cannot change
+what the rules decide.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from collections.abc import Iterable
+from typing import Any
+
+
+def median_of(values: Iterable[float]) -> float | None:
+    """Median of a finite collection, ``None`` when empty."""
+    s = sorted(values)
+    n = len(s)
+    if not n:
+        return None
+    mid = n // 2
+    return s[mid] if n % 2 else 0.5 * (s[mid - 1] + s[mid])
+
+
+def quantile_of(values: Iterable[float], q: float) -> float | None:
+    """Nearest-rank quantile (q in [0, 1]); ``None`` when empty."""
+    s = sorted(values)
+    if not s:
+        return None
+    i = min(len(s) - 1, max(0, int(round(q * (len(s) - 1)))))
+    return s[i]
+
+
+class Rolling:
+    """The last ``size`` values with a median (and optional quantile) refreshed every ``refresh`` pushes."""
+
+    __slots__ = ("values", "refresh", "q", "median", "quantile", "_count")
+
+    def __init__(self, size: int, refresh: int = 10, q: float | None = None) -> None:
+        self.values: deque[float] = deque(maxlen=max(1, size))
+        self.refresh = max(1, refresh)
+        self.q = q
+        self.median: float | None = None
+        self.quantile: float | None = None
+        self._count = 0
+
+    def push(self, x: float) -> None:
+        self.values.append(x)
+        self._count += 1
+        if self._count % self.refresh == 0 or self._count <= self.refresh:
+            self._recompute()
+
+    def extend(self, xs: list[float]) -> None:
+        """Push several values; recomputes once if a refresh boundary was crossed."""
+        before = self._count
+        self.values.extend(xs)
+        self._count += len(xs)
+        if self._count // self.refresh != before // self.refresh or before < self.refresh:
+            self._recompute()
+
+    def _recompute(self) -> None:
+        s = sorted(self.values)
+        n = len(s)
+        mid = n // 2
+        self.median = s[mid] if n % 2 else 0.5 * (s[mid - 1] + s[mid])
+        if self.q is not None:
+            self.quantile = s[min(n - 1, int(round(self.q * (n - 1))))]
+
+    def clear(self) -> None:
+        self.values.clear()
+        self.median = None
+        self.quantile = None
+        self._count = 0
+
+    def __len__(self) -> int:
+        return len(self.values)
+
+
+def linear_fit(xs: list[float], ys: list[float]) -> tuple[float, float]:
+    """Least-squares slope and R² of ys against xs (slope 0, R² 0 when undefined)."""
+    n = len(xs)
+    if n < 3:
+        return 0.0, 0.0
+    mx = sum(xs) / n
+    my = sum(ys) / n
+    sxx = sxy = syy = 0.0
+    for x, y in zip(xs, ys, strict=True):
+        dx = x - mx
+        dy = y - my
+        sxx += dx * dx
+        sxy += dx * dy
+        syy += dy * dy
+    if sxx <= 0 or syy <= 0:
+        return 0.0, 0.0
+    slope = sxy / sxx
+    return slope, (sxy * sxy) / (sxx * syy)
+
+
+def log_spread(s: list[float]) -> float:
+    """Robust sigma of log(x) from the 16th/84th percentiles of a sorted window (0 if not positive)."""
+    n = len(s)
+    lo, hi = s[int(0.16 * (n - 1))], s[int(0.84 * (n - 1))]
+    if n < 5 or lo <= 0:
+        return 0.0
+    return 0.5 * math.log(hi / lo)
+
+
+class Block:
+    """Steps buffered since the last block end, as aligned lists (non-finite values as None)."""
+
+    __slots__ = ("steps", "t", "loss", "gn", "recs", "timing", "t0")
+
+    def __init__(self) -> None:
+        self.steps: list[int] = []
+        self.t: list[float | None] = []
+        self.loss: list[float | None] = []
+        self.gn: list[float | None] = []
+        self.recs: list[dict[str, Any]] = []
+        self.timing: list[bool] = []  # False inside a phase or right after one
+        self.t0: float | None = None
+
+    def clear(self) -> None:
+        self.steps, self.t, self.loss, self.gn = [], [], [], []
+        self.recs, self.timing, self.t0 = [], [], None

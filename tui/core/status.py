@@ -1,0 +1,146 @@
+"""Run status: running, stalled, finished, crashed or unknown, and why.
+
+The log says most of it: an ``exit`` record (written by the probe on every normal or
+abnormal end it can see), exception events, and heartbeats, which the probe's writer
+thread emits every ~2 s even while the training loop is stuck. What the log cannot say
+is whether a process that went silent is dead (SIGKILL, the kernel's OOM killer) or
+hung so hard that even the writer thread stopped; for a run on this host the process
+table answers that (``pid_alive``). Thresholds scale with the run's own step time: the
+same ones the ``stall`` alert uses.
+"""
+
+from __future__ import annotations
+
+import socket
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from dltop.tui.core.facts import format_number as fmt
+
+if TYPE_CHECKING:
+    from dltop.tui.core.rules.engine import RuleEngine
+
+STATUSES = ("running", "stalled", "finished", "crashed", "unknown")
+
+
+@dataclass(frozen=True)
+class RunState:
+    """Where a run stands. Ages are in seconds against ``now`` (the wall clock when live)."""
+
+    status: str
+    reason: str
+    last_record_age: float | None = None
+    last_step_age: float | None = None
+    last_step: int | None = None
+    steps: int = 0
+    pid: int | None = None
+    pid_alive: bool | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "status": self.status,
+            "reason": self.reason,
+            "last_record_age": self.last_record_age,
+            "last_step_age": self.last_step_age,
+            "last_step": self.last_step,
+            "steps": self.steps,
+        }
+
+
+def run_state(e: RuleEngine, now: float | None = None, pid_alive: bool | None = None) -> RunState:
+    """The status of the run the engine has read; ``now=None`` judges at the latest record's time."""
+    crashes = e.rule("Crashes")
+    stall = e.rule("Stall")
+    pid = (e.meta or {}).get("pid")
+    pid = pid if isinstance(pid, int) else None
+    ref = now if now is not None else e.last_t
+    rec_age = ref - e.last_t if ref is not None and e.last_t is not None else None
+    since = stall.since(e)
+    step_age = ref - since if ref is not None and since is not None else None
+
+    def state(status: str, reason: str) -> RunState:
+        return RunState(status, reason, rec_age, step_age, e.last_step, e.steps, pid, pid_alive)
+
+    at = f" at step {e.last_step}" if e.last_step is not None else ""
+    ex = crashes.exception
+    what = ""
+    if ex is not None:
+        msg = str(ex.get("message") or "").strip().splitlines()
+        what = f"{ex.get('exc_type') or 'exception'}" + (f": {msg[0][:120]}" if msg else "")
+    sig = crashes.signal
+    exit_status = crashes.exit_status
+    if exit_status is not None:
+        if exit_status == "interrupted" or (exit_status == "signal" and sig == "SIGINT"):
+            return state("finished", f"interrupted by the user{at}")
+        if exit_status == "exception" or (
+            exit_status == "ok" and ex is not None and not crashes.interrupted
+        ):
+            return state("crashed", f"{what or 'an exception'}{at}")
+        if exit_status == "signal":
+            return state("crashed", f"terminated by {sig or 'a signal'}{at}")
+        return state("finished", f"finished normally after {e.steps} steps")
+    if ex is not None:
+        return state("crashed", f"{what}{at}")
+    if crashes.interrupted:
+        return state("finished", f"interrupted by the user{at}")
+    if sig is not None and sig != "SIGINT":
+        return state("crashed", f"terminated by {sig}{at}")
+    if e.records == 0 or e.last_t is None:
+        return state("unknown", "no records yet")
+    if pid_alive is False:
+        return state(
+            "crashed",
+            f"process {pid} is gone without an exit record{at} (killed? SIGKILL or the OOM killer leave no trace)",
+        )
+    silent = float(e.config.section("stall")["silent_s"])
+    if rec_age is not None and rec_age > silent:
+        if pid_alive:
+            return state(
+                "stalled",
+                f"process {pid} is alive but wrote nothing for {fmt(rec_age)} s (even heartbeats stopped)",
+            )
+        return state(
+            "unknown", f"no record for {fmt(rec_age)} s and no exit record; the process may be gone"
+        )
+    if e.phase is not None:
+        return state("running", f"in phase '{e.phase}'{at}")
+    if step_age is not None:
+        warn, crit = stall.thresholds()
+        if step_age >= warn:
+            return state(
+                "stalled",
+                f"no new step for {fmt(step_age)} s after step {e.last_step} (threshold {fmt(warn)} s)",
+            )
+    elif e.first_t is not None and ref is not None and ref - e.first_t >= stall.startup:
+        return state("stalled", f"no training step {fmt(ref - e.first_t)} s after the start")
+    if e.steps == 0:
+        return state("running", "started, no step yet")
+    return state("running", f"step {e.last_step}")
+
+
+def local_pid_alive(meta: dict[str, Any] | None) -> bool | None:
+    """Whether the run's process still lives, for a run on this host; ``None`` when unknowable.
+
+    Compares the process start time with the run's start so that a recycled pid of an
+    unrelated process does not count as the run being alive.
+    """
+    if not meta:
+        return None
+    pid, host = meta.get("pid"), meta.get("host")
+    if not isinstance(pid, int) or host != socket.gethostname():
+        return None  # another machine, or a log that does not say where it ran
+    try:
+        import psutil  # noqa: PLC0415 - the viewer core may use it; keep import cost off the hot path
+    except ImportError:
+        return None
+    try:
+        if not psutil.pid_exists(pid):
+            return False
+        started = psutil.Process(pid).create_time()
+    except (psutil.NoSuchProcess, psutil.ZombieProcess):
+        return False
+    except Exception:
+        return None
+    t0 = meta.get("t")
+    # a process started after the run began is a recycled pid, not the run
+    return not (isinstance(t0, (int, float)) and started > t0 + 2.0)
