@@ -1,0 +1,93 @@
+"""``dltop [SOURCE]``: wrong sources end in one line and exit 3 before any UI starts;
+no SOURCE picks the newest log under ./dltop-runs; the options parse as documented."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from dltop.tui import view_cmd
+from test_app_support import write_log
+
+
+def _dltop(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "TERM": "dumb"}
+    return subprocess.run(
+        [sys.executable, "-m", "dltop.tui", *args],
+        cwd=cwd, capture_output=True, text=True, timeout=60, env=env, stdin=subprocess.DEVNULL,
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (("missing.jsonl",), "no such file"),
+        (("nolog",), "no such file"),
+        ((), "no SOURCE given"),
+        (("unix:/tmp/nothing.sock",), "live sockets"),
+    ],
+)
+def test_bad_source_is_one_line_and_exit_3(
+    tmp_path: Path, args: tuple[str, ...], needle: str
+) -> None:
+    done = _dltop(*args, cwd=tmp_path)
+    assert done.returncode == 3, done.stderr
+    assert needle in done.stderr
+    assert "Traceback" not in done.stderr and done.stdout == ""
+    first = done.stderr.splitlines()[0]
+    assert first.startswith("dltop: ")
+
+
+def test_unreadable_and_non_log_files(tmp_path: Path) -> None:
+    bad = tmp_path / "bin.jsonl"
+    bad.write_bytes(b"\0\1\2\n")
+    done = _dltop(str(bad), cwd=tmp_path)
+    assert done.returncode == 3 and "not a dltop log" in done.stderr
+    if os.geteuid() != 0:  # root reads anything
+        locked = write_log(tmp_path / "locked.jsonl", "healthy", 3)
+        locked.chmod(0)
+        done = _dltop(str(locked), cwd=tmp_path)
+        assert done.returncode == 3 and "permission" in done.stderr.lower()
+    empty_dir = tmp_path / "ranks"
+    empty_dir.mkdir()
+    done = _dltop(str(empty_dir), cwd=tmp_path)
+    assert done.returncode == 3 and "no *.jsonl" in done.stderr
+
+
+def test_no_source_opens_the_newest_log_under_dltop_runs(tmp_path: Path) -> None:
+    runs = tmp_path / "dltop-runs" / "sub"
+    runs.mkdir(parents=True)
+    old = write_log(runs / "old.jsonl", "healthy", 3)
+    new = write_log(tmp_path / "dltop-runs" / "new.jsonl", "healthy", 3)
+    os.utime(old, (time.time() - 100, time.time() - 100))
+    assert view_cmd.resolve_source(None, cwd=tmp_path) == new
+    assert view_cmd.resolve_source("dltop-runs/sub/old.jsonl", cwd=tmp_path) == old
+    with pytest.raises(view_cmd.SourceError, match="newest log here is dltop-runs/new.jsonl"):
+        view_cmd.resolve_source("typo.jsonl", cwd=tmp_path)
+
+
+def test_options() -> None:
+    parser = argparse.ArgumentParser()
+    view_cmd.configure(parser)
+    args = parser.parse_args(
+        ["run.jsonl", "--no-mouse", "--refresh", "4", "--replay", "--lang", "zh"]
+    )
+    assert (args.source, args.no_mouse, args.refresh, args.replay, args.lang) == (
+        "run.jsonl", True, 4.0, True, "zh"
+    )  # fmt: skip
+    defaults = parser.parse_args([])
+    assert defaults.source is None and defaults.refresh == 3.0 and not defaults.replay
+    with pytest.raises(SystemExit):
+        parser.parse_args(["--refresh", "10"])  # outside 2-4 Hz
+
+
+def test_help_is_instant_and_lists_the_options(tmp_path: Path) -> None:
+    done = _dltop("--help", cwd=tmp_path)
+    assert done.returncode == 0
+    for flag in ("--no-mouse", "--refresh", "--replay", "--lang", "source"):
+        assert flag in done.stdout

@@ -1,0 +1,126 @@
+"""The dashboard's display data, computed without a UI (tui/core/view_model.py, panels.py,
+ticks.py): what the header, panels, banner and badges would show for a real log."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from dltop.probe.schema import read_records
+from dltop.tui.core import view_model as vm
+from dltop.tui.core.alerts import Alert
+from dltop.tui.core.run import RunModel
+from dltop.tui.core.ticks import Ticks, sidecar_path
+from test_app_support import NAN_STEP, T0, end_time, write_log
+
+
+def _model(tmp_path: Path, scenario: str, steps: int) -> RunModel:
+    log = write_log(tmp_path / f"{scenario}.jsonl", scenario, steps)
+    records, dec = read_records(str(log))
+    model = RunModel(str(log))
+    model.ingest(records, dec.malformed)
+    return model
+
+
+def test_header_is_computed_from_the_log_and_a_fixed_clock(tmp_path: Path) -> None:
+    model = _model(tmp_path, "healthy", 100)
+    info = vm.header_info(model, end_time(100) + 5, vm.ViewState(), follow=True)
+    assert (info.run, info.host, info.pid, info.step) == ("demo-run", "testhost", "4242", "99")
+    assert info.age == "last record 5s ago"
+    assert info.rate == "10 steps/s"  # step_time is 0.1 s
+    assert info.elapsed == "0:10"
+    assert info.skipped == 0 and info.mode == ""
+    paused = vm.header_info(model, end_time(100), vm.ViewState(paused=True), follow=False)
+    assert "paused" in paused.mode and "replay" in paused.mode
+
+
+def test_panels_decimate_and_keep_nan_marks(tmp_path: Path) -> None:
+    model = _model(tmp_path, "nan", NAN_STEP + 10)
+    data = vm.panel_chart(model, "loss", vm.ViewState(), 40)
+    raw = next(t for t in data.traces if t.name == "loss")
+    assert len(raw.hi) == 40 and (data.start, data.end) == (0, NAN_STEP + 9)
+    assert raw.bad[-1] and not raw.bad[0], "the NaN tail is marked in the last bucket"
+    assert "loss NaN" in data.legend
+    names = [t.name for t in data.traces]
+    assert names == ["loss", "ema", "eval"]
+    smooth_off = vm.panel_chart(model, "loss", vm.ViewState(smoothing=False), 40)
+    assert [t.name for t in smooth_off.traces] == ["loss", "eval"]
+    at = vm.panel_chart(model, "loss", vm.ViewState(cursor=10), 40)
+    assert at.legend.startswith("@10 loss ")
+    grad = vm.panel_chart(model, "grad_norm", vm.ViewState(), 40)
+    assert grad.log and any(grad.traces[0].bad)
+
+
+def test_panel_signature_changes_only_with_its_data_or_the_view(tmp_path: Path) -> None:
+    model = _model(tmp_path, "healthy", 50)
+    state = vm.ViewState()
+    before = {p.key: vm.panel_signature(model, p.key, state) for p in vm.PANELS}
+    model.ingest([{"kind": "eval", "step": 49, "t": T0, "loss": 0.5}])
+    after = {p.key: vm.panel_signature(model, p.key, state) for p in vm.PANELS}
+    assert [k for k in before if before[k] != after[k]] == ["loss"]
+    logged = vm.panel_signature(model, "loss", vm.ViewState(log_loss=True))
+    assert (
+        logged != after["loss"]
+        and vm.panel_signature(model, "lr", vm.ViewState(log_loss=True)) == after["lr"]
+    )
+
+
+def test_cpu_run_memory_is_rss_and_gpu_is_na_with_the_reason(tmp_path: Path) -> None:
+    model = _model(tmp_path, "healthy", 30)
+    mem = vm.panel_chart(model, "memory", vm.ViewState(), 20)
+    assert [t.name for t in mem.traces] == ["rss"] and mem.unit == "B"
+    assert "NVML" in (vm.gpu_na_reason(model) or "")
+    gpu_model = _model(tmp_path, "gpu", 30)
+    assert vm.gpu_na_reason(gpu_model) is None
+    gpu = vm.panel_chart(gpu_model, "gpu", vm.ViewState(), 20)
+    assert "util 8" in gpu.legend and "mem 19%" in gpu.legend  # 3 GiB of 16 GiB
+    cuda = vm.panel_chart(gpu_model, "memory", vm.ViewState(), 20)
+    assert [t.name for t in cuda.traces] == ["alloc", "reserved", "limit"]
+
+
+def test_crash_info_and_alert_windows(tmp_path: Path) -> None:
+    model = _model(tmp_path, "crashed", 60)
+    info = vm.crash_info(model)
+    assert info is not None and info.step == 59
+    assert info.exception.startswith("RuntimeError: mat1 and mat2")
+    assert "loss" in info.last_values and info.diagnosis
+    assert vm.crash_info(_model(tmp_path, "healthy", 10)) is None
+    a = Alert("loss_spike", "warning", 500, "Loss spike", "x", last_step=510)
+    lo, hi = vm.alert_window(a, 0, 1000)
+    assert lo < 500 and hi > 510 and hi - lo < 1000
+    b = Alert("nan_loss", "critical", 700, "NaN", "y")
+    keys = [vm.next_alert_key([a, b], None), vm.next_alert_key([a, b], vm.alert_key(b))]
+    assert keys == ["nan_loss@700", "loss_spike@500"], "newest first, then cycles"
+    assert vm.next_alert_key([], None) is None
+
+
+def test_cursor_moves_one_column_and_stays_in_the_window(tmp_path: Path) -> None:
+    model = _model(tmp_path, "healthy", 1000)
+    state = vm.ViewState()
+    first = vm.move_cursor(model, state, 1, columns=100)
+    assert first == 0
+    nxt = vm.move_cursor(model, vm.ViewState(cursor=first), 1, columns=100)
+    assert nxt == 10  # 1000 steps over 100 columns
+    assert vm.move_cursor(model, vm.ViewState(cursor=999), 1, columns=100) == 999
+    assert vm.window_around(model, 500) == (401, 599)  # +- a tenth of the run
+
+
+def test_ticks_live_in_a_sidecar_and_survive_a_restart(tmp_path: Path) -> None:
+    log = write_log(tmp_path / "run.jsonl", "healthy", 5)
+    content = log.read_bytes()
+    ticks = Ticks(str(log))
+    assert ticks.toggle("nan_loss@3", "lower_lr") is True
+    assert sidecar_path(log).name == "run.jsonl.dltop-ticks.json"
+    assert json.loads(sidecar_path(log).read_text())["ticks"] == {"nan_loss@3": ["lower_lr"]}
+    assert Ticks(str(log)).ticked("nan_loss@3") == {"lower_lr"}
+    assert ticks.toggle("nan_loss@3", "lower_lr") is False
+    assert Ticks(str(log)).ticked("nan_loss@3") == set()
+    assert log.read_bytes() == content
+    sidecar_path(log).write_text("{broken")
+    assert Ticks(str(log)).error is not None  # a damaged sidecar is reported, not fatal
+
+
+def test_formatting() -> None:
+    assert vm.format_duration(3725) == "1:02:05" and vm.format_duration(65) == "1:05"
+    assert vm.format_duration(3 * 86400 + 7200 + 5) == "3d 2h"
+    assert vm.format_age(2.4) == "2s ago" and vm.format_age(None) == ""

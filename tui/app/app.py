@@ -1,0 +1,409 @@
+"""DltopApp: the live dashboard of one run.
+
+Data flow (docs/architecture.md): the source's reader thread ingests chunks into the
+RunModel and posts ONE ``Ingested`` message per chunk; nothing is drawn then. A timer at
+``refresh_hz`` (2-4 Hz) compares the model's version with what was last drawn and asks
+only the panels whose data (or view) changed to pull fresh decimated data. Every number
+shown comes from ``dltop.tui.core.view_model``; the widgets only draw it.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+from typing import Any, ClassVar
+
+from dltop.tui.app.badges import Badge, BadgeBar
+from dltop.tui.app.cards import GpuPanel
+from dltop.tui.app.chart import Chart
+from dltop.tui.app.checklist import ChecklistPane, StepList
+from dltop.tui.app.crash_banner import CrashBanner
+from dltop.tui.app.header import Header
+from dltop.tui.app.help import HelpScreen
+from dltop.tui.app.messages import Ingested, SourceEnded, SourceFailed, SourceReset
+from dltop.tui.core import view_model as vm
+from dltop.tui.core.sources import FileSource, SourceError, open_source
+from dltop.tui.core.ticks import Ticks
+from textual import on
+from textual.app import App, ComposeResult
+from textual.binding import Binding, BindingType
+from textual.containers import Container, Horizontal
+from textual.widgets import Input, Static
+
+COMPACT_WIDTH, COMPACT_HEIGHT = 110, 32
+HINT = "q quit ? help 1-7 zoom l log s smooth p pause ←→ cursor g step a alert c list e svg"
+FIXED_NOW_ENV = "DLTOP_FIXED_NOW"  # Unix seconds: freeze "now" (ages) for snapshots and demos
+
+
+class DltopApp(App[int]):
+    """The dashboard. ``source`` is a log path; ``model`` may be given instead (tests)."""
+
+    CSS_PATH = "dltop.tcss"
+    TITLE = "dltop"
+    ENABLE_COMMAND_PALETTE = False
+    AUTO_FOCUS = "#panel-loss"  # start on the loss chart; tab walks badges, panels, checklist
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("q", "quit", "quit"),
+        Binding("question_mark", "help", "help"),
+        *[Binding(str(i), f"zoom({i})", f"panel {i}", show=False) for i in range(1, 10)],
+        Binding("l", "toggle_log", "log scale"),
+        Binding("s", "toggle_smoothing", "smoothing"),
+        Binding("p", "toggle_pause", "pause/follow"),
+        Binding("left", "cursor(-1)", "cursor left", show=False),
+        Binding("right", "cursor(1)", "cursor right", show=False),
+        Binding("home", "cursor_home", show=False),
+        Binding("end", "cursor_off", show=False),
+        Binding("g", "goto", "go to step"),
+        Binding("a", "next_alert", "next alert"),
+        Binding("c", "toggle_checklist", "checklist"),
+        Binding("escape", "reset_view", show=False),
+        Binding("e", "screenshot_svg", "screenshot"),
+    ]
+
+    def __init__(
+        self,
+        source: str | None = None,
+        *,
+        follow: bool = True,
+        refresh_hz: float = 3.0,
+        lang: str = "en",
+        model: Any = None,
+        now: float | None = None,
+        screenshot_dir: str | None = None,
+        poll_interval: float = 0.1,
+    ) -> None:
+        super().__init__()
+        self.source = source
+        self.follow = follow
+        self.refresh_hz = min(4.0, max(2.0, refresh_hz))
+        self.lang = lang
+        fixed = now if now is not None else _env_float(FIXED_NOW_ENV)
+        self.clock = vm.Clock(fixed)
+        self.model = model if model is not None else vm.new_model(source or "run")
+        self.state = vm.ViewState()
+        self.ticks = Ticks(source if source and os.path.isfile(source) else None)
+        self.screenshot_dir = screenshot_dir
+        self.poll_interval = poll_interval
+        self.reader: FileSource | None = None
+        self.chunks = 0  # Ingested messages seen (one per chunk, never per record)
+        self.ticks_drawn = 0  # timer ticks that found something to draw
+        self.source_error: str | None = None
+        self.ended = False
+        self._drawn: dict[str, Any] = {}
+        self._pane_user: bool | None = None  # None: follow the selection
+        self._zoomed: str | None = None
+        self.last_screenshot: str | None = None  # path of the latest `e` screenshot
+
+    # ------------------------------------------------------------------ layout
+    def compose(self) -> ComposeResult:
+        yield Header(id="header")
+        yield BadgeBar(id="badges")
+        yield CrashBanner(id="crash")
+        with Horizontal(id="body"):
+            with Container(id="panels"):
+                for i, spec in enumerate(vm.PANELS, start=1):
+                    provider = self._provider(spec.key)
+                    widget: Chart | GpuPanel
+                    if spec.key == "gpu":
+                        widget = GpuPanel(provider, id=f"panel-{spec.key}")
+                    else:
+                        widget = Chart(provider, id=f"panel-{spec.key}")
+                    widget.add_class("panel")
+                    widget.set_class(spec.minor, "-minor")
+                    widget.border_title = f"{i} {spec.title}"
+                    yield widget
+            yield ChecklistPane(id="checklist")
+        yield Input(
+            placeholder="go to step (enter; escape cancels)",
+            id="goto",
+            type="integer",
+            disabled=True,
+        )
+        yield Static(HINT, id="hint", markup=False)
+
+    def on_mount(self) -> None:
+        self._apply_size_classes()
+        if self.source is not None and self.reader is None:
+            self._start_source(self.source)
+        self.set_interval(1.0 / self.refresh_hz, self.redraw, name="redraw")
+        self.redraw()
+
+    def on_unmount(self) -> None:
+        if self.reader is not None:
+            self.reader.stop()
+
+    def on_resize(self) -> None:
+        self._apply_size_classes()
+
+    def _apply_size_classes(self) -> None:
+        w, h = self.size
+        compact = w < COMPACT_WIDTH or h < COMPACT_HEIGHT
+        self.screen.set_class(compact, "-compact")
+
+    def _start_source(self, path: str) -> None:
+        """Open the core's source and run its loop in a thread worker that never kills the
+        app: a failing source becomes a one-line error in the header."""
+        try:
+            self.reader = open_source(
+                path,
+                self.model,
+                self._on_update,
+                follow=self.follow,
+                poll_interval=self.poll_interval,
+            )
+        except SourceError as e:
+            self.source_error = str(e)
+            return
+        reader = self.reader
+        chosen = getattr(reader, "chosen", None)  # a directory: ticks go next to the rank shown
+        if chosen is not None:
+            self.ticks = Ticks(chosen.path)
+
+        def read() -> None:  # on the worker thread
+            try:
+                reader.run()
+            except Exception as e:  # a bug below must not freeze the screen silently
+                reader.error = f"reader stopped: {type(e).__name__}: {e}"
+            finally:
+                if reader.error:
+                    self.post_message(SourceFailed(reader.error))
+                self.post_message(SourceEnded())
+
+        self.run_worker(read, thread=True, exit_on_error=False, name="reader", group="source")
+
+    def _on_update(self, records: int) -> None:
+        """The reader thread's callback, once per chunk: one thread-safe message, no drawing."""
+        self.post_message(Ingested(records))
+
+    # ------------------------------------------------------------- messages
+    def on_ingested(self, message: Ingested) -> None:
+        self.chunks += 1  # the timer draws; a message only says "there is news"
+
+    def on_source_reset(self, message: SourceReset) -> None:
+        """A truncated or replaced log is a new run: forget the old view (window, cursor,
+        selected alert) and say so."""
+        self.state = vm.ViewState(smoothing=self.state.smoothing, log_loss=self.state.log_loss)
+        self._drawn.clear()
+        self._pane_user = None
+        self.notify(f"new run: {message.reason}", severity="warning", timeout=6)
+
+    def on_source_failed(self, message: SourceFailed) -> None:
+        self.source_error = message.text
+        self.notify(message.text, severity="error", timeout=10)
+
+    def on_source_ended(self, message: SourceEnded) -> None:
+        self.ended = True
+
+    # ------------------------------------------------------------- drawing
+    def _provider(self, key: str) -> Any:
+        def provide(buckets: int) -> vm.ChartData:
+            with vm.locked(self.model):
+                return vm.panel_chart(self.model, key, self.state, buckets)
+
+        return provide
+
+    def redraw(self) -> None:
+        """The timer: draw what changed since the last tick, nothing else."""
+        model = self.model
+        if vm.take_restart(model) is not None:
+            self.on_source_reset(SourceReset(model.reset_reason))
+        with vm.locked(model):
+            header = vm.header_info(
+                model, self.clock.now(), self.state, self.follow, self.source_error
+            )
+            version = vm.model_version(model)
+            drew = False
+            changed_state = self._drawn.get("state") != self.state
+            # paused: the window is frozen and new data waits, but the person's keys still act
+            new_data = self._drawn.get("version") != version and not self.state.paused
+            if new_data or changed_state:
+                alerts = vm.alerts_of(model)
+                crash = vm.crash_info(model)
+                gpu_na = vm.gpu_na_reason(model)
+                sigs = {p.key: vm.panel_signature(model, p.key, self.state) for p in vm.PANELS}
+                checklist = self._checklist_view(alerts) if self._pane_shown() else None
+                drew = True
+        self.query_one(Header).show(header)
+        if not drew:
+            return
+        self.ticks_drawn += 1
+        self.query_one(BadgeBar).show(alerts, self.state.selected)
+        self.query_one(CrashBanner).show(crash)
+        gpu = self.query_one("#panel-gpu", GpuPanel)
+        gpu.show_na(gpu_na)
+        for spec in vm.PANELS:
+            if self._drawn.get(spec.key) == sigs[spec.key]:
+                continue
+            self._drawn[spec.key] = sigs[spec.key]
+            widget = self.query_one(f"#panel-{spec.key}")
+            if isinstance(widget, (Chart, GpuPanel)):  # cheap: charts pull when painted
+                widget.update()
+        pane = self.query_one(ChecklistPane)
+        pane.set_class(self._pane_shown(), "-shown")
+        self.query_one("#body").set_class(self._pane_shown(), "-pane")
+        if checklist is not None:
+            alert, title, steps = checklist
+            pane.show(
+                alert, title, steps, self.ticks.ticked(vm.alert_key(alert)) if alert else set()
+            )
+        self._drawn["version"] = version
+        self._drawn["state"] = self.state
+
+    def _checklist_view(self, alerts: list[Any]) -> tuple[Any, str, list[Any]]:
+        alert = vm.find_alert(alerts, self.state.selected)
+        if alert is None:
+            return None, "", []
+        title, steps = vm.checklist_view(self.model, alert, self.lang)
+        return alert, title, steps
+
+    def _pane_shown(self) -> bool:
+        if self._pane_user is not None:
+            return self._pane_user
+        return self.state.selected is not None
+
+    def set_state(self, **changes: Any) -> None:
+        self.state = vm.replace_state(self.state, **changes)
+        self.redraw()
+
+    # ------------------------------------------------------------- actions
+    def action_help(self) -> None:
+        self.push_screen(HelpScreen())
+
+    def action_zoom(self, n: int) -> None:
+        if n > len(vm.PANELS):
+            self.notify(f"there are {len(vm.PANELS)} panels", timeout=2)
+            return
+        key = vm.PANELS[n - 1].key
+        widget = self.query_one(f"#panel-{key}")
+        if self._zoomed == key:
+            self._zoomed = None
+            widget.remove_class("-zoomed")
+            self.screen.minimize()
+            return
+        self._zoomed = key
+        widget.add_class("-zoomed")
+        self.screen.maximize(widget, container=False)
+        if isinstance(widget, (Chart, GpuPanel)):
+            self.call_after_refresh(widget.update)
+
+    def action_toggle_log(self) -> None:
+        self.set_state(log_loss=not self.state.log_loss)
+
+    def action_toggle_smoothing(self) -> None:
+        self.set_state(smoothing=not self.state.smoothing)
+
+    def action_toggle_pause(self) -> None:
+        if self.state.paused:  # resume: back to following the whole run
+            self.set_state(paused=False, window=None)
+            return
+        with vm.locked(self.model):
+            window = vm.window_of(self.model, self.state)
+        self.set_state(paused=True, window=window)
+
+    def action_cursor(self, direction: int) -> None:
+        with vm.locked(self.model):
+            cursor = vm.move_cursor(self.model, self.state, direction, self._plot_columns())
+        self.set_state(cursor=cursor)
+
+    def action_cursor_home(self) -> None:
+        with vm.locked(self.model):
+            start, _ = vm.window_of(self.model, self.state)
+        self.set_state(cursor=start)
+
+    def action_cursor_off(self) -> None:
+        self.set_state(cursor=None)
+
+    def action_goto(self) -> None:
+        box = self.query_one("#goto", Input)
+        box.disabled = False
+        box.add_class("-shown")
+        box.value = ""
+        box.focus()
+
+    def _hide_goto(self) -> None:
+        """Hidden and disabled, so neither tab nor the start-up focus can land in it."""
+        box = self.query_one("#goto", Input)
+        box.remove_class("-shown")
+        box.disabled = True
+        self.screen.set_focus(self.query_one("#panel-loss"))
+
+    @on(Input.Submitted, "#goto")
+    def _goto_submitted(self, event: Input.Submitted) -> None:
+        self._hide_goto()
+        try:
+            step = int(event.value)
+        except ValueError:
+            self.notify("go to: type a step number", severity="warning", timeout=3)
+            return
+        with vm.locked(self.model):
+            window = vm.window_around(self.model, step)
+        self.set_state(cursor=step, window=window)
+
+    def action_next_alert(self) -> None:
+        with vm.locked(self.model):
+            alerts = vm.alerts_of(self.model)
+        key = vm.next_alert_key(alerts, self.state.selected)
+        if key is None:
+            self.notify("no alerts", timeout=2)
+            return
+        self._select_alert(key)
+
+    @on(Badge.Selected)
+    def _badge_selected(self, event: Badge.Selected) -> None:
+        self._select_alert(event.key)
+
+    def _select_alert(self, key: str) -> None:
+        with vm.locked(self.model):
+            alert = vm.find_alert(vm.alerts_of(self.model), key)
+            window = vm.window_for_alert(self.model, alert) if alert else None
+        self._pane_user = None
+        self.set_state(selected=key, window=window, cursor=alert.step if alert else None)
+
+    def action_toggle_checklist(self) -> None:
+        self._pane_user = not self._pane_shown()
+        self._drawn.pop("state", None)
+        self.redraw()
+
+    @on(StepList.Ticked)
+    def _ticked(self, event: StepList.Ticked) -> None:
+        if self.state.selected is None:
+            return
+        self.ticks.toggle(self.state.selected, event.step_id)
+        if self.ticks.error:
+            self.notify(self.ticks.error, severity="warning", timeout=5)
+        self._drawn.pop("state", None)
+        self.redraw()
+
+    def action_reset_view(self) -> None:
+        box = self.query_one("#goto", Input)
+        if box.has_class("-shown"):
+            self._hide_goto()
+            return
+        if self._zoomed is not None:
+            self.action_zoom(next(i for i, p in enumerate(vm.PANELS, 1) if p.key == self._zoomed))
+            return
+        self.set_state(window=None, cursor=None, paused=False)
+
+    def action_screenshot_svg(self) -> None:
+        folder = Path(self.screenshot_dir or os.getcwd())
+        name = f"dltop-{time.strftime('%Y%m%d-%H%M%S')}.svg"
+        try:
+            path = self.save_screenshot(name, str(folder))
+        except OSError as e:
+            self.notify(f"screenshot not saved: {e.strerror or e}", severity="error")
+            return
+        self.last_screenshot = path
+        self.notify(f"screenshot saved to {path}", timeout=6)
+
+    # ------------------------------------------------------------- helpers
+    def _plot_columns(self) -> int:
+        chart = self.query_one("#panel-loss", Chart)
+        return chart.plot_columns
+
+
+def _env_float(name: str) -> float | None:
+    try:
+        return float(os.environ[name])
+    except (KeyError, ValueError):
+        return None

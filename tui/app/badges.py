@@ -1,0 +1,75 @@
+"""The alert badge bar: one coloured badge per alert, newest first; selecting one opens its
+checklist and moves the charts to the alert's step window (the app does both)."""
+
+from __future__ import annotations
+
+from dltop.tui.core.alerts import Alert
+from dltop.tui.core.view_model import alert_key, badge_label
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import HorizontalScroll
+from textual.message import Message
+from textual.widgets import Static
+
+
+class Badge(Static, can_focus=True):
+    """One alert; enter or a click selects it."""
+
+    BINDINGS = [Binding("enter", "select", "open checklist", show=False)]
+
+    class Selected(Message):
+        def __init__(self, key: str) -> None:
+            super().__init__()
+            self.key = key
+
+    def __init__(self, alert: Alert, selected: bool) -> None:
+        super().__init__(badge_label(alert), classes=f"badge -{alert.severity}", markup=False)
+        self.key = alert_key(alert)
+        self.set_class(not alert.active, "-inactive")
+        self.set_class(selected, "-selected")
+
+    def action_select(self) -> None:
+        self.post_message(self.Selected(self.key))
+
+    def on_click(self) -> None:
+        self.post_message(self.Selected(self.key))
+
+
+class BadgeBar(HorizontalScroll, can_focus=False, inherit_bindings=False):
+    """Rebuilt only when the list of alerts (or the selection) changes. Not focusable and
+    without the scroll keys, so ←/→ keep moving the step cursor while a badge has focus."""
+
+    DEFAULT_CSS = """
+    BadgeBar { height: 1; background: $surface; scrollbar-size: 0 0; }
+    """
+
+    def __init__(self, *, id: str | None = None) -> None:
+        super().__init__(id=id)
+        self._signature: tuple = ()
+
+    def compose(self) -> ComposeResult:
+        yield Static("no alerts", classes="badge -none")
+
+    def show(self, alerts: list[Alert], selected: str | None) -> None:
+        ordered = sorted(alerts, key=_newest_first)
+        sig = tuple(
+            (alert_key(a), a.severity, a.active, a.last_step, a.message) for a in ordered
+        ) + ((selected,),)
+        if sig == self._signature:
+            return
+        self._signature = sig
+        focused_key = getattr(self.app.focused, "key", None)
+        self.remove_children()
+        if not ordered:
+            self.mount(Static("no alerts", classes="badge -none"))
+            return
+        badges = [Badge(a, alert_key(a) == selected) for a in ordered]
+        self.mount_all(badges)
+        for b in badges:  # keep keyboard focus on the same alert across rebuilds
+            if b.key == focused_key:
+                self.call_after_refresh(b.focus)
+
+
+def _newest_first(a: Alert) -> tuple[int, float]:
+    """The alert that started last comes first; resolved ones are dimmed by CSS, not moved."""
+    return (-(a.step if a.step is not None else -1), -(a.t or 0.0))

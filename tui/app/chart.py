@@ -1,0 +1,318 @@
+"""A braille line chart on Textual's Line API, drawn from decimated buckets.
+
+Why not textual-plotext: it rebuilds the whole plot on every render, on the event loop,
+and slows with the number of points (see the engineering notes). This widget instead
+receives ``ChartData`` already decimated to ~2 points per character column, rasterises it
+once per data change into a list of ``Strip`` objects, and ``render_line`` only indexes
+that list. Repaints caused by anything else (focus, a neighbour's resize) cost nothing.
+
+Layout inside the widget (border and title come from CSS):
+
+    row 0          legend (values, cursor readout)
+    rows 1..h-2    the plot: a y-axis gutter, then braille cells (2x4 dots each)
+    row h-1        x axis: first, middle and last step of the window
+
+Non-finite buckets are drawn as a red ``✕`` on the plot's top row (and a NaN count in the
+legend), never as a gap; a step cursor is a highlighted column.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import ClassVar
+
+from dltop.tui.core.chartdata import (
+    ChartData,
+    column_to_step,
+    format_value,
+    step_to_column,
+    untransform,
+    y_range,
+)
+from rich.segment import Segment
+from rich.style import Style
+from textual.geometry import Size
+from textual.strip import Strip
+from textual.widget import Widget
+
+# (dx, dy) -> braille bit, dots numbered as in Unicode's braille block
+_BRAILLE_BITS = ((0x01, 0x02, 0x04, 0x40), (0x08, 0x10, 0x20, 0x80))
+GUTTER = 9  # y-axis label width, including the separator
+BAD_MARK = "✕"
+
+Provider = Callable[[int], ChartData]
+
+
+class Chart(Widget):
+    """A chart fed by a provider ``f(buckets) -> ChartData``; redrawn only on ``update()``."""
+
+    can_focus = True
+
+    COMPONENT_CLASSES: ClassVar[set[str]] = {
+        "chart--axis",
+        "chart--legend",
+        "chart--raw",
+        "chart--ema",
+        "chart--eval",
+        "chart--alt",
+        "chart--alt2",
+        "chart--bad",
+        "chart--cursor",
+        "chart--empty",
+    }
+
+    DEFAULT_CSS = """
+    Chart { height: 1fr; min-height: 5; }
+    Chart > .chart--axis { color: $text-muted; }
+    Chart > .chart--legend { color: $text; }
+    Chart > .chart--raw { color: $primary; }
+    Chart > .chart--ema { color: $warning; }
+    Chart > .chart--eval { color: $success; }
+    Chart > .chart--alt { color: $accent; }
+    Chart > .chart--alt2 { color: $secondary; }
+    Chart > .chart--bad { color: $error; text-style: bold; }
+    Chart > .chart--cursor { background: $boost; color: $text; }
+    Chart > .chart--empty { color: $text-muted; text-style: italic; }
+    """
+
+    def __init__(
+        self, provider: Provider | None = None, *, name: str | None = None, id: str | None = None
+    ) -> None:
+        super().__init__(name=name, id=id)
+        self.provider = provider
+        self.data: ChartData | None = None
+        self._strips: list[Strip] = []
+        self._built_for: tuple[int, int] | None = None
+        self._stale = provider is not None  # the provider has news not yet pulled
+        self.draws = 0  # rasterisations so far: tests check that idle ticks do not redraw
+
+    # ------------------------------------------------------------------ data
+    @property
+    def plot_columns(self) -> int:
+        """Character columns of the plot area (the provider gets twice that many buckets)."""
+        return max(1, self.size.width - GUTTER)
+
+    def update(self) -> None:
+        """Mark the data stale and repaint; call only when the data changed.
+
+        The provider is asked lazily, on the next paint, when the widget has its real size:
+        a hidden panel (small terminal, N/A card) costs nothing, and a panel that becomes
+        visible later still pulls data for the width it actually has.
+        """
+        self._stale = True
+        self._built_for = None
+        self.refresh()
+
+    def set_data(self, data: ChartData) -> None:
+        """Draw given data (tests, or a chart without a provider)."""
+        self.data = data
+        self._stale = False
+        self._built_for = None
+        self.refresh()
+
+    def on_resize(self) -> None:
+        self.update()
+
+    # --------------------------------------------------------------- drawing
+    def render_line(self, y: int) -> Strip:
+        width, height = self.size
+        if self._built_for != (width, height):
+            if self._stale and self.provider is not None and width > 0:
+                self.data = self.provider(self.plot_columns * 2)
+                self._stale = False
+            self._strips = self._build(width, height)
+            self._built_for = (width, height)
+            self.draws += 1
+        if 0 <= y < len(self._strips):
+            return self._strips[y]
+        return Strip.blank(width)
+
+    def get_content_height(self, container: Size, viewport: Size, width: int) -> int:
+        return max(5, container.height)
+
+    def _style(self, key: str) -> Style:
+        return self.get_component_rich_style(f"chart--{key}")
+
+    def _build(self, width: int, height: int) -> list[Strip]:
+        data = self.data
+        axis = self._style("axis")
+        legend_style = self._style("legend")
+        if width <= GUTTER or height < 3:
+            return [Strip.blank(width)] * max(0, height)
+        legend = data.legend if data else ""
+        rows = [_text_strip(legend, width, legend_style)]
+        plot_h = height - 2
+        cols = width - GUTTER
+        if data is None or not data.has_points:
+            msg = data.empty_text if data else "waiting for data"
+            empty = self._style("empty")
+            for r in range(plot_h):
+                text = msg.center(cols) if r == plot_h // 2 else ""
+                rows.append(Strip([Segment(" " * GUTTER, axis), *_pad(text, cols, empty)], width))
+            rows.append(_text_strip("", width, axis))
+            return rows
+        rows.extend(self._plot(data, cols, plot_h, axis))
+        rows.append(self._x_axis(data, cols, width, axis))
+        return rows
+
+    def _plot(self, data: ChartData, cols: int, plot_h: int, axis: Style) -> list[Strip]:
+        rng = y_range(data)
+        dots_w, dots_h = cols * 2, plot_h * 4
+        bits = [[0] * cols for _ in range(plot_h)]
+        owner: list[list[str | None]] = [[None] * cols for _ in range(plot_h)]
+        bad_cols: set[int] = set()
+        if rng is not None:
+            lo_v, hi_v = rng
+            scale = (dots_h - 1) / (hi_v - lo_v)
+            last_dot = dots_h - 1
+            log = data.log
+
+            def to_dot(v: float) -> int:
+                if log:
+                    if v <= 0:  # non-positive under log: pinned to the bottom edge
+                        return last_dot
+                    v = math.log10(v)
+                d = int((hi_v - v) * scale + 0.5)
+                return 0 if d < 0 else (last_dot if d > last_dot else d)
+
+            for trace in data.traces:
+                n = len(trace.hi)
+                bad = trace.bad
+                nbad = len(bad)
+                style = trace.style
+                connect = trace.connect
+                prev: int | None = None
+                prev_x = 0
+                for i, (a, b) in enumerate(zip(trace.lo, trace.hi, strict=False)):
+                    x = i * dots_w // n
+                    if i < nbad and bad[i]:
+                        bad_cols.add(x >> 1)
+                        prev = None  # a NaN breaks the line; its mark says why
+                    if a is None or b is None:
+                        if not connect:
+                            prev = None
+                        continue
+                    top = to_dot(b)
+                    bottom = top if a == b else to_dot(a)
+                    if connect and prev is not None:
+                        if x - prev_x > 1:  # empty buckets between (a zoomed-in window)
+                            _bridge(bits, owner, style, prev_x, prev, x, (top + bottom) >> 1)
+                        if prev < top:
+                            top = prev
+                        elif prev > bottom:
+                            bottom = prev
+                    prev = (top + bottom) >> 1
+                    prev_x = x
+                    cx = x >> 1
+                    column_bits = _BRAILLE_BITS[x & 1]
+                    for dy in range(top, bottom + 1):
+                        cy = dy >> 2
+                        bits[cy][cx] |= column_bits[dy & 3]
+                        owner[cy][cx] = style
+        else:
+            for trace in data.traces:
+                n = len(trace.bad)
+                for i, flag in enumerate(trace.bad):
+                    if flag:
+                        bad_cols.add(min(cols - 1, i * cols // max(1, n)))
+        cursor_col = (
+            step_to_column(data.cursor, data.start, data.end, cols)
+            if data.cursor is not None
+            else None
+        )
+        labels = _y_labels(rng, plot_h, data)
+        styles = {key: self._style(key) for key in ("raw", "ema", "eval", "alt", "alt2")}
+        bad_style = self._style("bad")
+        cursor_style = self._style("cursor")
+        out: list[Strip] = []
+        for r in range(plot_h):
+            segs = [Segment(labels[r], axis)]
+            run_text: list[str] = []
+            run_style: Style | None = None
+            row_bits, row_owner = bits[r], owner[r]
+            for c in range(cols):
+                if r == 0 and c in bad_cols:
+                    ch, st = BAD_MARK, bad_style
+                elif row_bits[c]:
+                    ch, st = chr(0x2800 + row_bits[c]), styles.get(row_owner[c] or "raw", axis)
+                else:
+                    ch, st = " ", axis
+                if c == cursor_col:
+                    if ch == " ":
+                        ch = "│"
+                    st = st + cursor_style
+                if st is not run_style and run_text:
+                    segs.append(Segment("".join(run_text), run_style))
+                    run_text = []
+                run_style = st
+                run_text.append(ch)
+            if run_text:
+                segs.append(Segment("".join(run_text), run_style))
+            out.append(Strip(segs, GUTTER + cols))
+        return out
+
+    def _x_axis(self, data: ChartData, cols: int, width: int, axis: Style) -> Strip:
+        line = [" "] * cols
+        first = str(data.start)
+        mid = str(column_to_step(cols // 2, data.start, data.end, cols))
+        last = str(data.end)
+        if cols >= len(first) + len(last) + 1:
+            _put(line, 0, first)
+        if cols > len(first) + len(mid) + len(last) + 4:
+            _put(line, cols // 2 - len(mid) // 2, mid)
+        _put(line, cols - len(last), last)
+        return Strip(
+            [Segment("step".rjust(GUTTER - 1) + " ", axis), Segment("".join(line), axis)], width
+        )
+
+
+def _bridge(
+    bits: list[list[int]],
+    owner: list[list[str | None]],
+    style: str,
+    x0: int,
+    y0: int,
+    x1: int,
+    y1: int,
+) -> None:
+    """Dots on the straight line between two points across empty dot columns, so a
+    window with fewer steps than dot columns still draws a line, not dashes."""
+    span = x1 - x0
+    for x in range(x0 + 1, x1):
+        y = y0 + (y1 - y0) * (x - x0) // span
+        cx, cy = x >> 1, y >> 2
+        bits[cy][cx] |= _BRAILLE_BITS[x & 1][y & 3]
+        owner[cy][cx] = style
+
+
+def _y_labels(rng: tuple[float, float] | None, plot_h: int, data: ChartData) -> list[str]:
+    """Gutter text per plot row: top, middle and bottom values, blank elsewhere."""
+    labels = [" " * GUTTER] * plot_h
+    if rng is None:
+        return labels
+    lo, hi = rng
+    marks = {0: hi, plot_h - 1: lo}
+    if plot_h >= 5:
+        marks[(plot_h - 1) // 2] = hi - (hi - lo) * ((plot_h - 1) // 2) / max(1, plot_h - 1)
+    for row, v in marks.items():
+        text = format_value(untransform(v, data.log), data.unit)
+        labels[row] = text[: GUTTER - 2].rjust(GUTTER - 2) + " ┤"
+    for r in range(plot_h):
+        if r not in marks:
+            labels[r] = " " * (GUTTER - 1) + "│"
+    return labels
+
+
+def _put(line: list[str], at: int, text: str) -> None:
+    for i, ch in enumerate(text):
+        if 0 <= at + i < len(line):
+            line[at + i] = ch
+
+
+def _pad(text: str, width: int, style: Style) -> list[Segment]:
+    return [Segment(text[:width].ljust(width), style)]
+
+
+def _text_strip(text: str, width: int, style: Style) -> Strip:
+    return Strip([Segment(text[:width].ljust(width), style)], width)

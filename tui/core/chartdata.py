@@ -1,0 +1,187 @@
+"""What a chart draws, computed without a UI: traces of per-column min/max, ranges, labels.
+
+A chart is as wide as the terminal allows, so it never needs more than about two points
+per character column: the store decimates each metric into buckets that keep the minimum,
+the maximum and whether any non-finite value fell inside. This module turns those buckets
+into ``ChartData`` (the one thing the chart widget reads) and holds the arithmetic that
+would otherwise hide in a widget: log transforms, the y range, EMA smoothing over buckets,
+and the mapping between steps and columns. It imports no Textual, so it is testable alone.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+# Style keys a trace may ask for; the chart widget maps each to a component class.
+RAW, EMA, EVAL, ALT, ALT2 = "raw", "ema", "eval", "alt", "alt2"
+
+
+@dataclass(frozen=True)
+class Trace:
+    """One line on a chart: per bucket, the finite min/max (``None`` when empty) and a flag
+    saying the bucket held a NaN/Inf, so the chart can mark it instead of leaving a gap."""
+
+    name: str
+    lo: Sequence[float | None]
+    hi: Sequence[float | None]
+    bad: Sequence[bool] = ()
+    style: str = RAW
+    connect: bool = True  # draw a line through buckets; False draws points (sparse evals)
+
+
+@dataclass(frozen=True)
+class ChartData:
+    """Everything a chart draws: the step window, its traces and a legend line."""
+
+    start: int  # first step of the window (left edge)
+    end: int  # last step of the window (right edge), >= start
+    traces: tuple[Trace, ...] = ()
+    log: bool = False
+    cursor: int | None = None  # a step, drawn as a vertical line when inside the window
+    legend: str = ""  # values to print on the chart's first row
+    unit: str = ""  # "s", "B", "%": how the y labels are written
+    empty_text: str = "waiting for data"
+    y_floor: float | None = None  # force the range to include this value (0 for memory)
+    extra: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def has_points(self) -> bool:
+        return any(v is not None for t in self.traces for v in t.hi) or any(
+            b for t in self.traces for b in t.bad
+        )
+
+
+def transform(value: float, log: bool) -> float | None:
+    """A finite value in chart space (log10 under a log scale); ``None`` when it cannot be
+    drawn (non-positive under log: such a point sits on the bottom edge)."""
+    if not log:
+        return value
+    return math.log10(value) if value > 0 else None
+
+
+def y_range(data: ChartData) -> tuple[float, float] | None:
+    """The padded (low, high) of every drawable value, in chart space."""
+    lo = math.inf
+    hi = -math.inf
+    for t in data.traces:
+        for a, b in zip(t.lo, t.hi, strict=False):
+            if a is None or b is None:
+                continue
+            ta = transform(a, data.log)
+            tb = transform(b, data.log)
+            if ta is not None:
+                lo = min(lo, ta)
+                hi = max(hi, ta)
+            if tb is not None:
+                lo = min(lo, tb)
+                hi = max(hi, tb)
+    floor = transform(data.y_floor, data.log) if data.y_floor is not None else None
+    if floor is not None:
+        lo = min(lo, floor)
+        hi = max(hi, floor)
+    if lo == math.inf:
+        return None
+    pad = (abs(hi) * 0.1 if hi else 1.0) if hi - lo < 1e-12 else (hi - lo) * 0.05
+    # a floor (0 B, 0 s) is a real bound: never pad below it into impossible values
+    bottom = lo if floor is not None and lo >= floor else lo - pad
+    return bottom, hi + pad
+
+
+def untransform(value: float, log: bool) -> float:
+    return 10.0**value if log else value
+
+
+def step_to_column(step: float, start: int, end: int, columns: int) -> int | None:
+    """The column (0..columns-1) that a step falls in, ``None`` outside the window."""
+    if columns <= 0 or step < start or step > end:
+        return None
+    span = end - start + 1
+    return min(columns - 1, int(step - start) * columns // span)
+
+
+def column_to_step(column: int, start: int, end: int, columns: int) -> int:
+    """The first step of a column: the inverse of :func:`step_to_column`."""
+    span = end - start + 1
+    return start + (column * span) // max(1, columns)
+
+
+def ema_buckets(trace: Trace, alpha: float, steps_per_bucket: float, name: str = "ema") -> Trace:
+    """An EMA over a decimated trace, without touching the raw series.
+
+    Each bucket is summarised by its mid-point and weighted as ``steps_per_bucket`` steps,
+    so the effective smoothing per bucket is ``1 - (1 - alpha) ** k``: the curve matches a
+    per-step EMA when a bucket is one step wide and stays a cheap O(width) pass when one
+    bucket holds thousands of steps. Non-finite buckets are skipped, not propagated: the raw
+    trace already marks them, and a smoothed line that went NaN forever would hide the rest.
+    """
+    k = max(1.0, steps_per_bucket)
+    a = 1.0 - (1.0 - alpha) ** k
+    out: list[float | None] = []
+    acc: float | None = None
+    for lo, hi in zip(trace.lo, trace.hi, strict=False):
+        if lo is None or hi is None:
+            out.append(None)
+            continue
+        mid = (lo + hi) / 2.0
+        acc = mid if acc is None else acc + a * (mid - acc)
+        out.append(acc)
+    return Trace(name=name, lo=out, hi=out, bad=(), style=EMA, connect=True)
+
+
+def ema_last(values: Sequence[float], alpha: float) -> float | None:
+    """The EMA of the finite values, in order: the smoothed "now" of a series."""
+    acc: float | None = None
+    for v in values:
+        if v != v or v in (math.inf, -math.inf):
+            continue
+        acc = v if acc is None else acc + alpha * (v - acc)
+    return acc
+
+
+def format_value(value: float | None, unit: str = "") -> str:
+    """Short axis/legend text: 3.1e+04, 0.0012, 1.5 GiB, 12 ms."""
+    if value is None:
+        return "—"
+    if value != value:
+        return "NaN"
+    if value in (math.inf, -math.inf):
+        return "Inf" if value > 0 else "-Inf"
+    if unit == "B":
+        return format_bytes(value)
+    if unit == "s":
+        return format_seconds(value)
+    if unit == "%":
+        return f"{value:.0f}%"
+    a = abs(value)
+    if a == 0:
+        return "0"
+    if a >= 1e5 or a < 1e-3:
+        mantissa, exponent = f"{value:.1e}".split("e")
+        return f"{mantissa}e{int(exponent)}"
+    if a >= 100:
+        return f"{value:.0f}"
+    if a >= 10:
+        return f"{value:.1f}"
+    return f"{value:.3g}"
+
+
+def format_bytes(value: float) -> str:
+    a = abs(value)
+    for unit, size in (("TiB", 1 << 40), ("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if a >= size:
+            scaled = value / size
+            return f"{scaled:.0f}{unit}" if abs(scaled) >= 100 else f"{scaled:.1f}{unit}"
+    return f"{value:.0f}B"
+
+
+def format_seconds(value: float) -> str:
+    a = abs(value)
+    if a == 0:
+        return "0"
+    if a >= 1:
+        return f"{value:.2f}s"
+    if a >= 1e-3:
+        return f"{value * 1e3:.1f}ms"
+    return f"{value * 1e6:.0f}µs"

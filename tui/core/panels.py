@@ -1,0 +1,231 @@
+"""The dashboard's panels as data: which store series each one draws, and how.
+
+``panel_chart`` turns a panel, the run's store and the person's ``ViewState`` into the
+``ChartData`` the chart widget draws: decimated to the requested number of buckets (about
+two per character column) through the store's min/max decimation, so no spike and no NaN
+is lost and the cost does not grow with the run. ``panel_signature`` says when a panel
+must be redrawn at all: its series' versions plus the view, so idle panels cost nothing.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from dltop.tui.core.chartdata import ALT, ALT2, EMA, EVAL, RAW, ChartData, Trace, format_value
+
+if TYPE_CHECKING:
+    from dltop.tui.core.view_model import ViewState
+
+
+@dataclass(frozen=True)
+class Series:
+    """One line of a panel: a store metric, how to draw it, its legend label."""
+
+    metric: str
+    label: str
+    style: str = RAW
+    connect: bool = True
+
+
+@dataclass(frozen=True)
+class PanelSpec:
+    """A panel: which metrics, in which unit, on which scale."""
+
+    key: str
+    title: str
+    series: tuple[Series, ...]
+    unit: str = ""
+    log: bool = False  # fixed log scale (grad norm); the loss panel follows ViewState
+    smooth: bool = False  # EMA overlay on the first series
+    y_floor: float | None = None
+    empty: str = "waiting for data"
+    minor: bool = False  # hidden on small terminals (still reachable with its number key)
+
+
+PANELS: tuple[PanelSpec, ...] = (
+    PanelSpec(
+        "loss",
+        "loss",
+        (
+            Series("loss", "loss"),
+            Series("loss.ema", "ema", EMA),
+            Series("eval.loss", "eval", EVAL, connect=False),
+        ),
+        smooth=True,
+        empty="no loss yet",
+    ),
+    PanelSpec(
+        "grad_norm",
+        "grad norm (log)",
+        (Series("grad_norm", "norm"),),
+        log=True,
+        empty="no grad norm (pass model= or grad_norm=)",
+    ),
+    PanelSpec(
+        "lr",
+        "learning rate",
+        (Series("lr", "lr"),),
+        empty="no lr (pass optimizer= or lr=)",
+        minor=True,
+    ),
+    PanelSpec(
+        "step_time",
+        "step time: data wait vs compute",
+        (
+            Series("step_time", "step", ALT),
+            Series("compute_time", "compute", ALT2),
+            Series("data_time", "data wait", RAW),
+        ),
+        unit="s",
+        y_floor=0.0,
+        empty="no step timings",
+    ),
+    PanelSpec(
+        "memory",
+        "memory",
+        (
+            Series("mem_allocated", "alloc"),
+            Series("mem_reserved", "reserved", ALT),
+            Series("mem_limit", "limit", ALT2),
+        ),
+        unit="B",
+        y_floor=0.0,
+        empty="no memory readings",
+    ),
+    PanelSpec(
+        "gpu",
+        "GPU (NVML)",
+        (Series("sys.gpus.0.util", "util", RAW), Series("sys.gpus.0.mem_used", "mem", ALT)),
+        unit="%",
+        y_floor=0.0,
+        minor=True,
+    ),
+    PanelSpec(
+        "throughput",
+        "throughput",
+        (Series("samples_per_s", "samples/s"),),
+        y_floor=0.0,
+        empty="no throughput (pass batch_size or samples)",
+        minor=True,
+    ),
+)
+PANEL_BY_KEY = {p.key: p for p in PANELS}
+CPU_MEMORY = PanelSpec(
+    "memory",
+    "memory (process RSS)",
+    (Series("sys.rss", "rss"),),
+    unit="B",
+    y_floor=0.0,
+    empty="no memory readings",
+)
+
+
+def panel_spec(store: Any, key: str) -> PanelSpec:
+    """The spec to draw now: the memory panel shows RSS when the log has no CUDA memory."""
+    if (
+        key == "memory"
+        and store.series("mem_allocated") is None
+        and store.series("mem_reserved") is None
+    ):
+        return CPU_MEMORY
+    return PANEL_BY_KEY[key]
+
+
+def _store(model: Any) -> Any:
+    return model.store
+
+
+def bounds(store: Any) -> tuple[int, int] | None:
+    """First and last step of the run (any series), ``None`` before the first point."""
+    return store.step_range()
+
+
+def window(store: Any, state: ViewState) -> tuple[int, int]:
+    """The steps the charts span: the chosen window, else the whole run."""
+    if state.window is not None:
+        return state.window
+    b = bounds(store)
+    if b is None:
+        return 0, 0
+    return b
+
+
+def panel_signature(model: Any, key: str, state: ViewState) -> tuple[Any, ...]:
+    """Changes whenever the panel would draw something different."""
+    store = _store(model)
+    spec = panel_spec(store, key)
+    versions = tuple(getattr(store.series(s.metric), "version", -1) for s in spec.series)
+    log = spec.log or (key == "loss" and state.log_loss)
+    smooth = state.smoothing if spec.smooth else None
+    return (spec.title, versions, window(store, state), state.cursor, log, smooth)
+
+
+def panel_chart(model: Any, key: str, state: ViewState, buckets: int) -> ChartData:
+    """Decimated traces and the legend for one panel."""
+    store = _store(model)
+    spec = panel_spec(store, key)
+    start, end = window(store, state)
+    log = spec.log or (key == "loss" and state.log_loss)
+    traces: list[Trace] = []
+    legend: list[str] = []
+    at = state.cursor
+    for s in spec.series:
+        if s.style == EMA and not state.smoothing:
+            continue
+        series = store.series(s.metric)
+        if series is None or not len(series):
+            continue
+        d = store.decimate(s.metric, start, end, max(1, buckets))
+        lo, hi = d.lo, d.hi
+        scale = _scale(store, s.metric)
+        if scale is not None:
+            lo = [None if v is None else v * scale for v in lo]
+            hi = [None if v is None else v * scale for v in hi]
+        traces.append(Trace(s.label, lo, hi, d.bad, s.style, s.connect))
+        point = series.at_step(at) if at is not None else series.last()
+        if point is not None:
+            value = point[1] * scale if scale is not None else point[1]
+            legend.append(f"{s.label} {format_value(value, spec.unit)}")
+    if key == "throughput" and not traces:
+        traces, legend = _steps_per_second(store, start, end, buckets, at)
+    prefix = f"@{at} " if at is not None else ""
+    scale_note = " [log]" if log and key == "loss" else ""
+    return ChartData(
+        start=start,
+        end=max(end, start),
+        traces=tuple(traces),
+        log=log,
+        cursor=at,
+        legend=prefix + "  ".join(legend) + scale_note,
+        unit=spec.unit,
+        empty_text=spec.empty,
+        y_floor=None if log else spec.y_floor,
+    )
+
+
+def _scale(store: Any, metric: str) -> float | None:
+    """GPU memory is drawn in % of the device, next to utilisation in %."""
+    if metric.startswith("sys.gpus.") and metric.endswith(".mem_used"):
+        total = store.latest(metric[: -len("mem_used")] + "mem_total")
+        if total:
+            return 100.0 / total
+    return None
+
+
+def _steps_per_second(
+    store: Any, start: int, end: int, buckets: int, at: int | None
+) -> tuple[list[Trace], list[str]]:
+    """Without ``samples_per_s``, throughput is 1 / step_time (min and max swap)."""
+    series = store.series("step_time")
+    if series is None or not len(series):
+        return [], []
+    d = store.decimate("step_time", start, end, max(1, buckets))
+    lo = [1.0 / v if v else None for v in d.hi]
+    hi = [1.0 / v if v else None for v in d.lo]
+    point = series.at_step(at) if at is not None else series.last()
+    legend = [f"steps/s {format_value(1.0 / point[1])}"] if point and point[1] else []
+    return [Trace("steps/s", lo, hi, d.bad, RAW, True)], legend
+
+
+__all__ = ["ALT", "ALT2", "EMA", "EVAL", "RAW", "Series", "PanelSpec", "PANELS"]

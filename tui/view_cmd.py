@@ -1,0 +1,124 @@
+"""Watch a run: ``dltop [SOURCE]`` opens the live dashboard on a log (followed while it grows).
+
+Everything a user can get wrong (a missing file, a directory without logs, no source at
+all) is answered here, before Textual starts, with one line on stderr and exit code 3:
+a traceback or a blank full-screen app would be a worse answer. Textual is imported
+only inside :func:`run`, so ``dltop --help`` stays instant.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+EXIT_NO_SOURCE = 3
+RUNS_DIR = "dltop-runs"
+START_HINT = (
+    "no SOURCE given and no log under ./dltop-runs. Start a run with the probe, e.g.\n"
+    "  from dltop.probe import Probe\n"
+    '  with Probe(path="dltop-runs/exp.jsonl", model=model, optimizer=optimizer) as probe:\n'
+    "      ... probe.step(loss=loss)\n"
+    "then run `dltop dltop-runs/exp.jsonl` (or just `dltop`) in another terminal;\n"
+    "`dltop demo --list` shows ready-made demo trainings."
+)
+
+
+def _refresh_hz(text: str) -> float:
+    try:
+        hz = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not 2.0 <= hz <= 4.0:
+        raise argparse.ArgumentTypeError(f"{hz:g} Hz is outside 2-4 (redraws per second)")
+    return hz
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "source",
+        nargs="?",
+        help="a .jsonl log (followed while it grows) or a directory of rank logs; "
+        "default: the newest log under ./dltop-runs",
+    )
+    parser.add_argument("--no-mouse", action="store_true", help="do not capture the mouse")
+    parser.add_argument(
+        "--refresh",
+        type=_refresh_hz,
+        default=3.0,
+        metavar="HZ",
+        help="redraws per second, 2-4 (default 3); data is ingested continuously",
+    )
+    parser.add_argument("--replay", action="store_true", help="read the log once, do not follow it")
+    parser.add_argument("--lang", default="en", help="checklist language (default en)")
+
+
+class SourceError(Exception):
+    """A source the viewer cannot open; the message is one line with a hint."""
+
+
+def newest_log(root: Path) -> Path | None:
+    """The most recently modified ``*.jsonl`` under ``root`` (any depth), if any."""
+    if not root.is_dir():
+        return None
+    best: tuple[float, str] | None = None
+    for p in root.rglob("*.jsonl"):
+        try:
+            if p.is_file():
+                key = (p.stat().st_mtime, str(p))
+                if best is None or key > best:
+                    best = key
+        except OSError:
+            continue
+    return Path(best[1]) if best else None
+
+
+def resolve_source(source: str | None, cwd: Path | None = None) -> Path:
+    """The log (or rank directory) to open; raises :class:`SourceError` with a hint."""
+    cwd = cwd or Path.cwd()
+    if source is None:
+        found = newest_log(cwd / RUNS_DIR)
+        if found is None:
+            raise SourceError(START_HINT)
+        return found
+    if source.startswith(("unix:", "tcp://")):
+        raise SourceError(
+            f"{source}: live sockets are not supported by this viewer yet; "
+            "open the run's .jsonl log instead"
+        )
+    path = Path(source).expanduser()
+    if not path.is_absolute():
+        path = cwd / path
+    if path.is_dir():
+        if not any(path.glob("*.jsonl")):
+            raise SourceError(f"{source}: directory has no *.jsonl logs (hint: pass the log file)")
+        return path
+    if not path.exists():
+        hint = ""
+        if not source.endswith(".jsonl"):
+            hint = " (hint: a log path ends in .jsonl)"
+        elif (found := newest_log(cwd / RUNS_DIR)) is not None:
+            hint = f" (hint: the newest log here is {os.path.relpath(found, cwd)})"
+        raise SourceError(f"{source}: no such file{hint}")
+    from dltop.tui.core.sources import SourceError as CoreSourceError
+    from dltop.tui.core.sources import check_log_file
+
+    try:
+        check_log_file(str(path))  # readable, and looks like a log (the core's verdict)
+    except CoreSourceError as e:
+        raise SourceError(str(e)) from None
+    return path
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        path = resolve_source(args.source)
+    except SourceError as e:
+        print(f"dltop: {e}", file=sys.stderr)
+        return EXIT_NO_SOURCE
+    from dltop.tui.app.app import DltopApp  # Textual loads only when the UI starts
+
+    app = DltopApp(str(path), follow=not args.replay, refresh_hz=args.refresh, lang=args.lang)
+    app.run(mouse=not args.no_mouse)
+    return int(app.return_code or 0)
