@@ -16,7 +16,8 @@ from test_app_support import write_log
 
 
 def _dltop(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "TERM": "dumb"}
+    # a private rendezvous dir: live runs of other tests must not be picked up
+    env = {**os.environ, "TERM": "dumb", "XDG_RUNTIME_DIR": str(cwd)}
     return subprocess.run(
         [sys.executable, "-m", "dltop.tui", *args],
         cwd=cwd, capture_output=True, text=True, timeout=60, env=env, stdin=subprocess.DEVNULL,
@@ -29,7 +30,8 @@ def _dltop(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
         (("missing.jsonl",), "no such file"),
         (("nolog",), "no such file"),
         ((), "no SOURCE given"),
-        (("unix:/tmp/nothing.sock",), "live sockets"),
+        (("unix:/tmp/nothing.sock",), "no such socket"),
+        (("tcp://localhost",), "bad address"),
     ],
 )
 def test_bad_source_is_one_line_and_exit_3(
@@ -59,7 +61,10 @@ def test_unreadable_and_non_log_files(tmp_path: Path) -> None:
     assert done.returncode == 3 and "no *.jsonl" in done.stderr
 
 
-def test_no_source_opens_the_newest_log_under_dltop_runs(tmp_path: Path) -> None:
+def test_no_source_opens_the_newest_log_under_dltop_runs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path))  # no live run of another test
     runs = tmp_path / "dltop-runs" / "sub"
     runs.mkdir(parents=True)
     old = write_log(runs / "old.jsonl", "healthy", 3)

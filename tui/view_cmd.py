@@ -39,8 +39,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "source",
         nargs="?",
-        help="a .jsonl log (followed while it grows) or a directory of rank logs; "
-        "default: the newest log under ./dltop-runs",
+        help="a .jsonl log (followed while it grows), a directory of rank logs, "
+        "unix:PATH or tcp://HOST:PORT[?token=T] (a live run's socket); "
+        "default: the newest live run on this host, else the newest log under ./dltop-runs",
     )
     parser.add_argument("--no-mouse", action="store_true", help="do not capture the mouse")
     parser.add_argument(
@@ -74,19 +75,30 @@ def newest_log(root: Path) -> Path | None:
     return Path(best[1]) if best else None
 
 
-def resolve_source(source: str | None, cwd: Path | None = None) -> Path:
-    """The log (or rank directory) to open; raises :class:`SourceError` with a hint."""
+def resolve_source(source: str | None, cwd: Path | None = None) -> Path | str:
+    """The log, rank directory or live address to open; raises :class:`SourceError` with a hint.
+
+    With no source: the newest live run on this host (its socket), else the newest log.
+    """
     cwd = cwd or Path.cwd()
     if source is None:
+        from dltop.tui.core.discover import live_runs
+
+        runs = live_runs()
+        if runs:
+            return f"unix:{runs[0]['socket']}"
         found = newest_log(cwd / RUNS_DIR)
         if found is None:
             raise SourceError(START_HINT)
         return found
     if source.startswith(("unix:", "tcp://")):
-        raise SourceError(
-            f"{source}: live sockets are not supported by this viewer yet; "
-            "open the run's .jsonl log instead"
-        )
+        from dltop.tui.core.stream import StreamError, connect, parse_address
+
+        try:
+            connect(parse_address(source), timeout=2.0).close()  # alive now, or a hint
+        except StreamError as e:
+            raise SourceError(str(e)) from None
+        return source
     path = Path(source).expanduser()
     if not path.is_absolute():
         path = cwd / path

@@ -24,6 +24,7 @@ from dltop.tui.app.help import HelpScreen
 from dltop.tui.app.messages import Ingested, SourceEnded, SourceFailed, SourceReset
 from dltop.tui.core import view_model as vm
 from dltop.tui.core.sources import FileSource, SourceError, open_source
+from dltop.tui.core.stream import SocketSource, StreamError, is_stream_spec
 from dltop.tui.core.ticks import Ticks
 from textual import on
 from textual.app import App, ComposeResult
@@ -85,7 +86,7 @@ class DltopApp(App[int]):
         self.ticks = Ticks(source if source and os.path.isfile(source) else None)
         self.screenshot_dir = screenshot_dir
         self.poll_interval = poll_interval
-        self.reader: FileSource | None = None
+        self.reader: FileSource | SocketSource | None = None
         self.chunks = 0  # Ingested messages seen (one per chunk, never per record)
         self.ticks_drawn = 0  # timer ticks that found something to draw
         self.source_error: str | None = None
@@ -145,14 +146,17 @@ class DltopApp(App[int]):
         """Open the core's source and run its loop in a thread worker that never kills the
         app: a failing source becomes a one-line error in the header."""
         try:
-            self.reader = open_source(
-                path,
-                self.model,
-                self._on_update,
-                follow=self.follow,
-                poll_interval=self.poll_interval,
-            )
-        except SourceError as e:
+            if is_stream_spec(path):  # a live run's socket: same reader shape, no file
+                self.reader = SocketSource(path, self.model, self._on_update)
+            else:
+                self.reader = open_source(
+                    path,
+                    self.model,
+                    self._on_update,
+                    follow=self.follow,
+                    poll_interval=self.poll_interval,
+                )
+        except (SourceError, StreamError) as e:
             self.source_error = str(e)
             return
         reader = self.reader
