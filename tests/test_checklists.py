@@ -299,7 +299,7 @@ def test_a_missing_file_is_none(tmp_path):
         ('{ fact = "no_such_fact", op = ">", value = 1 }', "unknown fact"),
         ('{ fact = "lr_last", op = "=~", value = 1 }', "operator"),
         ('{ fact = "lr_last", op = "__import__", value = 1 }', "operator"),
-        ('{ fact = "lr_last", op = ">" }', "needs exactly one of 'value' or 'ref'"),
+        ('{ fact = "lr_last", op = ">" }', "needs exactly one of 'value', 'ref'"),
         ('{ fact = "lr_last", op = "is_true", value = 1 }', "takes no value"),
         ('{ fact = "lr_last", evidence = "ratio", op = ">", value = 1 }', "exactly one of"),
         ('{ fact = "lr_last", op = ">", ref = "nope" }', "unknown reference fact"),
@@ -380,3 +380,22 @@ def test_every_code_line_is_python_or_a_shell_command(checklist_id):
             compile(step.how, f"{checklist_id}/{step.id}", "exec")
         except SyntaxError:
             assert SHELL_COMMAND.match(step.how), f"{checklist_id}/{step.id}: {step.how!r}"
+
+
+def test_stall_checklist_judges_the_stall_itself_not_the_end_of_the_log() -> None:
+    """After a hang that resumed, the end-of-log gap is short; the step must still say yes
+    from the alert's own evidence (the gap it saw against its threshold)."""
+    from dltop.tui.core.alerts import Alert
+    from dltop.tui.core.checklists import checklist_for, evaluate
+    from dltop.tui.core.facts import Fact
+
+    alert = Alert(
+        "stall", "warning", 120, "Training stalled", "no step for 75 s",
+        evidence={"seconds_without_step": 75.0, "warn_s": 60.0},
+    )  # fmt: skip
+    facts = {"seconds_since_last_step": Fact("seconds_since_last_step", 0.1)}
+    first = evaluate(checklist_for(alert), facts, alert)[0]
+    assert first.step.id == "how_long"
+    assert first.mark == "yes" and "75" in (first.evidence or "")
+    alert.evidence["seconds_without_step"] = 30.0
+    assert evaluate(checklist_for(alert), facts, alert)[0].mark == "no"

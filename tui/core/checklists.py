@@ -32,7 +32,7 @@ GENERIC_ID = "generic"
 OPS = (">", ">=", "<", "<=", "==", "!=", "is_true", "is_false")
 UNARY_OPS = ("is_true", "is_false")
 FORMATS = ("number", "percent", "bytes", "seconds")
-_CHECK_KEYS = {"fact", "evidence", "op", "value", "ref", "scale", "format"}
+_CHECK_KEYS = {"fact", "evidence", "op", "value", "ref", "ref_evidence", "scale", "format"}
 _STEP_KEYS = {"id", "text", "why", "how", "check"}
 _TEXT_KEYS = ("text", "why", "how")
 _ORDERING = {">": operator.gt, ">=": operator.ge, "<": operator.lt, "<=": operator.le}
@@ -239,15 +239,23 @@ def validate_check(check: Any, where: str) -> None:
     op = check.get("op")
     if op not in OPS:
         raise ChecklistDataError(f"{where}: operator {op!r} is not one of {', '.join(OPS)}")
-    has_value, has_ref = "value" in check, "ref" in check
+    if "ref" in check and "ref_evidence" in check:
+        raise ChecklistDataError(f"{where}: give 'ref' (a fact) or 'ref_evidence', not both")
+    if "ref_evidence" in check and not (
+        isinstance(check["ref_evidence"], str) and check["ref_evidence"]
+    ):
+        raise ChecklistDataError(f"{where}: 'ref_evidence' must name a key of the alert's evidence")
+    has_value, has_ref = "value" in check, "ref" in check or "ref_evidence" in check
     if op in UNARY_OPS:
         if has_value or has_ref:
             raise ChecklistDataError(f"{where}: '{op}' takes no value")
     elif has_value == has_ref:
-        raise ChecklistDataError(f"{where}: '{op}' needs exactly one of 'value' or 'ref'")
+        raise ChecklistDataError(
+            f"{where}: '{op}' needs exactly one of 'value', 'ref' or 'ref_evidence'"
+        )
     if has_value and not isinstance(check["value"], (int, float, str, bool)):
         raise ChecklistDataError(f"{where}: value must be a number, text or boolean")
-    if has_ref and check["ref"] not in FACT_NAMES:
+    if "ref" in check and check["ref"] not in FACT_NAMES:
         raise ChecklistDataError(f"{where}: unknown reference fact '{check['ref']}'")
     scale = check.get("scale", 1)
     if (
@@ -379,14 +387,19 @@ def _evaluate_step(step: ChecklistStep, facts: dict[str, Fact], alert: Alert) ->
     if op in UNARY_OPS:
         truthy = bool(value) and not (isinstance(value, float) and math.isnan(value))
         return CheckedStep(step, _yes_no(truthy == (op == "is_true")), said)
-    if "ref" in check:
-        ref = facts.get(check["ref"])
-        if ref is None or ref.value is None or not _is_number(ref.value):
+    if "ref" in check or "ref_evidence" in check:
+        if "ref" in check:
+            fact_ref = facts.get(check["ref"])
+            ref_name, ref_value = check["ref"], None if fact_ref is None else fact_ref.value
+        else:  # a threshold the rule itself reported, e.g. the stall's warn_s
+            ref_name = check["ref_evidence"]
+            ref_value = (alert.evidence or {}).get(ref_name)
+        if ref_value is None or not _is_number(ref_value):
             return CheckedStep(step, None, None)
         scale = check.get("scale", 1)
-        threshold: Any = ref.value * scale
+        threshold: Any = ref_value * scale
         prefix = f"{format_number(scale)} × " if scale != 1 else ""
-        said = f"{said}; {prefix}{ref.name} = {format_value(threshold, fmt)}"
+        said = f"{said}; {prefix}{ref_name} = {format_value(threshold, fmt)}"
     else:
         threshold = check["value"]
     result = _compare(value, op, threshold)
