@@ -1,5 +1,6 @@
 # Two commands do all the set-up on a fresh clone with only Python 3.11 and pip:
-#   make demo   creates .venv, installs dltop, runs a small training that writes a log
+#   make demo   creates .venv, installs dltop, runs a demo training that really fails
+#               (DEMO=nan by default; `make demo DEMO=data_bound`) with the viewer on it
 #   make test   creates .venv, installs dltop with the dev tools, runs the test suite
 PYTHON ?= python3
 VENV ?= .venv
@@ -15,8 +16,10 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install -q -e '.[dev]'
 	touch $(STAMP)
 
+DEMO ?= nan
+
 demo: $(STAMP)
-	$(PY) demos/quickstart.py
+	$(VENV)/bin/dltop demo $(DEMO)
 
 test: $(STAMP)
 	$(PY) -m ruff check .

@@ -1,0 +1,286 @@
+"""End to end: every demo, run the way a newcomer runs it, ends with its own alert.
+
+Each demo runs headless through the real command (``dltop demo NAME --no-ui``) in a
+real subprocess with real torch, and its log goes through the real ``dltop check
+--json``. The expected alert and its step budget come from the demo catalogue
+(``dltop.demos._common.DEMOS``), the same table ``dltop demo --list`` prints. Most demos
+take 10-80 s, so they are marked slow (``make test-all``); ``healthy``, ``nan`` and
+``crash`` stay in the default run. One more test drives ``dltop demo`` with its viewer
+inside tmux and quits it with ``q``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from dltop.demos._common import DEMOS
+from dltop.probe.schema import read_records
+
+ROOT = Path(__file__).resolve().parents[1]
+PY = sys.executable
+ENV = {**os.environ, "DLTOP_DEMO_THREADS": "1", "PYTHONUNBUFFERED": "1"}
+
+
+def _dltop(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [PY, "-m", "dltop.tui", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=ROOT,
+        env=ENV,
+    )
+
+
+def run_demo(name: str, tmp_path: Path) -> tuple[Path, str]:
+    """``dltop demo NAME --no-ui``: returns the log and the demo's stdout."""
+    log = tmp_path / f"demo-{name}.jsonl"
+    proc = _dltop("demo", name, "--no-ui", "--out", str(log), timeout=540)
+    assert proc.returncode == 0, (
+        f"dltop demo {name} exited {proc.returncode}:\n{proc.stderr[-3000:]}"
+    )
+    lines = proc.stdout.strip().splitlines()
+    assert lines and lines[-1] == str(log), (
+        f"--no-ui must print the log path last, got {lines[-1:]}"
+    )
+    assert f"dltop check {log}" in proc.stderr, "the hint to run dltop check is missing"
+    return log, proc.stdout
+
+
+def check(log: Path) -> dict:
+    proc = _dltop("check", str(log), "--json")
+    assert proc.returncode in (0, 1, 2), (
+        f"dltop check failed ({proc.returncode}): {proc.stderr[-2000:]}"
+    )
+    return json.loads(proc.stdout)
+
+
+def _params() -> list:
+    return [
+        pytest.param(name, marks=[pytest.mark.slow] if demo.slow else [], id=name)
+        for name, demo in DEMOS.items()
+    ]
+
+
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize("name", _params())
+def test_demo_ends_with_its_alert(name: str, tmp_path: Path) -> None:
+    demo = DEMOS[name]
+    log, out = run_demo(name, tmp_path)
+
+    first = out.splitlines()[0]
+    assert first.startswith(f"{name}: ") and first.endswith("."), (
+        f"the demo must announce itself first: {first!r}"
+    )
+
+    report = check(log)
+    if demo.alert is None:
+        assert report["alerts"] == [], f"{name} must stay quiet, got {report['alerts']}"
+        assert report["status"] == "finished"
+        return
+    ours = [a for a in report["alerts"] if a["id"] == demo.alert]  # an alert may come back later
+    assert ours, f"{name}: expected '{demo.alert}', dltop check said {report}"
+    steps = [a["step"] for a in ours]
+    step = None if None in steps else min(steps)
+    assert step is None or step <= demo.budget, (
+        f"{name}: '{demo.alert}' first held at step {step}, after its budget of {demo.budget}"
+    )
+    if demo.alert in ("oom", "crash"):
+        assert report["status"] == "crashed"
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_oom_is_a_real_allocator_failure_with_memory_state(tmp_path: Path) -> None:
+    log, _ = run_demo("oom", tmp_path)
+    records, _ = read_records(str(log))
+    ooms = [r for r in records if r.get("kind") == "event" and r.get("type") == "oom"]
+    assert len(ooms) == 1, "the probe must record exactly one OOM"
+    event = ooms[0]
+    assert (
+        "can't allocate memory" in event["message"] or "out of memory" in event["message"].lower()
+    )
+    assert event["memory"]["requested"] > 0, "the allocator's failed request must be on record"
+    # the cap the demo set on itself held: the process never came near the machine's memory
+    rss = max(r["rss"] for r in records if r.get("kind") == "sys")
+    assert rss < 2 * 2**30
+
+
+def test_list_shows_every_demo_on_one_line() -> None:
+    proc = _dltop("demo", "--list")
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.strip().splitlines()
+    assert len(lines) == 13 == len(DEMOS)
+    assert [line.split()[0] for line in lines] == list(DEMOS)
+    assert all(" — " in line and len(line) <= 100 for line in lines)
+
+
+def test_unknown_demo_is_one_line_naming_the_valid_ones() -> None:
+    proc = _dltop("demo", "no_such_demo", "--no-ui")
+    assert proc.returncode == 2
+    assert proc.stdout == ""
+    err = proc.stderr.strip().splitlines()
+    assert len(err) == 1 and "unknown demo 'no_such_demo'" in err[0]
+    assert all(name in err[0] for name in DEMOS)
+
+
+def test_missing_torch_is_one_line_with_the_install_hint(tmp_path: Path) -> None:
+    # sys.modules["torch"] = None makes importlib report torch as absent, as on a viewer-only install
+    code = (
+        "import sys; sys.modules['torch'] = None\n"
+        "from dltop.tui.cli import main\n"
+        f"sys.exit(main(['demo', 'nan', '--no-ui', '--out', {str(tmp_path / 'x.jsonl')!r}]))"
+    )
+    proc = subprocess.run([PY, "-c", code], capture_output=True, text=True, timeout=60, cwd=ROOT)
+    assert proc.returncode == 2
+    err = proc.stderr.strip().splitlines()
+    assert len(err) == 1 and "pip install torch==2.13.0" in err[0], proc.stderr
+    assert not (tmp_path / "x.jsonl").exists()
+
+
+def test_demo_command_and_catalogue_never_load_torch() -> None:
+    code = "import dltop.tui.demo_cmd, dltop.demos._common, sys; print('torch' in sys.modules)"
+    out = subprocess.run([PY, "-c", code], capture_output=True, text=True, timeout=60, cwd=ROOT)
+    assert out.stdout.strip() == "False", out.stderr
+
+
+# ------------------------------------------------------------------ the viewer, for real
+
+
+def _tmux(sock: str, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(["tmux", "-L", sock, *args], capture_output=True, text=True, timeout=30)
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"  # a zombie is gone
+    except FileNotFoundError:
+        return False
+
+
+def _ppid(pid: int) -> int:
+    with open(f"/proc/{pid}/stat") as f:
+        return int(f.read().rsplit(")", 1)[1].split()[1])
+
+
+def _start_in_tmux(sock: str, log: Path, name: str = "data_bound") -> None:
+    """``dltop demo NAME`` with its viewer, in a detached 120x40 tmux session."""
+    cmd = f"cd {ROOT} && {PY} -m dltop.tui demo {name} --out {log}"
+    env = ["-e", "DLTOP_DEMO_THREADS=1"]
+    started = _tmux(sock, "new-session", "-d", "-x", "120", "-y", "40", *env, cmd)
+    assert started.returncode == 0, started.stderr
+
+
+def _signals_on_record(log: Path) -> list[dict]:
+    records, _ = read_records(str(log))
+    return [r for r in records if r.get("kind") == "event" and r.get("type") == "signal"]
+
+
+def _demo_pid(log: Path) -> int | None:
+    records, _ = read_records(str(log))
+    return next((r["pid"] for r in records if r.get("kind") == "meta"), None)
+
+
+def _wait_for_badge(sock: str, log: Path, alert_id: str, timeout: float) -> tuple[str | None, str]:
+    """Wait until the engine raises ``alert_id`` on the log and its badge title is on screen."""
+    from dltop.tui.core.rules import RuleEngine
+
+    screen = ""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        time.sleep(0.5)
+        if not log.exists():
+            continue
+        engine = RuleEngine()
+        engine.feed_many(read_records(str(log))[0])
+        alert = next((a for a in engine.alerts() if a.id == alert_id), None)
+        screen = _tmux(sock, "capture-pane", "-p").stdout
+        if alert is not None and alert.title in screen:
+            return alert.title, screen
+    return None, screen
+
+
+needs_tmux = [
+    pytest.mark.skipif(shutil.which("tmux") is None, reason="needs tmux to drive the viewer"),
+    pytest.mark.skipif(
+        not sys.platform.startswith("linux"), reason="reads /proc to see the demo go"
+    ),
+    pytest.mark.timeout(240),
+]
+
+
+@needs_tmux[0]
+@needs_tmux[1]
+@needs_tmux[2]
+def test_demo_with_viewer_shows_the_badge_and_quitting_stops_the_demo(tmp_path: Path) -> None:
+    log = tmp_path / "demo-data_bound.jsonl"
+    sock = f"dltop-test-{os.getpid()}-q"
+    _start_in_tmux(sock, log)
+    try:
+        title, screen = _wait_for_badge(sock, log, "data_bound", timeout=150)
+        assert title is not None, f"the data_bound badge never appeared; screen:\n{screen}"
+        pid = _demo_pid(log)
+        assert pid is not None and _pid_alive(pid), "the demo should still be training"
+
+        _tmux(sock, "send-keys", "q")
+        deadline = time.monotonic() + 20
+        while _pid_alive(pid) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert not _pid_alive(pid), "quitting the viewer must stop the demo"
+    finally:
+        _tmux(sock, "kill-server")
+    # stopped by the viewer, not finished on its own: the probe recorded the SIGTERM
+    assert [e.get("signal") for e in _signals_on_record(log)] == ["SIGTERM"]
+
+
+@needs_tmux[0]
+@needs_tmux[1]
+@needs_tmux[2]
+def test_killing_the_demo_command_still_stops_the_demo(tmp_path: Path) -> None:
+    log = tmp_path / "demo-data_bound.jsonl"
+    sock = f"dltop-test-{os.getpid()}-kill"
+    _start_in_tmux(sock, log)
+    try:
+        pid = None
+        deadline = time.monotonic() + 120
+        while pid is None and time.monotonic() < deadline:
+            time.sleep(0.3)
+            if log.exists():
+                records, _ = read_records(str(log))
+                pid = next((r["pid"] for r in records if r.get("kind") == "meta"), None)
+        assert pid is not None and _pid_alive(pid), "the demo never started"
+        os.kill(_ppid(pid), 9)  # the `dltop demo` process: no chance to clean up
+        deadline = time.monotonic() + 20
+        while _pid_alive(pid) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert not _pid_alive(pid), "the demo must not train on after `dltop demo` died"
+    finally:
+        _tmux(sock, "kill-server")
+    assert [e.get("signal") for e in _signals_on_record(log)] == ["SIGTERM"]
+
+
+@pytest.mark.slow
+@needs_tmux[0]
+@needs_tmux[1]
+@pytest.mark.timeout(400)
+@pytest.mark.parametrize("name", [n for n, d in DEMOS.items() if d.alert is not None])
+def test_every_demo_shows_its_badge_in_the_viewer(name: str, tmp_path: Path) -> None:
+    demo = DEMOS[name]
+    log = tmp_path / f"demo-{name}.jsonl"
+    sock = f"dltop-test-{os.getpid()}-{name}"
+    _start_in_tmux(sock, log, name)
+    try:
+        title, screen = _wait_for_badge(sock, log, demo.alert, timeout=3 * demo.seconds + 90)
+        assert title is not None, f"no '{demo.alert}' badge on screen for {name}:\n{screen}"
+    finally:
+        _tmux(sock, "send-keys", "q")
+        time.sleep(1)
+        _tmux(sock, "kill-server")

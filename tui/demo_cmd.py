@@ -1,0 +1,187 @@
+"""Run a demo training that really fails and watch dltop catch it: ``dltop demo NAME``.
+
+The training runs as a separate process (``python -m dltop.demos.NAME --out LOG``), so
+the viewer stays what it always is, a reader of a log, and never imports torch: the
+demo is a real run that a real viewer follows live. Quitting the viewer stops the demo
+(SIGTERM, which the probe records, then SIGKILL if it does not go). ``--no-ui`` runs it
+headless for scripts and tests and prints the log path. The catalogue (names, what each
+breaks, the alert it must end with) lives in ``dltop.demos._common``, which imports no
+torch either.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from dltop.demos._common import DEMOS, default_log_path
+
+EXIT_USAGE = 2
+TORCH_HINT = "pip install torch==2.13.0"
+LOG_WAIT_S = 120.0  # importing torch on a busy laptop can take a while
+STOP_WAIT_S = 5.0  # after SIGTERM, before SIGKILL
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("name", nargs="?", metavar="NAME", help="the demo to run (see --list)")
+    parser.add_argument("--list", action="store_true", help="one line per demo: what it breaks")
+    parser.add_argument(
+        "--no-ui", action="store_true", help="run headless, wait for it, print the log path"
+    )
+    parser.add_argument(
+        "--out", metavar="PATH", help="log file (default: ./dltop-runs/demo-NAME-TIME.jsonl)"
+    )
+    parser.add_argument(
+        "--device", choices=("cpu", "cuda"), default="cpu", help="where to train (default cpu)"
+    )
+
+
+def list_lines() -> list[str]:
+    """``name — what breaks`` for every demo, names aligned."""
+    width = max(len(n) for n in DEMOS)
+    return [f"{d.name.ljust(width)} — {d.breaks}" for d in DEMOS.values()]
+
+
+def _error(message: str) -> int:
+    print(f"dltop demo: {message}", file=sys.stderr)
+    return EXIT_USAGE
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.list:
+        print("\n".join(list_lines()))
+        return 0
+    names = ", ".join(DEMOS)
+    if not args.name:
+        return _error(
+            f"give a demo NAME, one of: {names} (`dltop demo --list` says what each breaks)"
+        )
+    if args.name not in DEMOS:
+        return _error(f"unknown demo '{args.name}'; choose one of: {names}")
+    # Looked up, never imported: the viewer stays torch-free; only the demo process loads it.
+    if importlib.util.find_spec("torch") is None:
+        return _error(f"the demos train with PyTorch, which is not installed here ({TORCH_HINT})")
+
+    log = Path(args.out or default_log_path(args.name))
+    log.parent.mkdir(parents=True, exist_ok=True)
+    cmd = [sys.executable, "-m", f"dltop.demos.{args.name}", "--out", str(log)]
+    cmd += ["--device", args.device]
+    if args.no_ui:
+        return _run_headless(args.name, cmd, log)
+    if not (sys.stdin.isatty() and sys.stdout.isatty()):
+        print("dltop demo: not a terminal, so no viewer; running headless", file=sys.stderr)
+        return _run_headless(args.name, cmd, log)
+    return _run_with_viewer(args.name, cmd, log)
+
+
+def _expects_crash(name: str) -> bool:
+    """Demos whose training is meant to die with an exception (the alert is the crash itself)."""
+    return DEMOS[name].alert in ("oom", "crash")
+
+
+def _run_headless(name: str, cmd: list[str], log: Path) -> int:
+    proc = subprocess.Popen(cmd)
+    try:
+        code = proc.wait()
+    except KeyboardInterrupt:
+        _stop(proc)
+        print(f"\ndltop demo: {name} interrupted; log: {log}", file=sys.stderr)
+        return 130
+    if not log.exists():
+        print(f"dltop demo: {name} exited with code {code} before writing {log}", file=sys.stderr)
+        return code or 1
+    print(log)
+    expected = " (expected: this demo crashes on purpose)" if code and _expects_crash(name) else ""
+    status = f"training exited with code {code}{expected}; " if code else ""
+    print(f"dltop demo: {status}diagnose it with: dltop check {log}", file=sys.stderr)
+    return 0 if code == 0 or _expects_crash(name) else code
+
+
+def _run_with_viewer(name: str, cmd: list[str], log: Path) -> int:
+    output = log.with_suffix(".out")  # the demo's own prints: they would garble the screen
+    with open(output, "wb") as out:
+        # A session of its own: the terminal's Ctrl-C goes to the viewer, which then stops
+        # the demo itself (and the probe records the SIGTERM).
+        proc = subprocess.Popen(
+            cmd,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            preexec_fn=_die_with_parent,  # noqa: PLW1509 - no threads run yet at this point
+        )
+    try:
+        if not _wait_for_log(proc, log):
+            _stop(proc)
+            tail = output.read_text(errors="replace").strip().splitlines()[-5:]
+            detail = ("\n  " + "\n  ".join(tail)) if tail else ""
+            print(f"dltop demo: {name} did not start (no log at {log}){detail}", file=sys.stderr)
+            return 1
+        code = _open_viewer(str(log))
+    finally:
+        _stop(proc)
+    print(
+        f"dltop demo: {name} stopped. Log: {log} (demo output: {output})\n"
+        f"  replay: dltop {log}    diagnose: dltop check {log}",
+        file=sys.stderr,
+    )
+    return code
+
+
+def _die_with_parent() -> None:
+    """In the child, before exec: SIGTERM when ``dltop demo`` dies, even by SIGKILL (Linux).
+
+    Quitting the viewer stops the demo in ``finally``; this covers the rest (the terminal
+    closed, the viewer killed), so a demo never trains on unwatched in the background.
+    """
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        import ctypes  # noqa: PLC0415 - only in the child, only on Linux
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass  # best effort: the demos end on their own within a minute or two
+
+
+def _wait_for_log(proc: subprocess.Popen[bytes], log: Path) -> bool:
+    """Wait until the probe has created the log (torch imports first), or the demo died."""
+    deadline = time.monotonic() + LOG_WAIT_S
+    while time.monotonic() < deadline:
+        if log.exists() and log.stat().st_size > 0:
+            return True
+        if proc.poll() is not None:
+            return log.exists()
+        time.sleep(0.1)
+    return False
+
+
+def _open_viewer(source: str) -> int:
+    """Open the dashboard on ``source`` through the viewer command, as ``dltop SOURCE`` would."""
+    from dltop.tui import view_cmd  # noqa: PLC0415 - Textual loads only when the UI starts
+
+    parser = argparse.ArgumentParser(prog="dltop")
+    view_cmd.configure(parser)
+    return int(view_cmd.run(parser.parse_args([source])) or 0)
+
+
+def _stop(proc: subprocess.Popen[bytes]) -> None:
+    """Terminate the demo (the probe records the signal), then kill it if it lingers."""
+    if proc.poll() is not None:
+        return
+    try:
+        proc.terminate()
+        proc.wait(timeout=STOP_WAIT_S)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+    except ProcessLookupError:
+        pass
+    except KeyboardInterrupt:  # a second Ctrl-C while waiting: do not leave it behind
+        proc.kill()
+        proc.wait()
