@@ -35,6 +35,7 @@ from dltop.probe.schema import encode_record
 HELLO_TIMEOUT = 3.0  # seconds a TCP viewer has to present its token
 EV_DROPPED = "dropped"
 EV_REFUSED = "refused"
+CLOSE_GRACE = 0.5  # seconds reading viewers get at close to receive the last records
 
 
 def is_loopback(host: str) -> bool:
@@ -213,6 +214,7 @@ class SocketServer:
             pass
         finally:
             self._distribute()
+            self._flush_at_close(time.monotonic() + CLOSE_GRACE)
             for client in list(self._clients.values()):
                 self._send(client)
                 self._drop_client(client)
@@ -220,6 +222,28 @@ class SocketServer:
                 lst.close()
             self._wake_r.close()
             self._wake_w.close()
+
+    def _flush_at_close(self, deadline: float) -> None:
+        """Give reading viewers a moment to receive the run's last records (its ``exit``
+        event above all) before their sockets close; a stuck one costs at most the grace."""
+        try:
+            while any(c.pending for c in list(self._clients.values()) if c.active):
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return
+                for key, mask in self._sel.select(timeout=min(left, 0.05)):
+                    if key.data == "wake":
+                        self._drain_wake()
+                        continue
+                    client = self._clients.get(key.fd) if key.data == "client" else None
+                    if client is None:
+                        continue
+                    if mask & selectors.EVENT_READ:
+                        self._on_readable(client)  # a viewer gone meanwhile is dropped here
+                    if mask & selectors.EVENT_WRITE and key.fd in self._clients:
+                        self._send(client)
+        except Exception:  # closing must never raise into the probe
+            pass
 
     def _drain_wake(self) -> None:
         try:
@@ -314,7 +338,11 @@ class SocketServer:
                 self._send(client)
 
     def _enqueue(self, client: _Client, data: bytes, force: bool = False) -> None:
-        if not force and client.pending_bytes + len(data) > self._client_max:
+        # A viewer with nothing pending takes any batch, even one bigger than its queue (a
+        # burst the writer caught up on): the bytes are shared, not copied, and dropping
+        # only behind a pending queue guarantees the ``dropped`` notice once it drains.
+        over = client.pending_bytes + len(data) > self._client_max
+        if not force and client.pending and over:
             n = data.count(b"\n")
             client.dropped += n
             client.unreported += n

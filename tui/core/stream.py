@@ -147,10 +147,14 @@ class SocketSource:
         self.connected = threading.Event()
         self.caught_up = threading.Event()  # set once the backlog has been read
         self.connections = 0
+        self.received = 0  # records read from the socket (before skipping replays)
         self.dropped = 0  # records the run skipped for us because we fell behind
         self.file_source: Any = None  # the FileSource we switched to, if any
-        self._run_id: str | None = None
-        self._last_t = float("-inf")
+        self._run_meta: dict[str, Any] | None = None  # the meta of the run we are showing
+        # where we are in the run, so a reconnect can skip the backlog we already have
+        self._last_rec: dict[str, Any] | None = None  # the newest record ingested
+        self._max_t = float("-inf")  # the largest "t" ingested
+        self._skipping = False  # reading a replayed backlog after a reconnect
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._sock: socket.socket | None = None
@@ -188,9 +192,9 @@ class SocketSource:
                 self._stop.wait(delay)
                 delay = min(delay * 2, self.backoff_max)
                 continue
-            delay = 0.1
             self.connections += 1
             self.connected.set()
+            before = self.received
             try:
                 if not self._stream(sock):
                     return
@@ -199,6 +203,11 @@ class SocketSource:
                 sock.close()
             if not self.reconnect or self._switch_to_file():
                 return
+            if self.received > before:
+                delay = 0.1  # it streamed: a later drop starts the backoff over
+            else:  # accepted, then closed at once (an ssh forward whose far end is gone)
+                self._stop.wait(delay)
+                delay = min(delay * 2, self.backoff_max)
         self.caught_up.set()
 
     def _stream(self, sock: socket.socket) -> bool:
@@ -217,6 +226,7 @@ class SocketSource:
             if not chunk:
                 return True
             records = dec.feed(chunk)
+            self.received += len(records)
             if first and records:
                 first = False
                 msg = refusal(records[0])
@@ -235,28 +245,48 @@ class SocketSource:
         meta = records[0] if records[0].get("kind") == "meta" else None
         if meta is None:
             return records
-        run_id = meta.get("run_id")
-        if self._run_id is not None and run_id == self._run_id:
-            return records[1:]  # the same run again: its backlog overlaps what we have
-        if self._run_id is not None:
+        # the whole meta (pid and start time too), not just the run id: a training started
+        # again with the same log path has the same run id, and is still a new run
+        if self._run_meta is not None and meta == self._run_meta:
+            self._skipping = self._last_rec is not None  # its backlog overlaps what we have
+            return records[1:]
+        if self._run_meta is not None:
             self.model.reset(f"a new run started at {self.address}")
-            self._last_t = float("-inf")
-        self._run_id = run_id
+        self._last_rec, self._max_t, self._skipping = None, float("-inf"), False
+        self._run_meta = meta
         return records
 
     def _fresh(self, records: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        """Drop what we already have (a reconnect replays the backlog) and count drops."""
-        out = []
+        """Drop what we already have (a reconnect replays the backlog) and count drops.
+
+        Records are not in ``t`` order (a ``sys`` record is stamped on the sampler thread
+        before a step that is queued ahead of it), so ``t`` alone cannot tell old from
+        new: after a reconnect we skip up to the last record we ingested, or up to the
+        first one newer than anything we had when the backlog no longer reaches back
+        that far.
+        """
+        if self._skipping:
+            records = self._skip_replayed(records)
         for rec in records:
-            t = rec.get("t")
-            if isinstance(t, (int, float)) and rec.get("kind") != "meta":
-                if t <= self._last_t:
-                    continue
-                self._last_t = t
             if rec.get("kind") == "event" and rec.get("type") == "dropped":
                 self.dropped += int(rec.get("records") or 0)
-            out.append(rec)
-        return out
+                continue  # the server's note to this viewer only: never in a backlog
+            t = rec.get("t")
+            if isinstance(t, (int, float)) and t > self._max_t:
+                self._max_t = t
+            self._last_rec = rec
+        return records
+
+    def _skip_replayed(self, records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        for i, rec in enumerate(records):
+            if rec == self._last_rec:
+                self._skipping = False
+                return records[i + 1 :]
+            t = rec.get("t")
+            if isinstance(t, (int, float)) and t > self._max_t:
+                self._skipping = False  # the replay starts after our last record: a gap
+                return records[i:]
+        return []
 
     def _switch_to_file(self) -> bool:
         """Follow the run's log file when the socket is gone and the file is here."""
