@@ -30,6 +30,7 @@ from textual import on
 from textual.app import App, ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Container, Horizontal
+from textual.css.query import NoMatches
 from textual.widgets import Input, Static
 
 COMPACT_WIDTH, COMPACT_HEIGHT = 110, 32
@@ -209,6 +210,10 @@ class DltopApp(App[int]):
 
     def redraw(self) -> None:
         """The timer: draw what changed since the last tick, nothing else."""
+        try:
+            header_widget = self.query_one(Header)
+        except NoMatches:  # the screen is being torn down (quit): a late tick draws nothing
+            return
         model = self.model
         if vm.take_restart(model) is not None:
             self.on_source_reset(SourceReset(model.reset_reason))
@@ -228,7 +233,7 @@ class DltopApp(App[int]):
                 sigs = {p.key: vm.panel_signature(model, p.key, self.state) for p in vm.PANELS}
                 checklist = self._checklist_view(alerts) if self._pane_shown() else None
                 drew = True
-        self.query_one(Header).show(header)
+        header_widget.show(header)
         if not drew:
             return
         self.ticks_drawn += 1
