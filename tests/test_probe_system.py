@@ -8,6 +8,7 @@ which every call goes to the real, uninitialised pynvml and fails with NVML's ow
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -300,22 +301,35 @@ def test_real_training_log_has_sys_records_and_one_no_gpu_note(tmp_path: Path) -
     assert not [r for r in records if r["kind"] == EVENT and r["type"] == EV_WARNING]
 
 
+_CHILDREN_SCRIPT = """
+import json, subprocess, sys, time
+from dltop.probe.system import SystemSampler
+
+recs = []
+child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+sampler = SystemSampler(recs.append, interval=0.05)
+sampler.start()
+deadline = time.monotonic() + 30
+while not any("children_rss" in r for r in recs) and time.monotonic() < deadline:
+    time.sleep(0.02)
+child.kill()
+child.wait()  # reaped: gone, not a zombie
+n = len(recs)
+while len(recs) < n + 6 and time.monotonic() < deadline:  # samples in flight settle
+    time.sleep(0.02)
+sampler.stop()
+print(json.dumps(recs))
+"""
+
+
 def test_children_rss_counts_live_child_processes() -> None:
-    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
-    out = Collector()
-    sampler = SystemSampler(out, interval=0.05)
-    try:
-        sampler.start()
-        out.wait_for(lambda: any("children_rss" in r for r in out.of_kind(SYS)))
-        child.kill()
-        child.wait()  # reaped: gone, not a zombie
-        n = len(out.of_kind(SYS))
-        out.wait_for(lambda: len(out.of_kind(SYS)) >= n + 6)  # samples in flight settle
-    finally:
-        sampler.stop()
-        if child.poll() is None:
-            child.kill()
-            child.wait()
-    with_child = [r["children_rss"] for r in out.of_kind(SYS) if "children_rss" in r]
-    assert min(with_child) > 1 << 20  # a Python interpreter
-    assert all("children_rss" not in r for r in out.of_kind(SYS)[-2:])  # absent, not 0
+    # in a fresh process whose only child is the sleeper: pytest's own children (other
+    # tests' servers, tmux) would otherwise count too
+    out = subprocess.run(
+        [sys.executable, "-c", _CHILDREN_SCRIPT], capture_output=True, text=True, timeout=60
+    )
+    assert out.returncode == 0, out.stderr
+    records = [r for r in json.loads(out.stdout) if r.get("kind") == SYS]
+    with_child = [r["children_rss"] for r in records if "children_rss" in r]
+    assert with_child and min(with_child) > 1 << 20  # a Python interpreter
+    assert all("children_rss" not in r for r in records[-2:])  # absent, not 0
