@@ -48,6 +48,9 @@ DEFAULTS: dict[str, dict[str, Any]] = {
         "early_ratio": 100.0,
         "window": 100,
         "min_samples": 30,
+        # a one-step jump is critical only against a full baseline (Megatron-Core calibrates
+        # on 100 samples); before that it is a warning (it still turns critical later)
+        "critical_after": 100,
     },
     "divergence": {
         "enabled": True,

@@ -100,6 +100,7 @@ class GradExplosion(Rule):
         self.warn_p90 = float(c["warn_p90_ratio"])
         self.warn_sigmas = float(c["warn_log_sigmas"])
         self.min_samples = int(c["min_samples"])
+        self.critical_after = int(c["critical_after"])
         self.sigmas = float(c["log_sigmas"])
         self.recent: deque[int] = deque()  # steps at or above warn_ratio x median
         self.tr = Tracker(engine, "grad_explosion")
@@ -137,7 +138,11 @@ class GradExplosion(Rule):
             return
         r = gn / med
         if gn >= e.gn_hi:
-            self._fire(e, CRITICAL, gn, med, r, early=self.early_phase)
+            settled = self.early_phase or len(e.gn_win) >= self.critical_after
+            if settled:
+                self._fire(e, CRITICAL, gn, med, r, early=self.early_phase)
+            else:
+                self._fire(e, WARNING, gn, med, r, filling=True)
             return
         q = self.recent
         q.append(step)
@@ -155,7 +160,14 @@ class GradExplosion(Rule):
             self.tr.clear(e.step)
 
     def _fire(
-        self, e: RuleEngine, sev: str, gn: float, med: float, r: float, early: bool = False
+        self,
+        e: RuleEngine,
+        sev: str,
+        gn: float,
+        med: float,
+        r: float,
+        early: bool = False,
+        filling: bool = False,
     ) -> None:
         self.last_hit = e.step
         ev = {
@@ -170,7 +182,9 @@ class GradExplosion(Rule):
             "loss": e.loss,
         }
         msg = f"grad norm {fmt(gn)} = {fmt(r)}x the median of the last {len(e.gn_win)} steps ({fmt(med)})"
-        if sev == WARNING:
+        if filling:
+            msg += f"; the baseline is still filling (critical from {self.critical_after} steps)"
+        elif sev == WARNING:
             msg = (
                 f"grad norm >= {fmt(self.warn)}x its median in {len(self.recent)} of the last {self.n} steps; "
                 + msg
