@@ -66,8 +66,8 @@ def main() -> str:
                 opt.zero_grad()
                 loss.backward()
                 opt.step()
+                probe.step(loss=loss)  # dltop: before sched.step(), so lr is this step's
                 sched.step()
-                probe.step(loss=loss)  # dltop
             with probe.phase("eval"), torch.no_grad():  # dltop, optional
                 model.eval()
                 val = torch.nn.functional.mse_loss(model(val_x), val_y)

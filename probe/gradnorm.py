@@ -15,8 +15,12 @@ and then computes every parameter's norm in one ``torch._foreach_norm`` and
 reduces them to one scalar, exactly as ``torch.nn.utils.get_total_norm`` does.
 With an AMP ``GradScaler`` (``Probe(scaler=...)``) the gradients are scaled during
 backward; the norms are divided by the scale in use, read from the scaler's device
-tensor (``get_scale()`` would sync). Each backward overwrites the result, so with gradient accumulation the last one
-holds the norm of the fully accumulated gradient. ``probe.step()`` takes it and
+tensor (``get_scale()`` would sync). Each backward overwrites the result, so with gradient
+accumulation the last one holds the norm of the fully accumulated gradient. The norm is
+therefore computed after every backward of an accumulation (K times per optimizer step): the
+hooks cannot know which backward is the last before clipping and ``optimizer.step()``, and
+any later point may already see clipped or zeroed gradients. ``benchmarks/probe_overhead.py``
+measures what that costs. ``probe.step()`` takes it and
 clears it. On CUDA the scalar stays on the device (no sync); on the CPU it is
 turned into a float here, outside the step.
 
@@ -42,7 +46,9 @@ class GradNormTracker:
         self.names = [n for n, _ in named_params]
         self.params = [p for _, p in named_params]
         self.compute_total = True  # False once the user passes grad_norm= explicitly
-        self.want_layers = True  # set by the probe before the backward of a layers step
+        # set by the probe before the backward of a layers step (and at start when step 0 is
+        # one); off by default so that no per-layer pass runs on backwards nobody asked for
+        self.want_layers = False
         self.latest: Any = None  # float (CPU) or 0-d device tensor, None when no backward ran
         self.layers: tuple[list[str], DeviceBatch, list[int], list[str]] | None = None
         self.error: BaseException | None = None  # first failure, reported once by the probe

@@ -3,8 +3,10 @@
 The time spent blocked in ``next()`` is the one number that tells a data-bound
 run from a compute-bound one; it is summed between steps and attached to the
 next ``step`` record as ``data_time``. The batch size is inferred from the
-first dimension of the batch (or of its first tensor-like element) so that the
-probe can report samples/s; an explicit ``batch_size=`` in ``step()`` wins.
+first dimension of the batch (or of its first tensor-like element) and summed
+over the batches fetched since the last step (gradient accumulation: K loader
+batches per ``probe.step()``), so that the probe can report samples/s; an
+explicit ``batch_size=`` in ``step()`` wins.
 """
 
 from __future__ import annotations
@@ -72,7 +74,10 @@ class TimedLoader(Generic[T]):
                 return
             t1 = perf_counter()
             probe._data_wait += t1 - t0
-            if infer:
-                probe._loader_bs = batch_size_of(batch)
+            if infer and (bs := batch_size_of(batch)) is not None:
+                # summed until the next probe.step(): K micro-batches of gradient
+                # accumulation make one step of K times the samples
+                prev = probe._loader_bs
+                probe._loader_bs = bs if prev is None else prev + bs
             yield batch
             t0 = perf_counter()

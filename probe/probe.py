@@ -25,7 +25,14 @@ from dltop.probe.cudastep import CudaStep, cuda_step_for
 from dltop.probe.gradnorm import GradNormTracker
 from dltop.probe.loader import TimedLoader
 from dltop.probe.readback import DeviceBatch
-from dltop.probe.records import StepRecords, build_layers, build_lazy, convert_values, scalar
+from dltop.probe.records import (
+    StepRecords,
+    build_layers,
+    build_lazy,
+    convert_values,
+    needs_conversion,
+    scalar,
+)
 from dltop.probe.schema import (
     EV_EXCEPTION,
     EV_EXIT,
@@ -60,7 +67,7 @@ class Probe:
 
     Args:
         path: the log file. By default ``dltop-runs/<YYYYmmdd-HHMMSS>-<pid>.jsonl``
-            (the folder is created); ``None`` for no file.
+            (the folder is created); ``None`` (or ``""``) for no file.
         model: a ``torch.nn.Module``; when given, the global gradient norm before
             clipping and the per-layer figures are measured during backward.
         optimizer: its param groups give ``lr`` (and ``lrs`` with several groups);
@@ -69,8 +76,11 @@ class Probe:
             the one of the unscaled gradient (without it the norm is ``scale`` times too big).
         socket: serve the records live to viewers on a Unix socket in a per-user private
             directory, where ``dltop`` and ``dltop ls`` find the run (on by default).
-        tcp: also serve on TCP, ``"HOST:PORT"``; loopback needs no token, any other
-            address gets one (``$DLTOP_TOKEN`` or generated), printed once.
+        tcp: also serve on TCP, ``"HOST:PORT"``; loopback needs no token unless
+            ``$DLTOP_TOKEN`` is set (then it is required on any address); any other
+            address gets one (``$DLTOP_TOKEN`` or generated), printed once. A bad spec or a
+            port in use costs only the TCP listener (one warning); ``socket=False`` with
+            ``tcp=`` serves TCP only.
         sinks: extra sinks (objects with ``write(bytes)`` and ``close()``) that receive
             every batch of lines.
         layers_every: steps between two ``layers`` records (per-layer grad norms and
@@ -104,14 +114,15 @@ class Probe:
         run_id: str | None = None,
     ) -> None:
         self._extra_sinks = list(sinks)
+        if path is not _AUTO and path is not None:
+            path = os.fspath(path) or None  # "" means no file, like None
         if path is None and not socket and not tcp and not self._extra_sinks:
             raise ValueError(
-                "Probe(path=None) with socket=False has nowhere to write: "
+                "Probe(path=None) with socket=False has nowhere to write "
+                "(an empty path is no path): "
                 "give a log path (or leave the default), or socket=True"
             )
-        self.path: str | None = (
-            default_path() if path is _AUTO else (os.fspath(path) if path else None)
-        )
+        self.path: str | None = default_path() if path is _AUTO else path
         self.model = model
         self.optimizer = optimizer
         self.scaler = scaler
@@ -174,7 +185,8 @@ class Probe:
             try:
                 from dltop.probe.live import LiveSink
 
-                sinks.append(LiveSink(f"{self.run_id}.{os.getpid()}", meta or {}, tcp=self.tcp))
+                key = f"{self.run_id}.{os.getpid()}"
+                sinks.append(LiveSink(key, meta or {}, tcp=self.tcp, unix=self.socket))
             except Exception as e:
                 sys.stderr.write(
                     f"dltop: warning: no live socket for this run ({e}); the log file still works\n"
@@ -309,13 +321,6 @@ class Probe:
                 if tr.error is not None:
                     self._error("grad norm", tr.error)
                     tr.error = None
-            dev = None
-            if (
-                extras
-                or (loss is not None and type(loss) is not float)
-                or (grad_norm is not None and type(grad_norm) is not float)
-            ):
-                loss, grad_norm, extras, dev = convert_values(loss, grad_norm, extras, self._error)
             lrs = None
             if lr is None:
                 opt = self.optimizer
@@ -324,8 +329,15 @@ class Probe:
                     lr = groups[0]["lr"]
                     if len(groups) > 1:
                         lrs = [g["lr"] for g in groups]
+            dev = None
+            if extras or needs_conversion(loss, grad_norm, lr, lrs):
+                # tensors (loss, a tensor lr...) become numbers now, or one device read-back
+                loss, grad_norm, extras, dev, lr, lrs = convert_values(
+                    loss, grad_norm, extras, self._error, lr, lrs
+                )
             if batch_size is None:
                 batch_size = self._loader_bs
+            self._loader_bs = None  # the loader sums the next step's batches from zero
             mem = None
             cu = self._cuda
             if cu is not False:
@@ -426,6 +438,7 @@ class Probe:
             # the phase (and any data it loaded) is not part of the next step's time
             self._prev_end = perf_counter()
             self._data_wait = 0.0
+            self._loader_bs = None
 
     def loader(self, iterable: Iterable[T], infer_batch_size: bool = True) -> TimedLoader[T]:
         """Wrap the data loader: the wait in each ``next()`` becomes the step's ``data_time``."""
@@ -471,6 +484,8 @@ class Probe:
             w.put(record)
 
     def _flush(self, fsync: bool) -> None:
+        """The crash path's flush: bounded, and read-backs stuck on a hung device are given
+        up within the same bound (see ``Writer.flush``), so the event gets written."""
         self.flush(fsync, timeout=3.0)
 
     def _hook_gradients(self) -> None:

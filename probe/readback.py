@@ -17,8 +17,33 @@ from __future__ import annotations
 import time
 from typing import Any
 
-# How long a forced read (close, crash flush) waits for a copy still in flight.
+# How long a forced drain (close, crash flush, an item held too long) waits, in all, for
+# the copies still in flight: one budget shared by every read-back of that drain.
 FORCE_WAIT_S = 2.0
+
+
+class Deadline:
+    """The time limit one forced drain shares among all its read-backs.
+
+    A forced drain with ten stuck read-backs must not wait ten times: every
+    :meth:`DeviceBatch.values` given the same ``Deadline`` waits only until ``at``
+    (monotonic seconds); past it, a batch still in flight is given up at once and
+    counted in ``missed``, and its record is written without its device values.
+    Truthy, so it stands wherever the builders' ``force`` flag is expected.
+    """
+
+    __slots__ = ("at", "missed")
+
+    def __init__(self, seconds: float = FORCE_WAIT_S, at: float | None = None) -> None:
+        now = time.monotonic()
+        self.at = now + max(0.0, seconds) if at is None else min(at, now + max(0.0, seconds))
+        self.missed = 0
+
+    def __bool__(self) -> bool:
+        return True
+
+    def left(self) -> float:
+        return max(0.0, self.at - time.monotonic())
 
 
 class DeviceBatch:
@@ -82,14 +107,22 @@ class DeviceBatch:
             self._host = None
             return True
 
-    def values(self, force: bool = False) -> list[float] | None:
-        """The floats, ``None`` while not ready (unless ``force``), ``[]`` when lost."""
-        if (
-            self._event is not None
-            and not self.ready()
-            and not (force and _wait(self, FORCE_WAIT_S))
-        ):
-            return [] if force else None
+    def values(self, force: bool | Deadline = False) -> list[float] | None:
+        """The floats, ``None`` while not ready (unless ``force``), ``[]`` when lost.
+
+        ``force`` is ``True`` (wait up to ``FORCE_WAIT_S`` for this batch) or the
+        :class:`Deadline` of the forced drain this batch is part of.
+        """
+        if self._event is not None and not self.ready():
+            if not force:
+                return None
+            timeout = force.left() if isinstance(force, Deadline) else FORCE_WAIT_S
+            if not _wait(self, timeout):
+                if isinstance(force, Deadline):
+                    force.missed += 1
+                self._event = None  # given up: never waited for again
+                self._values, self._host = [], None
+                return []
         if self._host is None:
             return self._values if self._values is not None else []
         try:

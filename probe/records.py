@@ -19,25 +19,47 @@ from dltop.probe.schema import STEP
 
 OnError = Callable[[str, BaseException], None]
 
-# Where a device value goes back to in a step: LOSS, GRAD_NORM, or an extra's name.
+# Where a device value goes back to in a step: LOSS, GRAD_NORM, LR, (LRS, group index),
+# or an extra's name (a str that is never empty).
 LOSS: str | None = None
 GRAD_NORM = ""
+LR = ("lr",)
+LRS = "lrs"
+
+_NUMBER = (float, int)
 
 
 def convert_values(
-    loss: Any, grad_norm: Any, extras: dict[str, Any], on_error: OnError
-) -> tuple[Any, Any, dict[str, Any] | None, tuple[DeviceBatch, list[Any]] | None]:
+    loss: Any,
+    grad_norm: Any,
+    extras: dict[str, Any] | None,
+    on_error: OnError,
+    lr: Any = None,
+    lrs: list[Any] | None = None,
+) -> tuple[Any, Any, dict[str, Any] | None, tuple[DeviceBatch, list[Any]] | None, Any, Any]:
     """Numbers stay, host tensors become numbers, device scalars go into one read-back.
 
-    Device values come back as ``None`` (the writer fills them in from the batch); a
-    value that is not a scalar is dropped and reported through ``on_error``.
+    Returns ``(loss, grad_norm, extras, dev, lr, lrs)``. Device values come back as
+    ``None`` (the writer fills them in from the batch); a value that is not a scalar is
+    dropped and reported through ``on_error``. ``lr`` and ``lrs`` may be tensors too
+    (``Adam(lr=torch.tensor(...))`` keeps the tensor in its param groups): a CPU one
+    becomes a float here, a CUDA one is read back like the loss, without a sync.
     """
-    keys: list[str | None] = []
+    keys: list[Any] = []
     tensors: list[Any] = []
     if loss is not None and type(loss) is not float:
         loss = scalar("loss", loss, LOSS, keys, tensors, on_error)
     if grad_norm is not None and type(grad_norm) is not float:
         grad_norm = scalar("grad_norm", grad_norm, GRAD_NORM, keys, tensors, on_error)
+    if lr is not None and type(lr) not in _NUMBER:
+        lr = scalar("lr", lr, LR, keys, tensors, on_error)
+    if lrs is not None:
+        lrs = [
+            x
+            if x is None or type(x) in _NUMBER
+            else scalar("lr", x, (LRS, i), keys, tensors, on_error)
+            for i, x in enumerate(lrs)
+        ]
     out: dict[str, Any] | None = None
     if extras:
         out = {}
@@ -54,7 +76,17 @@ def convert_values(
             dev = (DeviceBatch(tensors, timing=True), keys)
         except Exception as e:  # the step is still recorded, without its device scalars
             on_error("device read-back", e)
-    return loss, grad_norm, out, dev
+    return loss, grad_norm, out, dev, lr, lrs
+
+
+def needs_conversion(loss: Any, grad_norm: Any, lr: Any, lrs: list[Any] | None) -> bool:
+    """Whether a step's values hold anything but plain numbers (the common case is no)."""
+    return (
+        (loss is not None and type(loss) is not float)
+        or (grad_norm is not None and type(grad_norm) is not float)
+        or (lr is not None and type(lr) is not float and type(lr) is not int)
+        or (lrs is not None and any(type(x) is not float for x in lrs))
+    )
 
 
 def scalar(
@@ -77,13 +109,18 @@ def scalar(
 
 
 def num(v: Any) -> Any:
-    """A record value: ints stay ints, host tensors and numpy scalars become numbers."""
+    """A record value: ints stay ints, host tensors and numpy scalars become numbers.
+
+    A device tensor that reaches this point (it should have gone through a read-back)
+    becomes ``None``: reading it here would be a sync.
+    """
     if type(v) is float or type(v) is int:
         return v
     try:
-        return host_scalar(v) if not is_device(v) else None
+        v = host_scalar(v)  # CPU tensors and numpy scalars become numbers, device ones stay
     except Exception:
         return None
+    return None if is_device(v) else v
 
 
 class StepRecords:
@@ -105,6 +142,11 @@ class StepRecords:
                 for key, val in zip(keys, vals, strict=True):
                     if key is LOSS:
                         loss = val
+                    elif type(key) is tuple:
+                        if key is LR:
+                            lr = val
+                        elif lrs is not None:
+                            lrs[key[1]] = val  # the probe's own list, made for this step
                     elif key == GRAD_NORM:
                         gn = val
                     else:

@@ -66,6 +66,11 @@ EV_NOTE = "note"  # free text the probe or the user wants on record
 EV_WARNING = "warning"  # the probe degraded (e.g. could not write the file): ``message``
 EVENT_TYPES = (EV_EXCEPTION, EV_OOM, EV_SIGNAL, EV_EXIT, EV_PHASE, EV_NOTE, EV_WARNING)
 
+# The longest line a reader accepts. The probe's longest records (a ``layers`` record of
+# a model with thousands of parameter tensors, a bounded traceback) are far below it;
+# anything longer is skipped and counted as malformed instead of being held in memory.
+MAX_LINE = 8 << 20  # bytes, newline excluded
+
 _NONFINITE_OUT = {math.inf: "Infinity", -math.inf: "-Infinity"}
 _NONFINITE_IN = {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}
 _NONFINITE_MARKERS = (b'"NaN"', b'Infinity"')
@@ -105,14 +110,62 @@ def _needs_sanitizing(v: Any) -> bool:
     return False
 
 
+# Fields whose values are text, never numbers: a note that says "NaN", an argv entry
+# "Infinity" or a traceback line stay strings. Their whole subtree is left alone.
+_TEXT_KEYS = frozenset(
+    (
+        "kind",
+        "type",
+        "text",
+        "message",
+        "traceback",
+        "cause",
+        "exc_type",
+        "signal",
+        "status",
+        "name",
+        "names",
+        "no_grad",
+        "state",
+        "source",
+        "argv",
+        "notes",
+    )
+)
+
+
 def restore(value: Any) -> Any:
-    """Inverse of :func:`sanitize`: turn the non-finite markers back into floats."""
+    """Inverse of :func:`sanitize`: turn the non-finite markers back into floats.
+
+    Works in place on dicts and lists (the decoder's freshly decoded objects) and
+    returns ``value``. Iterative, so that a line nested as deep as the JSON decoder
+    allows cannot exhaust the interpreter's stack. Markers are restored only where a
+    number can stand: ``meta`` records and text fields (see ``_TEXT_KEYS``: messages,
+    tracebacks, argv, notes, names) keep their strings.
+    """
     if isinstance(value, str):
         return _NONFINITE_IN.get(value, value)
-    if isinstance(value, dict):
-        return {k: restore(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [restore(v) for v in value]
+    if isinstance(value, dict) and value.get("kind") == META:
+        return value
+    get = _NONFINITE_IN.get
+    stack = [value]
+    pop, push = stack.pop, stack.append
+    while stack:
+        node = pop()
+        if isinstance(node, dict):
+            for k, v in node.items():  # assigning existing keys while iterating is safe
+                if isinstance(v, str):
+                    if k not in _TEXT_KEYS and (f := get(v)) is not None:
+                        node[k] = f
+                elif isinstance(v, (dict, list)) and k not in _TEXT_KEYS:
+                    push(v)
+        elif isinstance(node, list):
+            for i, v in enumerate(node):
+                if isinstance(v, str):
+                    if (f := get(v)) is not None:
+                        node[i] = f
+                elif isinstance(v, (dict, list)):
+                    push(v)
     return value
 
 
@@ -188,7 +241,7 @@ def decode_line(line: bytes | str) -> dict[str, Any] | None:
     if isinstance(line, str):
         line = line.encode()
     line = line.strip()
-    if not line:
+    if not line or len(line) > MAX_LINE:
         return None
     try:
         obj = _get_decoder()(line)
@@ -205,11 +258,16 @@ class LineDecoder:
     """Turns chunks of bytes into records, holding a partial last line until its newline.
 
     Counts what it skips so that a viewer can say "3 corrupt lines skipped" instead of
-    failing or hiding it. ``feed`` never raises on bad input.
+    failing or hiding it. ``feed`` never raises on bad input. A line longer than
+    :data:`MAX_LINE` bytes is skipped and counted as malformed without being held in
+    memory: a large file with no newlines costs bounded memory and linear time, and
+    the decoder picks up again after the next newline.
     """
 
     def __init__(self) -> None:
-        self._partial = b""
+        self._parts: list[bytes] = []  # the partial last line, in pieces (joined once, linear)
+        self._held = 0  # bytes in _parts
+        self._skipping = 0  # bytes of an over-long line dropped so far (0: not skipping)
         self.records = 0  # records decoded
         self.malformed = 0  # non-empty lines that were not a record
         self.bytes = 0  # bytes fed, partial line included
@@ -217,29 +275,54 @@ class LineDecoder:
     def feed(self, chunk: bytes) -> list[dict[str, Any]]:
         """Records completed by ``chunk``; an unterminated tail waits for the next call."""
         self.bytes += len(chunk)
-        data = self._partial + chunk if self._partial else chunk
-        end = data.rfind(b"\n")
+        if self._skipping:
+            nl = chunk.find(b"\n")
+            if nl < 0:
+                self._skipping += len(chunk)
+                return []
+            self._skipping = 0  # the over-long line ends here; it was counted when it began
+            chunk = chunk[nl + 1 :]
+        end = chunk.rfind(b"\n")  # only the new bytes are searched: the held part has none
         if end < 0:
-            self._partial = data
+            self._hold(chunk)
             return []
-        self._partial = data[end + 1 :]
-        return self._decode_block(data[: end + 1])
+        if self._parts:
+            self._parts.append(chunk[: end + 1])
+            block = b"".join(self._parts)
+            self._parts, self._held = [], 0
+        else:
+            block = chunk[: end + 1]
+        self._hold(chunk[end + 1 :])
+        return self._decode_block(block)
+
+    def _hold(self, piece: bytes) -> None:
+        """Keep an unterminated piece, or start skipping the line once it is too long."""
+        if not piece:
+            return
+        self._held += len(piece)
+        if self._held > MAX_LINE:
+            self._skipping = self._held
+            self._parts, self._held = [], 0
+            self.malformed += 1
+        else:
+            self._parts.append(piece)
 
     def finish(self) -> list[dict[str, Any]]:
         """Flush the held partial line at end of input (a finished file without a final newline).
 
         A line cut by a crash is malformed and counted; a complete last record without its
-        newline is kept.
+        newline is kept. An over-long last line was counted already.
         """
-        tail, self._partial = self._partial, b""
+        tail = b"".join(self._parts)
+        self._parts, self._held, self._skipping = [], 0, 0
         if not tail.strip():
             return []
         return self._decode_block(tail)
 
     @property
     def pending(self) -> int:
-        """Bytes of the partial line held back."""
-        return len(self._partial)
+        """Bytes of the unfinished last line (held back, or being skipped as over-long)."""
+        return self._held + self._skipping
 
     def _decode_block(self, block: bytes) -> list[dict[str, Any]]:
         out: list[dict[str, Any]] = []
@@ -248,6 +331,9 @@ class LineDecoder:
         fix = any(m in block for m in _NONFINITE_MARKERS)
         for line in block.split(b"\n"):
             if not line or line.isspace():
+                continue
+            if len(line) > MAX_LINE:
+                self.malformed += 1
                 continue
             try:
                 obj = decode(line)

@@ -16,7 +16,13 @@ Queue items:
   built here, off the training thread. ``None`` means "not ready yet" (a device
   read-back still in flight): the item and everything after it wait for the next
   wake, so the log keeps its order. ``force`` (close, crash flush, or an item held
-  too long) asks the builder to give up waiting and return what it has.
+  too long) asks the builder to give up waiting and return what it has: it is then a
+  :class:`~dltop.probe.readback.Deadline` shared by the whole drain, so that N stuck
+  read-backs cost one wait, not N. What is still in flight at the deadline is
+  written without its device values, counted in ``readbacks_lost``, and noted by a
+  ``warning`` event right after the first such record. A flush (the crash path)
+  passes its own timeout down, so the drain finishes, events included, before the
+  caller stops waiting.
 """
 
 from __future__ import annotations
@@ -32,11 +38,13 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any, Protocol, runtime_checkable
 
+from dltop.probe.readback import FORCE_WAIT_S, Deadline
 from dltop.probe.schema import EV_WARNING, EVENT, encode_record
 
 WAKE_S = 0.05  # how often the thread looks at the queue
 HOLD_MAX_S = 5.0  # an item not ready for this long is forced (a hung device must not stop the log)
 QUEUE_MAX = 1 << 18  # records kept if the thread falls behind; the oldest are dropped beyond
+WRITE_MARGIN_S = 0.5  # of a flush's timeout, kept for encoding, writing and fsync after the waits
 
 
 @runtime_checkable
@@ -138,6 +146,14 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
+def _waits_until(timeout: float) -> float:
+    """The monotonic time a forced drain may wait until so that a caller waiting
+    ``timeout`` seconds sees it finished: at most ``FORCE_WAIT_S``, and a margin kept for
+    writing what was built."""
+    wait = min(FORCE_WAIT_S, max(0.0, timeout - min(WRITE_MARGIN_S, timeout / 4)))
+    return time.monotonic() + wait
+
+
 def _stderr(message: str) -> None:
     try:
         sys.stderr.write(message + "\n")
@@ -168,11 +184,13 @@ class Writer:
         self._wake = threading.Event()
         self._stop = False
         self._lock = threading.Lock()  # one drain at a time (thread, or a caller when it is dead)
-        self._flush_reqs: deque[tuple[threading.Event, bool]] = deque()
+        self._flush_reqs: deque[tuple[threading.Event, bool, float]] = deque()
+        self._stop_by: float | None = None  # close()'s deadline for the last drain
         self._thread: threading.Thread | None = None
         self.warnings: list[str] = []  # what was reported, for tests and close()
         self.records_written = 0
         self._build_errors = 0
+        self.readbacks_lost = 0  # device read-backs given up by forced drains
         _WRITERS.add(self)
 
     def _disown(self) -> None:
@@ -206,23 +224,25 @@ class Writer:
         Returns False on timeout. Safe from a signal handler on the main thread:
         it only waits on the writer thread, or drains itself when that is gone.
         """
+        by = _waits_until(timeout)
         t = self._thread
         if t is None or not t.is_alive() or t is threading.current_thread():
-            return self._drain_locked(force=True, fsync=fsync, timeout=timeout)
+            return self._drain_locked(force=Deadline(at=by), fsync=fsync, timeout=timeout)
         done = threading.Event()
-        self._flush_reqs.append((done, fsync))
+        self._flush_reqs.append((done, fsync, by))
         self._wake.set()
         return done.wait(timeout)
 
     def close(self, timeout: float = 5.0) -> None:
         """Write everything, fsync, close the sinks. Idempotent."""
+        self._stop_by = _waits_until(timeout)
         self._stop = True
         self._wake.set()
         t = self._thread
         if t is not None and t.is_alive() and t is not threading.current_thread():
             t.join(timeout)
         if t is None or not t.is_alive():
-            self._drain_locked(force=True, fsync=True, timeout=timeout)
+            self._drain_locked(force=Deadline(at=self._stop_by), fsync=True, timeout=timeout)
         for sink in self.sinks:
             with contextlib.suppress(Exception):
                 sink.close()
@@ -237,19 +257,24 @@ class Writer:
             reqs = []
             while self._flush_reqs:
                 reqs.append(self._flush_reqs.popleft())
-            force = stop or bool(reqs)
-            fsync = stop or any(f for _, f in reqs)
+            force: Deadline | None = None
+            if stop or reqs:  # the earliest caller's deadline bounds the waits of this drain
+                bys = [by for _, _, by in reqs]
+                if stop and self._stop_by is not None:
+                    bys.append(self._stop_by)
+                force = Deadline(at=min(bys)) if bys else Deadline()
+            fsync = stop or any(f for _, f, _ in reqs)
             try:
                 with self._lock:
                     self._drain(force=force, fsync=fsync)
             except Exception as e:  # a bug here must not kill the thread and with it the log
                 self._warn(f"writer error: {e!r}")
-            for done, _ in reqs:
+            for done, _, _ in reqs:
                 done.set()
             if stop:
                 return
 
-    def _drain_locked(self, force: bool, fsync: bool, timeout: float) -> bool:
+    def _drain_locked(self, force: Deadline, fsync: bool, timeout: float) -> bool:
         if not self._lock.acquire(timeout=timeout):
             return False
         try:
@@ -261,12 +286,13 @@ class Writer:
         finally:
             self._lock.release()
 
-    def _drain(self, force: bool, fsync: bool) -> None:
+    def _drain(self, force: Deadline | None, fsync: bool) -> None:
         lines: list[bytes] = []
         held, queue = self._held, self._queue
         now = time.monotonic()
         if held and self._held_since is not None and now - self._held_since > HOLD_MAX_S:
-            force = True
+            force = force or Deadline()
+        lost_at = -1  # index in lines of the first record written without its device values
         if not self.sinks:  # nowhere left to write: do not build lines nobody will read
             held.clear()
             queue.clear()
@@ -278,6 +304,7 @@ class Writer:
             if type(item) is dict:
                 rec: dict[str, Any] | None = item
             else:
+                missed = force.missed if force is not None else 0
                 try:
                     rec = item[0](item, force)
                 except Exception as e:
@@ -290,6 +317,8 @@ class Writer:
                     if self._held_since is None:
                         self._held_since = now
                     break
+                if lost_at < 0 and force is not None and force.missed > missed:
+                    lost_at = len(lines)
             held.popleft()
             self._held_since = None
             try:
@@ -300,6 +329,8 @@ class Writer:
                     self._warn(f"could not encode a {rec.get('kind')!r} record: {e!r}")
         if not held:
             self._held_since = None
+        if force is not None and force.missed:
+            self._note_lost(lines, lost_at, force.missed)
         beat_due = now - self._last_beat >= self._heartbeat_every
         if self._heartbeat is not None and beat_due and not self._stop:  # exit is the last line
             self._last_beat = now
@@ -316,6 +347,22 @@ class Writer:
                         fl(True)
                     except Exception as e:
                         self._sink_failed(sink, e)
+
+    def _note_lost(self, lines: list[bytes], at: int, n: int) -> None:
+        """A ``warning`` event right after the first record that lost its device values."""
+        self.readbacks_lost += n
+        message = (
+            f"{n} device read-back(s) still in flight at a forced flush (GPU busy or hung); "
+            "their records were written without their device values (loss, grad_norm...)"
+        )
+        if self.readbacks_lost == n:  # the first time: once on stderr too
+            self.warnings.append(message)
+            _stderr(f"dltop: warning: {message}")
+        rec = {"kind": EVENT, "type": EV_WARNING, "t": time.time(), "message": message}
+        with contextlib.suppress(Exception):
+            lines.insert(
+                min(max(at, 0) + 1, len(lines)), encode_record(rec | {"readbacks_lost": n})
+            )
 
     def _write(self, batch: bytes) -> None:
         for sink in list(self.sinks):

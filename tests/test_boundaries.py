@@ -114,3 +114,17 @@ def test_every_package_folder_is_listed_in_pyproject() -> None:
     assert found == listed, (
         f"pyproject packages differ: missing {found - listed}, stale {listed - found}"
     )
+
+
+def test_ruff_is_pinned_to_the_installed_version() -> None:
+    """`make test` checks formatting, which changes between ruff releases: one exact version."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    dev = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    pins = [d.split("#")[0].strip() for d in dev["dev"] if d.startswith("ruff")]
+    assert len(pins) == 1 and pins[0].startswith("ruff=="), pins
+    try:
+        installed = version("ruff")
+    except PackageNotFoundError:
+        return  # not installed with the dev extra: nothing to compare
+    assert pins[0] == f"ruff=={installed}"

@@ -431,3 +431,79 @@ def test_step_before_start_says_so_once(tmp_path: Path, capfd: pytest.CaptureFix
     err = capfd.readouterr().err
     assert err.count("before start()") == 1
     assert not (tmp_path / "run.jsonl").exists()
+
+
+def test_tensor_learning_rates_are_recorded(tmp_path: Path) -> None:
+    """``Adam(lr=torch.tensor(...))`` keeps a tensor in its param groups: it is still an lr."""
+    log = tmp_path / "run.jsonl"
+    model = _model()
+    opt = torch.optim.Adam(
+        [
+            {"params": model[0].parameters()},
+            {"params": model[2].parameters(), "lr": torch.tensor(0.004)},
+        ],
+        lr=torch.tensor(0.002),
+    )
+    sched = torch.optim.lr_scheduler.StepLR(opt, step_size=1, gamma=0.5)
+    expected = []
+    with Probe(path=log, model=model, optimizer=opt, system=False) as probe:
+        for i in range(3):
+            x, y = _batch(i)
+            torch.nn.functional.mse_loss(model(x), y).backward()
+            opt.step()
+            opt.zero_grad()
+            expected.append([float(g["lr"]) for g in opt.param_groups])
+            probe.step(loss=1.0)
+            sched.step()  # changes the tensors in place: the step keeps its own value
+        probe.step(loss=1.0, lr=torch.tensor(0.25, dtype=torch.float64))
+    s = _records(log, "step")
+    assert [r["lr"] for r in s[:3]] == pytest.approx([e[0] for e in expected])
+    assert [r["lrs"] for r in s[:3]] == [pytest.approx(e) for e in expected]
+    assert expected[1][0] == pytest.approx(0.001)  # the schedule really moved between steps
+    assert s[3]["lr"] == 0.25 and "lrs" not in s[3]
+    assert not [r for r in _records(log) if r.get("type") == "warning"]
+
+
+def test_batch_size_sums_the_micro_batches_of_gradient_accumulation(tmp_path: Path) -> None:
+    log = tmp_path / "run.jsonl"
+    model = _model()
+    opt = torch.optim.SGD(model.parameters(), lr=0.05)
+    accum = 3
+    with Probe(path=log, model=model, optimizer=opt, system=False) as probe:
+        for i, (x, y) in enumerate(probe.loader([_batch(k) for k in range(4 * accum)])):
+            (torch.nn.functional.mse_loss(model(x), y) / accum).backward()
+            if (i + 1) % accum == 0:
+                opt.step()
+                opt.zero_grad()
+                probe.step()
+        with probe.phase("eval"), torch.no_grad():  # an eval loader does not count
+            for x, _ in probe.loader([_batch(99)] * 4):
+                model(x)
+        for x, y in probe.loader([_batch(50)]):  # one more step without accumulation
+            torch.nn.functional.mse_loss(model(x), y).backward()
+            probe.step()
+    s = _records(log, "step")
+    assert [r["batch_size"] for r in s] == [5 * accum] * 4 + [5]
+    assert all(r["samples_per_s"] == pytest.approx(r["batch_size"] / r["step_time"]) for r in s)
+
+
+def test_empty_path_without_socket_is_the_same_error() -> None:
+    with pytest.raises(ValueError, match="nowhere to write"):
+        Probe(path="", socket=False)
+
+
+def test_no_per_layer_pass_before_it_is_asked_for() -> None:
+    from dltop.probe.gradnorm import GradNormTracker
+
+    model = _model()
+    tracker = GradNormTracker(list(model.named_parameters()))
+    try:
+        x, y = _batch(0)
+        torch.nn.functional.mse_loss(model(x), y).backward()
+        assert tracker.latest == pytest.approx(_ref_norm(model), rel=1e-6)
+        assert tracker.layers is None  # only the total norm was computed
+        tracker.want_layers = True
+        torch.nn.functional.mse_loss(model(x), y).backward()
+        assert tracker.take_layers() is not None
+    finally:
+        tracker.remove()

@@ -71,3 +71,27 @@ def test_cuda_training_with_sync_debug_mode_error(tmp_path: Path) -> None:
     )
     assert [r for r in recs if r["kind"] == "eval"][0]["loss"] == pytest.approx(float(losses[-1]))
     assert not [r for r in recs if r.get("type") == "warning"]
+
+
+def test_cuda_tensor_lr_is_read_back_without_a_sync(tmp_path: Path) -> None:
+    """A CUDA tensor lr (capturable/fused optimizers) goes through the lazy read-back."""
+    log = tmp_path / "run.jsonl"
+    dev = torch.device("cuda")
+    torch.manual_seed(0)
+    model = torch.nn.Linear(16, 4).to(dev)
+    opt = torch.optim.Adam(model.parameters(), lr=torch.tensor(0.01, device=dev), capturable=True)
+    with Probe(path=log, model=model, optimizer=opt, system=False) as probe:
+        torch.cuda.set_sync_debug_mode("error")
+        try:
+            for _ in range(3):
+                model(torch.randn(8, 16, device=dev)).pow(2).mean().backward()
+                opt.step()
+                opt.zero_grad()
+                probe.step(loss=0.5)
+            probe.step(loss=0.5, lr=torch.tensor(0.25, device=dev))
+        finally:
+            torch.cuda.set_sync_debug_mode(0)
+    recs, dec = read_records(str(log))
+    steps = [r for r in recs if r["kind"] == "step"]
+    assert [s["lr"] for s in steps] == pytest.approx([0.01, 0.01, 0.01, 0.25])
+    assert not [r for r in recs if r.get("type") == "warning"]

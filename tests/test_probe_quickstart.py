@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import math
 import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from dltop.probe.schema import read_records
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -31,3 +33,7 @@ def test_quickstart_writes_a_log_and_prints_its_path(tmp_path: Path) -> None:
     steps = [r for r in recs if r["kind"] == "step"]
     assert all(r["grad_norm"] > 0 and r["batch_size"] == 64 and "data_time" in r for r in steps)
     assert recs[-1]["type"] == "exit" and recs[-1]["status"] == "ok"
+    # each step's lr is the one that step trained with (probe.step() before sched.step())
+    cosine = [1e-3 * (1 + math.cos(math.pi * i / 256)) for i in range(256)]
+    assert steps[0]["lr"] == 2e-3
+    assert [r["lr"] for r in steps] == pytest.approx(cosine, rel=1e-9, abs=1e-12)

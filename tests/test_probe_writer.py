@@ -206,3 +206,62 @@ def test_a_forked_child_never_writes_into_the_parents_log(tmp_path: Path) -> Non
     assert [r.get("loss") for r in recs if r["kind"] == "step"] == [1.0, 2.0]
     assert not [r for r in recs if r.get("type") == "note"]
     assert [r["status"] for r in recs if r.get("type") == "exit"] == ["ok"]
+
+
+class _NeverDone:
+    """A CUDA event of a hung device: ``query()`` never says the copy has landed."""
+
+    def query(self) -> bool:
+        return False
+
+
+def _stuck_readback():
+    """A real ``DeviceBatch`` whose copy is in flight forever (no GPU needed)."""
+    from dltop.probe.readback import DeviceBatch
+
+    batch = DeviceBatch.__new__(DeviceBatch)
+    batch._host, batch._values, batch.timing_event = None, None, None
+    batch._event = _NeverDone()
+    return batch
+
+
+def _stuck_writer(log: Path, n: int):
+    """A writer with ``n`` step records waiting on read-backs that never complete."""
+    from dltop.probe.records import build_lazy
+    from dltop.probe.writer import FileSink, Writer
+
+    w = Writer([FileSink(str(log))], heartbeat=None)
+    w.start()
+    for i in range(n):
+        rec = {"kind": "step", "step": i, "t": 0.0, "step_time": 0.1}
+        w.put((build_lazy, rec, ["loss"], _stuck_readback()))
+    return w
+
+
+def test_a_crash_flush_writes_the_event_behind_stuck_read_backs(tmp_path: Path) -> None:
+    """Six hung read-backs share one bounded wait: the signal event reaches the log in time."""
+    log = tmp_path / "run.jsonl"
+    w = _stuck_writer(log, 6)
+    try:
+        w.emit({"kind": "event", "type": "signal", "t": 0.0, "signal": "SIGTERM", "step": 5})
+        assert w.flush(fsync=True, timeout=3.0)  # what the crash path waits for
+        recs = _all_lines_parse(log)  # read now, while the writer is still running
+        kinds = [(r["kind"], r.get("type")) for r in recs]
+        assert [r["step"] for r in recs if r["kind"] == "step"] == list(range(6))
+        assert all("loss" not in r for r in recs if r["kind"] == "step")  # lost, not invented
+        assert ("event", "signal") in kinds and kinds[-1] == ("event", "signal")  # order kept
+        lost = [r for r in recs if r.get("type") == "warning"]
+        assert len(lost) == 1 and lost[0]["readbacks_lost"] == 6 and w.readbacks_lost == 6
+        assert recs.index(lost[0]) == 1  # right after the first record that lost its value
+    finally:
+        w.close()
+
+
+def test_close_writes_everything_after_stuck_read_backs_exit_last(tmp_path: Path) -> None:
+    log = tmp_path / "run.jsonl"
+    w = _stuck_writer(log, 8)
+    w.put({"kind": "event", "type": "exit", "t": 0.0, "status": "ok"})
+    w.close(timeout=3.0)
+    recs = _all_lines_parse(log)
+    assert [r["step"] for r in recs if r["kind"] == "step"] == list(range(8))
+    assert recs[-1]["type"] == "exit" and w.readbacks_lost == 8

@@ -170,3 +170,104 @@ def test_as_float() -> None:
     assert as_float(1.5) == 1.5 and as_float(3) == 3.0 and as_float("Infinity") == math.inf
     assert math.isnan(as_float("NaN"))
     assert as_float(True) is None and as_float(None) is None and as_float("1.5") is None
+
+
+def _deep(depth: int, leaf: bytes = b'"NaN"') -> bytes:
+    """A note whose ``x`` is ``leaf`` nested ``depth`` lists deep."""
+    return b'{"kind":"event","type":"note","x":' + b"[" * depth + leaf + b"]" * depth + b"}"
+
+
+@pytest.mark.parametrize("depth", [600, 800, 5000])
+def test_deeply_nested_non_finite_values_never_raise(depth: int) -> None:
+    """Restoring "NaN" used to recurse twice per level: ~500 levels blew the stack."""
+    good = encode_record({"kind": "step", "step": 1, "loss": math.nan})
+    dec = LineDecoder()
+    recs = dec.feed(_deep(depth) + b"\n" + good)
+    out = decode_line(_deep(depth))
+    if depth < 1000:  # within the JSON decoder's depth limit (~1000 frames): decoded, restored
+        assert out is not None and len(recs) == 2 and dec.malformed == 0
+        leaf = recs[0]["x"]
+        for _ in range(depth):
+            (leaf,) = leaf
+        assert math.isnan(leaf)
+    else:  # beyond it: one malformed line, the next one still read
+        assert out is None and len(recs) == 1 and dec.malformed == 1
+    assert recs[-1]["step"] == 1 and math.isnan(recs[-1]["loss"])
+
+
+def test_dltop_check_reads_a_log_with_a_deeply_nested_line(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    log = tmp_path / "run.jsonl"
+    steps = b"".join(encode_record({"kind": "step", "step": i, "loss": 1.0}) for i in range(5))
+    log.write_bytes(encode_record({"kind": "meta", "v": 1}) + _deep(800) + b"\n" + steps)
+    out = subprocess.run(
+        [sys.executable, "-m", "dltop.tui", "check", str(log), "--json"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert "Traceback" not in out.stderr and out.returncode in (0, 1, 2), out.stderr
+    assert json.loads(out.stdout)["steps"] == 5
+
+
+def test_an_over_long_line_is_skipped_counted_and_the_decoder_resyncs(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from dltop.probe import schema
+
+    monkeypatch.setattr(schema, "MAX_LINE", 1000)  # the real cap is 8 MiB: same logic, less data
+    before = encode_record({"kind": "step", "step": 0})
+    after = encode_record({"kind": "step", "step": 1})
+    long_piece = b'{"kind":"note","text":"' + b"x" * 300
+    dec = LineDecoder()
+    got = dec.feed(before)
+    for _ in range(20):  # 6000 bytes without a newline, in pieces: never all held
+        got += dec.feed(long_piece)
+        assert dec.pending <= 1000 or dec._parts == []
+    assert dec.malformed == 1 and dec.pending == 20 * len(long_piece)
+    got += dec.feed(b'"}\n' + after[:5])
+    assert dec.pending == 5  # back in step after the long line's newline
+    got += dec.feed(after[5:])
+    assert [r["step"] for r in got] == [0, 1] and dec.malformed == 1 and dec.pending == 0
+    # a complete over-long line inside one chunk, and via decode_line
+    dec = LineDecoder()
+    assert dec.feed(b"[" + b" " * 2000 + b"]\n" + after) == [decode_line(after)]
+    assert dec.malformed == 1
+    assert decode_line(b'{"kind":"note","text":"' + b"y" * 2000 + b'"}') is None
+    assert dec.finish() == []
+
+
+def test_a_file_without_newlines_is_read_in_bounded_memory(tmp_path: Path) -> None:
+    from dltop.probe.schema import MAX_LINE
+
+    path = tmp_path / "blob.jsonl"
+    with open(path, "wb") as f:
+        for _ in range(3):
+            f.write(b"z" * (MAX_LINE // 2 + 1))  # 1.5 caps, no newline anywhere
+        f.write(b"\n" + encode_record({"kind": "step", "step": 7}))
+    recs, dec = read_records(str(path), chunk_size=1 << 20)
+    assert [r["step"] for r in recs] == [7] and dec.malformed == 1
+
+
+def test_text_fields_keep_their_nan_strings() -> None:
+    """Markers are numbers only where a number can stand: not in argv, notes or messages."""
+    meta = {"kind": "meta", "v": 1, "argv": ["train.py", "NaN", "Infinity"], "notes": ["NaN"]}
+    assert decode_line(encode_record(meta)) == meta
+    note = {"kind": "event", "type": "note", "text": "NaN", "loss": math.nan, "by": "NaN"}
+    out = decode_line(encode_record(note))
+    assert out["text"] == "NaN" and math.isnan(out["loss"]) and math.isnan(out["by"])
+    exc = {
+        "kind": "event",
+        "type": "exception",
+        "exc_type": "ValueError",
+        "message": "Infinity",
+        "traceback": [{"file": "a.py", "line": 3, "func": "f", "code": "NaN"}],
+        "cause": {"exc_type": "KeyError", "message": "-Infinity"},
+    }
+    dec = LineDecoder()
+    assert dec.feed(encode_record(exc)) == [exc]
+    layers = {"kind": "layers", "names": ["NaN"], "grad_norm": [math.inf], "no_grad": ["NaN"]}
+    out = decode_line(encode_record(layers))
+    assert out["names"] == ["NaN"] and out["grad_norm"] == [math.inf] and out["no_grad"] == ["NaN"]
