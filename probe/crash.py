@@ -7,7 +7,11 @@ Each becomes one ``event`` record, flushed and fsynced, and then the original
 behaviour continues exactly as it would have without the probe: the exception is
 re-raised by the caller, the previous hook and handlers run, and a signal whose
 action was the default is re-delivered so the process dies by it (exit status
-``-SIGTERM``, which schedulers and shells rely on).
+``-SIGTERM``, which schedulers and shells rely on). Such a death runs no ``close``:
+the run's live socket and its rendezvous entry are removed first, so that ``dltop``
+and ``dltop ls`` do not offer a run that is gone. An uncaught exception removes them
+too (the process is about to end; viewers already connected keep their stream until
+it does), except in an interactive session, which lives on.
 
 This code runs at the worst moment, right after an out-of-memory error or inside a
 signal handler, so it allocates little, imports nothing heavy (torch is only ever
@@ -28,6 +32,7 @@ from collections.abc import Callable
 from types import TracebackType
 from typing import Any
 
+from dltop.probe import rendezvous
 from dltop.probe.memory import CPU_OOM, CUDA_OOM, memory_state
 from dltop.probe.schema import EV_EXCEPTION, EV_OOM, EV_SIGNAL, EVENT
 
@@ -116,6 +121,8 @@ class CrashRecorder:
     ) -> None:
         if self._active:
             self.record(exc)
+            if not _interactive():
+                _forget_live_entries()
         prev = self._prev_hook or sys.__excepthook__
         prev(exc_type, exc, tb)
 
@@ -131,6 +138,7 @@ class CrashRecorder:
         if callable(prev):  # the user's handler, or SIGINT's default_int_handler
             return prev(signum, frame)
         if prev == signal.SIG_DFL:  # die by the signal, exactly as without the probe
+            _forget_live_entries()  # no close will run: leave no socket of a dead run
             signal.signal(signum, signal.SIG_DFL)
             signal.raise_signal(signum)
         return None
@@ -205,6 +213,16 @@ class CrashRecorder:
             self._emit(rec)
         with contextlib.suppress(Exception):
             self._flush(True)
+
+
+def _forget_live_entries() -> None:
+    with contextlib.suppress(Exception):
+        rendezvous.remove_own()
+
+
+def _interactive() -> bool:
+    """A REPL (``python -i``, IPython...): an uncaught exception does not end the process."""
+    return bool(getattr(sys.flags, "interactive", 0)) or hasattr(sys, "ps1")
 
 
 # -- pieces, usable on their own ----------------------------------------------------

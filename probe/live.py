@@ -1,10 +1,17 @@
 """The probe's live socket: serve the run to viewers and announce it for discovery.
 
 Opened once at ``Probe.start``: stale sockets of dead runs are swept, the server binds
-``<rendezvous>/<run_id>.<pid>.sock`` (0600 in a 0700 directory), and a small JSON beside it
-tells ``dltop`` / ``dltop ls`` whose run it is. It is a writer sink like the log file:
-the writer thread hands it each batch; it never blocks. Any failure here costs the
-live view, never the training: the caller warns once and goes on with the file.
+``<rendezvous>/<run_id>.<pid>.sock`` (0600 in a 0700 directory; the name is shortened
+when the path would not fit in an AF_UNIX address), and a small JSON beside it tells
+``dltop`` / ``dltop ls`` whose run it is. It is a writer sink like the log file: the
+writer thread hands it each batch; it never blocks. Any failure here costs the live
+view, never the training: the caller warns once and goes on with the file.
+
+The Unix socket and the TCP listener are separate choices (``unix=``, ``tcp=``): a TCP
+spec that is malformed, or a port that cannot be bound, costs the TCP listener only,
+with one warning; the Unix socket still serves the run. The socket and its entry are
+removed at ``close``, and by the crash hooks (``rendezvous.remove_own``) when a fatal
+signal ends the process before any ``close`` can run.
 """
 
 from __future__ import annotations
@@ -14,6 +21,7 @@ import secrets
 import socket
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
 from dltop.probe import rendezvous
@@ -25,53 +33,136 @@ TOKEN_ENV = "DLTOP_TOKEN"
 
 def parse_tcp(spec: str) -> tuple[str, int]:
     """``"HOST:PORT"`` (``[::1]:PORT`` for IPv6) to a bind address; ValueError with a hint."""
-    host, sep, port = spec.rpartition(":")
-    if not sep or not port.isdigit():
+    host, sep, port = str(spec).rpartition(":")
+    if not sep or not port.isdigit() or int(port) > 65535:
         raise ValueError(f"tcp={spec!r}: use 'HOST:PORT', e.g. '127.0.0.1:7007'")
     return host.strip("[]") or "127.0.0.1", int(port)
 
 
-class LiveSink:
-    """A :class:`SocketServer` plus its rendezvous entry, shaped as a writer sink."""
+def _warn(message: str) -> None:
+    try:
+        sys.stderr.write(f"dltop: warning: {message}\n")
+    except Exception:
+        pass
 
-    def __init__(self, key: str, meta: dict[str, Any], tcp: str | None = None) -> None:
+
+class LiveSink:
+    """A :class:`SocketServer` plus its rendezvous entry, shaped as a writer sink.
+
+    Raises (and leaves nothing behind) only when nothing at all can be served.
+    """
+
+    def __init__(
+        self, key: str, meta: dict[str, Any], tcp: str | None = None, unix: bool = True
+    ) -> None:
         self.key = key  # unique per process: two runs may share a log name
         self.token: str | None = None
-        rendezvous.cleanup_stale()
-        self.path = str(rendezvous.socket_path(key))
-        address = None
-        if tcp:
-            address = parse_tcp(tcp)
-            if not is_loopback(address[0]):
-                self.token = os.environ.get(TOKEN_ENV) or secrets.token_urlsafe(16)
-        self.server = SocketServer(self.path, tcp=address, token=self.token)
-        self.server.start(encode_record(meta))
-        self._registered = True
-        rendezvous.register(
-            key,
-            {
-                "run_id": meta.get("run_id") or key,
-                "pid": os.getpid(),
-                "host": socket.gethostname(),
-                "started": meta.get("t") or time.time(),
-                "log_path": meta.get("log_path"),
-                "argv": meta.get("argv"),
-                "tcp": tcp,
-            },
-        )
+        self.path: str | None = None
+        self._dir: Path | None = None
+        self._registered = False
+        self._reported = False
+        address = self._tcp_address(tcp, unix)
+        if unix:
+            rendezvous.cleanup_stale()
+            try:
+                self._dir = rendezvous.runtime_dir()
+            except rendezvous.RendezvousError as exc:
+                if address is None:
+                    raise
+                _warn(f"no Unix socket for this run ({exc}); serving on TCP only")
+            else:
+                self.path = str(rendezvous.socket_path(key, self._dir))
+        if self.path is None and address is None:
+            raise ValueError("neither a Unix socket nor a TCP address to serve on")
+        self.server = self._serve(meta, address)
+        address = self.server.tcp_address
+        served = None  # "HOST:PORT" as bound (port 0 asks for any free one)
         if address is not None:
-            port = self.server.bound_port
+            host = f"[{address[0]}]" if ":" in address[0] else address[0]
+            served = f"{host}:{self.server.bound_port}"
+        if self.path is not None:
+            try:
+                rendezvous.register(
+                    key,
+                    {
+                        "run_id": meta.get("run_id") or key,
+                        "pid": os.getpid(),
+                        "host": socket.gethostname(),
+                        "started": meta.get("t") or time.time(),
+                        "log_path": meta.get("log_path"),
+                        "argv": meta.get("argv"),
+                        "tcp": served,
+                    },
+                    self._dir,
+                )
+                self._registered = True
+            except BaseException:
+                self.server.close(timeout=0.2)  # an unannounced socket is of no use
+                raise
+        if served is not None:
             query = f"?token={self.token}" if self.token else ""
-            sys.stderr.write(f"dltop: serving this run on tcp://{address[0]}:{port}{query}\n")
+            sys.stderr.write(f"dltop: serving this run on tcp://{served}{query}\n")
+
+    def _tcp_address(self, tcp: str | None, unix: bool) -> tuple[str, int] | None:
+        """The TCP bind address and its token; a bad spec costs the TCP listener only."""
+        if not tcp:
+            return None
+        try:
+            address = parse_tcp(tcp)
+        except ValueError as exc:
+            if not unix:
+                raise
+            _warn(f"{exc}; no TCP listener, the Unix socket still serves this run")
+            return None
+        # a token set explicitly is enforced on any address, loopback included; without
+        # one, loopback needs none and any other address gets a generated one
+        self.token = os.environ.get(TOKEN_ENV) or None
+        if self.token is None and not is_loopback(address[0]):
+            self.token = secrets.token_urlsafe(16)
+        return address
+
+    def _serve(self, meta: dict[str, Any], address: tuple[str, int] | None) -> SocketServer:
+        """Start the server; when both were asked for and one of the two binds fails (a
+        TCP port in use, a socket path refused), serve on the other, with one warning."""
+        meta_line = encode_record(meta)
+        server = SocketServer(self.path, tcp=address, token=self.token)
+        try:
+            server.start(meta_line)  # a failed start has closed and removed what it bound
+        except OSError as exc:
+            if address is None or self.path is None:
+                raise
+            why = exc.strerror or str(exc)
+            if server.failed_on == "tcp":
+                _warn(
+                    f"cannot serve on tcp://{address[0]}:{address[1]} ({why}); "
+                    "the Unix socket still serves this run"
+                )
+                self.token = None
+                server = SocketServer(self.path)
+            else:
+                _warn(f"no Unix socket for this run ({why}); serving on TCP only")
+                self.path = None
+                server = SocketServer(None, tcp=address, token=self.token)
+            server.start(meta_line)
+        return server
 
     def write(self, batch: bytes) -> None:
-        self.server.write(batch)
+        server = self.server
+        if server.error is not None:
+            # the server thread died: raising makes the writer drop this sink, warn once
+            # and close it (which removes the socket and its entry); nothing piles up
+            if self._reported:
+                return
+            self._reported = True
+            raise OSError(f"the live socket server stopped ({server.error!r})")
+        server.write(batch)
 
     def close(self) -> None:
         self.server.close()
         if self._registered:
             self._registered = False
-            rendezvous.unregister(self.key)
+            rendezvous.unregister(self.key, self._dir)
 
     def __repr__(self) -> str:
-        return f"LiveSink({self.path!r})"
+        where = self.path or "tcp://%s:%s" % (self.server.tcp_address or ("?", "?"))
+        return f"LiveSink({where!r})"

@@ -1,8 +1,10 @@
 """Where live runs announce themselves, so that a bare ``dltop`` can find them.
 
 Each run with a live socket owns two files in a per-user private directory:
-``<run_id>.sock`` (the Unix socket, mode 0600) and ``<run_id>.json`` (who and
-where: pid, host, log path, start time). The directory is
+``<name>.sock`` (the Unix socket, mode 0600) and ``<name>.json`` (who and where: the
+full run id, pid, host, log path, start time). ``<name>`` is the run's key
+(``<run_id>.<pid>``), cut and suffixed with a hash when the socket's path would pass
+the AF_UNIX limit (about 107 bytes): a long log name still gets its live socket. The directory is
 ``$XDG_RUNTIME_DIR/dltop`` when that exists, else ``/tmp/dltop-<uid>``, created
 0700; a directory that is not ours or is open to others is refused rather than
 used, since a socket there could be read or replaced by another user.
@@ -12,6 +14,7 @@ The viewer imports this module too (it is stdlib-only, like the schema).
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import socket
@@ -23,6 +26,12 @@ from typing import Any
 
 DIR_MODE = 0o700
 SOCK_MODE = 0o600
+# sun_path is 108 bytes on Linux and 104 on macOS, the terminating NUL included
+MAX_SOCKET_PATH = 100
+
+# entries this process announced: (json path, socket path, pid), for removal at a fatal
+# signal, when no ``close`` will run (see ``remove_own``)
+_OWN: dict[str, tuple[str, int]] = {}
 
 
 class RendezvousError(OSError):
@@ -54,30 +63,76 @@ def runtime_dir(create: bool = True) -> Path:
     return path
 
 
-def socket_path(run_id: str, directory: Path | None = None) -> Path:
-    return (directory or runtime_dir()) / f"{run_id}.sock"
+def entry_name(key: str, directory: Path) -> str:
+    """The file name (without suffix) of ``key``'s socket and ``.json`` in ``directory``.
+
+    ``key`` itself when ``<directory>/<key>.sock`` fits in an AF_UNIX address; else a
+    prefix of it plus a hash of all of it (unique per key, stable, readable at a glance).
+    The ``.json`` holds the full run id either way.
+    """
+    room = MAX_SOCKET_PATH - len(os.fsencode(directory)) - len(b"/.sock")
+    raw = key.encode("utf-8", "surrogateescape")
+    if len(raw) <= min(room, 200):
+        return key
+    digest = hashlib.sha256(raw).hexdigest()[:16]
+    keep = max(0, min(room, 200) - len(digest) - 1)
+    prefix = raw[:keep].decode("utf-8", "ignore")  # never cut a character in half
+    return f"{prefix}~{digest}"
 
 
-def register(run_id: str, info: dict[str, Any], directory: Path | None = None) -> Path:
+def socket_path(key: str, directory: Path | None = None) -> Path:
+    d = directory or runtime_dir()
+    return d / f"{entry_name(key, d)}.sock"
+
+
+def register(key: str, info: dict[str, Any], directory: Path | None = None) -> Path:
     """Write the run's ``.json`` beside its socket (atomically) and return its path."""
     d = directory or runtime_dir()
-    target = d / f"{run_id}.json"
-    tmp = d / f".{run_id}.json.tmp"
+    name = entry_name(key, d)
+    target = d / f"{name}.json"
+    tmp = d / f".{name}.json.tmp"
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, SOCK_MODE)
     with os.fdopen(fd, "w") as f:
         json.dump(info, f)
     os.replace(tmp, target)
+    _OWN[str(target)] = (str(d / f"{name}.sock"), os.getpid())
     return target
 
 
-def unregister(run_id: str, directory: Path | None = None) -> None:
+def unregister(key: str, directory: Path | None = None) -> None:
     """Remove the run's socket and ``.json``; missing files are fine."""
     d = directory or runtime_dir(create=False)
+    _remove(d, entry_name(key, d))
+
+
+def _remove(d: Path, name: str) -> None:
+    _OWN.pop(str(d / f"{name}.json"), None)
     for suffix in (".sock", ".json"):
         try:
-            (d / f"{run_id}{suffix}").unlink()
+            (d / f"{name}{suffix}").unlink()
         except OSError:
             pass
+
+
+def remove_own() -> None:
+    """Remove the sockets and entries this process announced, now.
+
+    For a death that skips every ``close``: a fatal signal re-delivered by the crash
+    hooks, which ends the process without unwinding. The sockets stop being found; the
+    servers, if the process lived on, would keep serving viewers already connected. A
+    forked child (a DataLoader worker) inherits the table, not the entries: it removes
+    nothing. Signal-handler safe: no allocation beyond a few strings, no locks.
+    """
+    pid = os.getpid()
+    for meta, (sock, owner) in list(_OWN.items()):
+        if owner != pid:
+            continue
+        _OWN.pop(meta, None)
+        for path in (sock, meta):
+            try:
+                os.unlink(path)
+            except OSError:
+                pass
 
 
 def pid_alive(pid: int) -> bool:
@@ -93,10 +148,20 @@ def pid_alive(pid: int) -> bool:
     return True
 
 
+def _number(value: Any) -> float | None:
+    """A finite int or float (not a bool), else None: entries are checked, never trusted."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return float(value) if value == value and abs(value) != float("inf") else None
+
+
 def list_runs(directory: Path | None = None, cleanup: bool = True) -> list[dict[str, Any]]:
     """Live runs on this host, newest first; stale entries of dead processes are removed.
 
-    Each entry is the registered info plus ``socket`` (path) and ``run_id``.
+    Each entry is the registered info plus ``socket`` (path), ``key`` and ``run_id``.
+    An entry that is not what the probe writes (a pid that is not a positive int, say)
+    is skipped, never fatal: ``pid`` is an int and ``started`` a number or None in what
+    this returns.
     """
     try:
         d = directory or runtime_dir(create=False)
@@ -107,24 +172,30 @@ def list_runs(directory: Path | None = None, cleanup: bool = True) -> list[dict[
     host = socket.gethostname()
     runs: list[dict[str, Any]] = []
     for meta_file in d.glob("*.json"):
-        run_id = meta_file.stem
+        name = meta_file.stem
         try:
             info = json.loads(meta_file.read_text())
-        except (OSError, ValueError):
+        except (OSError, ValueError, RecursionError):
             continue
         if not isinstance(info, dict):
             continue
-        sock = d / f"{run_id}.sock"
+        pid = info.get("pid")
+        if isinstance(pid, bool) or not isinstance(pid, int) or pid <= 0:
+            continue  # not written by a probe: nothing to judge it by, leave it be
+        info["started"] = _number(info.get("started"))
+        if not isinstance(info.get("run_id"), str):
+            info.pop("run_id", None)
+        sock = d / f"{name}.sock"
         local = info.get("host") in (None, host)
-        alive = pid_alive(int(info.get("pid") or 0)) if local else True
+        alive = pid_alive(pid) if local else True
         if not alive or not sock.exists():
             if cleanup and local and not alive:
-                unregister(run_id, d)
+                _remove(d, name)
             continue
-        info.setdefault("run_id", run_id)
-        info.update(key=run_id, socket=str(sock))
+        info.setdefault("run_id", name)
+        info.update(key=name, socket=str(sock))
         runs.append(info)
-    runs.sort(key=lambda r: r.get("started") or 0, reverse=True)
+    runs.sort(key=lambda r: r["started"] or 0.0, reverse=True)
     return runs
 
 

@@ -12,12 +12,19 @@ the server's own thread with non-blocking sockets and a selector:
 - TCP is optional: loopback by default; any other bind address requires a token,
   which the viewer sends as its first line (``{"token": "..."}``); a wrong or
   missing token gets one ``refused`` event and the connection closes. A token given
-  for a loopback bind is required too: loopback TCP is open to every local user.
+  for a loopback bind is required too (loopback TCP is open to every local user);
+  without one, loopback needs none. The probe passes ``$DLTOP_TOKEN`` when it is set,
+  for any bind address, and generates a token for a non-loopback one without it;
+- a failure stays contained: a start that cannot bind everything it was asked to
+  closes (and removes) what it had bound before raising; a server thread that dies
+  marks the server dead (``error``) and ``write`` becomes a no-op, so nothing piles up
+  in memory behind a thread that will never drain it.
 """
 
 from __future__ import annotations
 
 import collections
+import contextlib
 import errno
 import hmac
 import ipaddress
@@ -101,28 +108,69 @@ class SocketServer:
         self._thread: threading.Thread | None = None
         self.total_dropped = 0
         self.served = 0  # viewers accepted over the server's life
+        self.error: BaseException | None = None  # why the server thread died, if it did
+        self.failed_on: str | None = None  # "unix" or "tcp": which bind a failed start hit
 
     # ---- called from other threads -------------------------------------------------
 
     def start(self, meta_line: bytes) -> None:
         """Bind, listen and start serving; ``meta_line`` opens every viewer's stream."""
         self._meta = meta_line
-        if self.unix_path is not None:
-            self._listeners.append(self._bind_unix(self.unix_path))
-        if self.tcp_address is not None:
-            self._listeners.append(self._bind_tcp(*self.tcp_address))
-        for lst in self._listeners:
-            self._sel.register(lst, selectors.EVENT_READ, "listen")
-        self._sel.register(self._wake_r, selectors.EVENT_READ, "wake")
-        self._thread = threading.Thread(target=self._run, name="dltop-socket", daemon=True)
-        self._thread.start()
+        bound_unix = False
+        try:
+            if self.unix_path is not None:
+                self.failed_on = "unix"
+                self._listeners.append(self._bind_unix(self.unix_path))
+                bound_unix = True
+            if self.tcp_address is not None:
+                self.failed_on = "tcp"
+                self._listeners.append(self._bind_tcp(*self.tcp_address))
+            self.failed_on = None
+            for lst in self._listeners:
+                self._sel.register(lst, selectors.EVENT_READ, "listen")
+            self._sel.register(self._wake_r, selectors.EVENT_READ, "wake")
+            self._thread = threading.Thread(target=self._run, name="dltop-socket", daemon=True)
+            self._thread.start()
+        except BaseException:
+            # nothing may outlive a failed start: a socket file left bound here would be
+            # found by `dltop ls` and refuse every viewer (a TCP port in use, say)
+            self._abandon(unlink=bound_unix)
+            raise
+
+    def _abandon(self, unlink: bool) -> None:
+        for sock in (*self._listeners, self._wake_r, self._wake_w):
+            try:
+                sock.close()
+            except OSError:
+                pass
+        self._listeners = []
+        try:
+            self._sel.close()
+        except OSError:
+            pass
+        if unlink and self.unix_path is not None:
+            try:
+                os.unlink(self.unix_path)
+            except OSError:
+                pass
+        self.unix_path = None  # not ours to remove at close: another run may own it now
+        self._closing.set()
 
     def write(self, batch: bytes) -> None:
-        """Queue a batch of complete lines for every viewer; O(1), never blocks."""
-        if not batch:
+        """Queue a batch of complete lines for every viewer; O(1), never blocks.
+
+        A no-op once the server thread has died (``error`` says why): nobody would
+        drain the queue.
+        """
+        if not batch or self.error is not None:
             return
         self._queue.append(batch)
         self._poke()
+
+    @property
+    def dead(self) -> bool:
+        """The server thread died of an error: nothing is served any more."""
+        return self.error is not None
 
     def close(self, timeout: float = 1.0) -> None:
         """Send what can be sent without waiting, close every socket, remove the file."""
@@ -167,21 +215,34 @@ class SocketServer:
         old = os.umask(0o177)  # the socket is created 0600, never briefly wider
         try:
             sock.bind(path)
+        except BaseException:
+            sock.close()
+            raise
         finally:
             os.umask(old)
-        os.chmod(path, 0o600)
-        sock.listen(16)
-        sock.setblocking(False)
+        try:
+            os.chmod(path, 0o600)
+            sock.listen(16)
+            sock.setblocking(False)
+        except BaseException:
+            sock.close()
+            with contextlib.suppress(OSError):
+                os.unlink(path)
+            raise
         return sock
 
     @staticmethod
     def _bind_tcp(host: str, port: int) -> socket.socket:
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
         sock = socket.socket(family, socket.SOCK_STREAM)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind((host, port))
-        sock.listen(16)
-        sock.setblocking(False)
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            sock.bind((host, port))
+            sock.listen(16)
+            sock.setblocking(False)
+        except BaseException:
+            sock.close()  # no descriptor leaks from a port in use
+            raise
         return sock
 
     # ---- the server thread -----------------------------------------------------------
@@ -210,18 +271,25 @@ class SocketServer:
                             self._send(client)
                 self._distribute()
                 self._expire_hellos()
-        except Exception:  # the server must never take the training down
-            pass
+        except Exception as exc:  # the server must never take the training down
+            self.error = exc  # write() stops queueing; the owner (LiveSink) reports it once
+            self._queue.clear()
         finally:
-            self._distribute()
-            self._flush_at_close(time.monotonic() + CLOSE_GRACE)
-            for client in list(self._clients.values()):
-                self._send(client)
-                self._drop_client(client)
-            for lst in self._listeners:
-                lst.close()
-            self._wake_r.close()
-            self._wake_w.close()
+            try:
+                if self.error is None:
+                    self._distribute()
+                    self._flush_at_close(time.monotonic() + CLOSE_GRACE)
+                for client in list(self._clients.values()):
+                    if self.error is None:
+                        self._send(client)
+                    self._drop_client(client)
+            except Exception as exc:  # not even a traceback on stderr from this thread
+                self.error = self.error or exc
+            for sock in (*self._listeners, self._wake_r, self._wake_w):
+                try:
+                    sock.close()
+                except OSError:
+                    pass
 
     def _flush_at_close(self, deadline: float) -> None:
         """Give reading viewers a moment to receive the run's last records (its ``exit``

@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -88,8 +89,9 @@ def test_demo_ends_with_its_alert(name: str, tmp_path: Path) -> None:
     ours = [a for a in report["alerts"] if a["id"] == demo.alert]  # an alert may come back later
     assert ours, f"{name}: expected '{demo.alert}', dltop check said {report}"
     steps = [a["step"] for a in ours]
-    step = None if None in steps else min(steps)
-    assert step is None or step <= demo.budget, (
+    assert None not in steps, f"{name}: a '{demo.alert}' alert without a step: {ours}"
+    step = min(steps)  # the budget is checked for every demo: no alert is exempt
+    assert step <= demo.budget, (
         f"{name}: '{demo.alert}' first held at step {step}, after its budget of {demo.budget}"
     )
     if demo.alert in ("oom", "crash"):
@@ -149,6 +151,94 @@ def test_demo_command_and_catalogue_never_load_torch() -> None:
     code = "import dltop.tui.demo_cmd, dltop.demos._common, sys; print('torch' in sys.modules)"
     out = subprocess.run([PY, "-c", code], capture_output=True, text=True, timeout=60, cwd=ROOT)
     assert out.stdout.strip() == "False", out.stderr
+
+
+# ------------------------------------------------------------ how a demo ends, for real
+
+
+@pytest.mark.parametrize(("sig", "with_log"), [("SIGTERM", True), ("SIGKILL", False)])
+def test_a_demo_killed_by_a_signal_exits_128_plus_the_signal(
+    sig: str, with_log: bool, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from dltop.tui import demo_cmd
+
+    log = tmp_path / "demo.jsonl"
+    write = f"open({str(log)!r}, 'w').write('x\\n'); " if with_log else ""
+    code = f"import os, signal; {write}os.kill(os.getpid(), signal.{sig})"
+    status = demo_cmd._run_headless("nan", [PY, "-c", code], log)
+    assert status == 128 + getattr(signal, sig), "as a shell reports a death by signal"
+    assert f"was killed by {sig}" in capsys.readouterr().err
+
+
+DEMO_WITH_WORKERS = """
+import subprocess, sys, time
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+from dltop.probe import Probe
+
+stubborn = subprocess.Popen(  # a child that ignores SIGTERM: only SIGKILL ends it
+    [sys.executable, "-c", "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN);"
+     " print('ok', flush=True); time.sleep(120)"], stdout=subprocess.PIPE, text=True)
+assert stubborn.stdout.readline().strip() == "ok"
+data = TensorDataset(torch.randn(4096, 4), torch.randn(4096, 1))
+loader = DataLoader(data, batch_size=4, num_workers=2, persistent_workers=True)
+model = torch.nn.Linear(4, 1)
+opt = torch.optim.SGD(model.parameters(), lr=0.01)
+with Probe(path=sys.argv[1], model=model, optimizer=opt, system=False) as probe:
+    for epoch in range(1000):
+        for i, (x, y) in enumerate(probe.loader(loader)):
+            loss = torch.nn.functional.mse_loss(model(x), y)
+            loss.backward()
+            opt.step()
+            opt.zero_grad()
+            probe.step(loss=loss)
+            if epoch == 0 and i == 5:
+                workers = [w.pid for w in loader._iterator._workers]
+                print(" ".join(map(str, [stubborn.pid, *workers])), flush=True)
+            time.sleep(0.01)
+"""
+
+
+@pytest.mark.timeout(180)
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc to see them go")
+def test_stopping_a_demo_stops_its_workers_and_children_too(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What quitting the viewer does (``_stop(proc, group=True)``) to a real training with
+    DataLoader workers and a child that ignores SIGTERM: nothing of it is left."""
+    from dltop.tui import demo_cmd
+
+    monkeypatch.setattr(demo_cmd, "STOP_WAIT_S", 2.0)
+    log = tmp_path / "workers.jsonl"
+    runtime = Path("/tmp") / f"dltop-dw-{os.getpid()}-{time.monotonic_ns()}"
+    runtime.mkdir(mode=0o700)
+    env = {**ENV, "XDG_RUNTIME_DIR": str(runtime)}
+    proc = subprocess.Popen(
+        [PY, "-c", DEMO_WITH_WORKERS, str(log)],
+        stdout=subprocess.PIPE, text=True, env=env, start_new_session=True,  # as the viewer does
+    )  # fmt: skip
+    others: list[int] = []
+    try:
+        line = proc.stdout.readline().split()
+        assert len(line) == 3, "the demo did not start its workers"
+        others = [int(p) for p in line]
+        assert all(_pid_alive(p) for p in others)
+        demo_cmd._stop(proc, group=True)
+        assert proc.returncode == -signal.SIGTERM, "the demo died by the SIGTERM it was sent"
+        deadline = time.monotonic() + 20  # the workers' ends are reaped by init: a moment
+        while any(_pid_alive(p) for p in others) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not [p for p in others if _pid_alive(p)], "workers and children are gone"
+        assert [e.get("signal") for e in _signals_on_record(log)] == ["SIGTERM"]
+        assert list((runtime / "dltop").iterdir()) == [], "no live socket left behind"
+    finally:
+        if proc.returncode is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+        for pid in others:  # what a failed stop left behind: this test started them
+            if _pid_alive(pid):
+                os.kill(pid, signal.SIGKILL)
+        shutil.rmtree(runtime, ignore_errors=True)
 
 
 # ------------------------------------------------------------------ the viewer, for real

@@ -25,7 +25,7 @@ import pytest
 from dltop.probe import rendezvous
 from dltop.probe.schema import encode_record
 from dltop.probe.socket_server import SocketServer
-from dltop.tui.core import discover
+from dltop.tui import view_cmd
 from dltop.tui.core.run import RunModel
 from dltop.tui.core.stream import SocketSource, StreamError, parse_address, peek
 
@@ -323,7 +323,10 @@ def test_a_dead_address_at_start_is_an_error_without_traceback(
     assert "Traceback" not in capfd.readouterr().err
 
 
-@pytest.mark.parametrize("spec", ["unix:", "tcp://nohost", "tcp://h:notaport", "http://x"])
+@pytest.mark.parametrize(
+    "spec",
+    ["unix:", "tcp://nohost", "tcp://h:notaport", "http://x", "tcp://[::1", "tcp://[::1]:99999"],
+)
 def test_malformed_addresses_raise_one_line_hints(spec: str) -> None:
     with pytest.raises(StreamError) as err:
         parse_address(spec)
@@ -406,7 +409,8 @@ def test_dltop_ls_shows_a_live_run_and_cleans_a_killed_one(
         assert row["log_path"] == str(log)
         sock = run_dir / f"live-1.{child.pid}.sock"
         assert row["source"] == f"unix:{sock}"
-        assert discover.resolve(None, str(tmp_path)) == row["source"], "bare dltop attaches"
+        bare = view_cmd.resolve_source(None, cwd=tmp_path)
+        assert bare == row["source"], "bare dltop attaches"
         later = [r for r in _ls(env, tmp_path) if r["live"]]
         assert later[0]["step"] > row["step"], "the step is the run's latest, live"
     finally:

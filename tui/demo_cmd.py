@@ -3,8 +3,11 @@
 The training runs as a separate process (``python -m dltop.demos.NAME --out LOG``), so
 the viewer stays what it always is, a reader of a log, and never imports torch: the
 demo is a real run that a real viewer follows live. Quitting the viewer stops the demo
-(SIGTERM, which the probe records, then SIGKILL if it does not go). ``--no-ui`` runs it
-headless for scripts and tests and prints the log path. The catalogue (names, what each
+and everything it started (its DataLoader workers, say): the demo runs in a session and
+process group of its own, which gets SIGTERM (the probe records it), then SIGKILL for
+whatever is left after a grace period. ``--no-ui`` runs it headless for scripts and
+tests and prints the log path; a demo killed by a signal exits with ``128 + signal``,
+as a shell reports it. The catalogue (names, what each
 breaks, the alert it must end with) lives in ``dltop.demos._common``, which imports no
 torch either.
 """
@@ -13,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
+import os
 import signal
 import subprocess
 import sys
@@ -84,6 +88,21 @@ def _expects_crash(name: str) -> bool:
     return DEMOS[name].alert in ("oom", "crash")
 
 
+def exit_status(code: int) -> int:
+    """A child's return code as a shell reports it: death by signal N is ``128 + N``."""
+    return 128 - code if code < 0 else code
+
+
+def _how_it_ended(code: int) -> str:
+    if code < 0:
+        try:
+            name = signal.Signals(-code).name
+        except ValueError:
+            name = f"signal {-code}"
+        return f"was killed by {name}"
+    return f"exited with code {code}"
+
+
 def _run_headless(name: str, cmd: list[str], log: Path) -> int:
     proc = subprocess.Popen(cmd)
     try:
@@ -93,13 +112,15 @@ def _run_headless(name: str, cmd: list[str], log: Path) -> int:
         print(f"\ndltop demo: {name} interrupted; log: {log}", file=sys.stderr)
         return 130
     if not log.exists():
-        print(f"dltop demo: {name} exited with code {code} before writing {log}", file=sys.stderr)
-        return code or 1
+        print(f"dltop demo: {name} {_how_it_ended(code)} before writing {log}", file=sys.stderr)
+        return exit_status(code) or 1
     print(log)
-    expected = " (expected: this demo crashes on purpose)" if code and _expects_crash(name) else ""
-    status = f"training exited with code {code}{expected}; " if code else ""
+    # a crash demo is meant to die of its exception (exit code 1); a signal is not that
+    expected = code > 0 and _expects_crash(name)
+    note = " (expected: this demo crashes on purpose)" if expected else ""
+    status = f"training {_how_it_ended(code)}{note}; " if code else ""
     print(f"dltop demo: {status}diagnose it with: dltop check {log}", file=sys.stderr)
-    return 0 if code == 0 or _expects_crash(name) else code
+    return 0 if code == 0 or expected else exit_status(code)
 
 
 def _run_with_viewer(name: str, cmd: list[str], log: Path) -> int:
@@ -116,14 +137,14 @@ def _run_with_viewer(name: str, cmd: list[str], log: Path) -> int:
         )
     try:
         if not _wait_for_log(proc, log):
-            _stop(proc)
+            _stop(proc, group=True)
             tail = output.read_text(errors="replace").strip().splitlines()[-5:]
             detail = ("\n  " + "\n  ".join(tail)) if tail else ""
             print(f"dltop demo: {name} did not start (no log at {log}){detail}", file=sys.stderr)
             return 1
         code = _open_viewer(str(log))
     finally:
-        _stop(proc)
+        _stop(proc, group=True)
     print(
         f"dltop demo: {name} stopped. Log: {log} (demo output: {output})\n"
         f"  replay: dltop {log}    diagnose: dltop check {log}",
@@ -170,18 +191,57 @@ def _open_viewer(source: str) -> int:
     return int(view_cmd.run(parser.parse_args([source])) or 0)
 
 
-def _stop(proc: subprocess.Popen[bytes]) -> None:
-    """Terminate the demo (the probe records the signal), then kill it if it lingers."""
-    if proc.poll() is not None:
-        return
+def _stop(proc: subprocess.Popen[bytes], group: bool = False) -> None:
+    """Terminate the demo (the probe records the signal), then kill what lingers.
+
+    With ``group``, the demo leads a process group of its own (``start_new_session``):
+    SIGTERM goes to the whole group, so its DataLoader workers and any other children
+    stop too, and once the demo has exited, or the grace period is over, SIGKILL
+    removes whatever is left. The group is only signalled while the demo is not yet
+    reaped: until then its pid, which names the group, cannot belong to anyone else.
+    """
+    if proc.returncode is not None:
+        return  # reaped long ago: its group id may have been reused; nothing to signal
     try:
-        proc.terminate()
-        proc.wait(timeout=STOP_WAIT_S)
-    except subprocess.TimeoutExpired:
-        proc.kill()
+        _signal(proc, signal.SIGTERM, group)
+        if not _exited(proc, STOP_WAIT_S):
+            _signal(proc, signal.SIGKILL, group)
+        elif group:
+            _signal(proc, signal.SIGKILL, group)  # children that outlived the demo
         proc.wait()
-    except ProcessLookupError:
-        pass
     except KeyboardInterrupt:  # a second Ctrl-C while waiting: do not leave it behind
-        proc.kill()
+        _signal(proc, signal.SIGKILL, group)
         proc.wait()
+
+
+def _signal(proc: subprocess.Popen[bytes], sig: int, group: bool) -> None:
+    try:
+        if group:
+            os.killpg(proc.pid, sig)
+        else:
+            proc.send_signal(sig)
+    except (ProcessLookupError, PermissionError):
+        pass  # already gone
+
+
+def _exited(proc: subprocess.Popen[bytes], timeout: float) -> bool:
+    """Wait up to ``timeout`` s for the demo to exit, leaving it unreaped (a zombie keeps
+    its pid, and so its process group id, from being reused while we signal it)."""
+    waitid = getattr(os, "waitid", None)
+    if waitid is None:  # not on every platform: wait and reap (a window of microseconds)
+        try:
+            proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            return False
+        return True
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            info = waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+        except ChildProcessError:
+            return True  # reaped elsewhere
+        if info is not None:
+            return True
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.05)

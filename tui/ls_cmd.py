@@ -1,8 +1,11 @@
 """List live runs on this host and recent logs: ``dltop ls``.
 
 Live runs are found in the probe's private rendezvous directory and asked for their
-latest step over their socket; logs are the newest ``*.jsonl`` under ``./dltop-runs``
-(or ``--dir``). Pass any SOURCE column to ``dltop`` to watch it.
+latest step and status over their socket (a run that writes heartbeats but no steps is
+``stalled``); logs are the newest ``*.jsonl`` under ``./dltop-runs`` at any depth (or
+``--dir``). Pass any SOURCE column to ``dltop`` to watch it. An entry or a log that
+cannot be read shows ``?`` where a value is missing or malformed, or one line on
+stderr; it never stops the listing.
 """
 
 from __future__ import annotations
@@ -28,21 +31,31 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("-n", type=int, default=10, help="how many recent logs (default 10)")
 
 
-def _age(t: float | None) -> str:
-    if not t:
+def _age(t: object) -> str:
+    if t is None:
         return "-"
-    s = max(0, time.time() - t)
+    if isinstance(t, bool) or not isinstance(t, (int, float)) or t != t:
+        return "?"  # not a time: a malformed entry, shown rather than fatal
+    s = max(0.0, time.time() - t)
     if s < 90:
         return f"{s:.0f}s ago"
     if s < 5400:
         return f"{s / 60:.0f}m ago"
     if s < 172800:
         return f"{s / 3600:.0f}h ago"
-    return time.strftime("%Y-%m-%d", time.localtime(t))
+    try:
+        return time.strftime("%Y-%m-%d", time.localtime(t))
+    except (OverflowError, OSError, ValueError):
+        return "?"
 
 
 def run(args: argparse.Namespace) -> int:
-    runs: list[RunInfo] = [describe_live(entry) for entry in live_runs()]
+    runs: list[RunInfo] = []
+    for entry in live_runs():
+        try:
+            runs.append(describe_live(entry))
+        except Exception as exc:  # one odd run must not hide the others
+            print(f"dltop ls: cannot describe {entry.get('socket')}: {exc}", file=sys.stderr)
     logs: list[RunInfo] = []
     live_logs = {r.log_path for r in runs if r.log_path}
     for path in recent_logs(args.dir, limit=max(0, args.n)):
@@ -52,9 +65,11 @@ def run(args: argparse.Namespace) -> int:
             logs.append(describe_log(path))
         except OSError as exc:
             print(f"dltop ls: cannot read {path}: {exc.strerror or exc}", file=sys.stderr)
+        except Exception as exc:  # a log that is not what a probe writes
+            print(f"dltop ls: cannot read {path}: {exc}", file=sys.stderr)
     if args.json:
         for info in runs + logs:
-            print(json.dumps(info.__dict__))
+            print(json.dumps(info.__dict__, default=str))
         return 0
     if not runs and not logs:
         print(f"no live runs, and no logs under ./{args.dir}")

@@ -2,8 +2,14 @@
 
 Live runs announce themselves in the probe's private rendezvous directory (a socket
 and a small JSON beside it); finished ones leave logs, by default under
-``./dltop-runs``. Bare ``dltop`` attaches to the newest live run, else opens the
-newest log, else explains how to start one.
+``./dltop-runs``, found at any depth (``rglob``: runs kept in subfolders count too),
+newest first by modification time. ``dltop ls`` and a bare ``dltop`` (see
+``dltop.tui.view_cmd.resolve_source``) use the same functions, so they agree on what
+exists.
+
+Nothing here trusts what it reads: an entry or a log written by something else, or
+cut short, is shown with ``?``/``-`` for what cannot be read, or skipped, and never
+stops the listing.
 """
 
 from __future__ import annotations
@@ -16,14 +22,11 @@ from typing import Any
 
 from dltop.probe import rendezvous
 from dltop.probe.schema import EV_EXCEPTION, EV_EXIT, EV_OOM, EVENT, STEP, LineDecoder
-from dltop.tui.core.stream import Address, StreamError, is_stream_spec, parse_address, peek
+from dltop.tui.core.stream import Address, StreamError, parse_address, peek
 
 DEFAULT_LOG_DIR = "dltop-runs"
 _ENDINGS = (EV_EXIT, EV_EXCEPTION, EV_OOM)
-NOTHING_TO_SHOW = (
-    "no live run and no log under ./dltop-runs: start a training with the probe "
-    "(`with Probe(...) as probe:`; see README.md) or give a log: dltop PATH.jsonl"
-)
+STATUS_TAIL = 2000  # records of a live run's backlog judged for its status (~20 ms)
 
 
 @dataclass
@@ -46,37 +49,53 @@ def live_runs() -> list[dict[str, Any]]:
     return rendezvous.list_runs()
 
 
-def recent_logs(folder: str = DEFAULT_LOG_DIR, limit: int = 20) -> list[Path]:
-    """``*.jsonl`` logs in ``folder``, newest first."""
+def recent_logs(folder: str | os.PathLike[str] = DEFAULT_LOG_DIR, limit: int = 20) -> list[Path]:
+    """``*.jsonl`` logs under ``folder`` (any depth), newest first by modification time."""
     d = Path(folder)
     if not d.is_dir():
         return []
-    logs = [p for p in d.glob("*.jsonl") if p.is_file()]
-    logs.sort(key=lambda p: p.stat().st_mtime, reverse=True)
-    return logs[:limit]
+    found: list[tuple[float, str, Path]] = []
+    for p in d.rglob("*.jsonl"):
+        try:
+            if p.is_file():
+                found.append((p.stat().st_mtime, str(p), p))
+        except OSError:  # gone meanwhile, or unreadable: not a candidate
+            continue
+    found.sort(reverse=True)
+    return [p for _, _, p in found[: max(0, limit)]]
 
 
-def default_source(folder: str = DEFAULT_LOG_DIR) -> str | None:
-    """What a bare ``dltop`` opens: the newest live run's socket, else the newest log."""
-    runs = live_runs()
-    if runs:
-        return f"unix:{runs[0]['socket']}"
-    logs = recent_logs(folder, limit=1)
-    return str(logs[0]) if logs else None
+def _number(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return float(value) if value == value and abs(value) != float("inf") else None
+
+
+def _pid(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
+
+
+def _text(value: Any) -> str | None:
+    return value if isinstance(value, str) else None
 
 
 def describe_live(entry: dict[str, Any], timeout: float = 0.5) -> RunInfo:
-    """Peek at a live run's socket for its latest step and status."""
+    """Peek at a live run's socket for its latest step and status.
+
+    The status is the viewer's own verdict (``RuleEngine`` + ``run_state``) on the tail
+    of what the socket serves a new viewer: a run whose process writes heartbeats but no
+    steps shows ``stalled``, as in the dashboard.
+    """
     sock = entry["socket"]
     info = RunInfo(
         source=f"unix:{sock}",
         run_id=str(entry.get("run_id")),
-        pid=entry.get("pid"),
-        started=entry.get("started"),
+        pid=_pid(entry.get("pid")),
+        started=_number(entry.get("started")),
         step=None,
         status="running",
         live=True,
-        log_path=entry.get("log_path"),
+        log_path=_text(entry.get("log_path")),
     )
     try:
         records = peek(parse_address(info.source), timeout=timeout)
@@ -84,8 +103,24 @@ def describe_live(entry: dict[str, Any], timeout: float = 0.5) -> RunInfo:
         info.status = "unknown"
         info.extra["error"] = str(exc)
         return info
-    info.step, info.status = _step_and_status(records, now=time.time(), alive=True)
+    info.step, info.status = _live_status(records, now=time.time())
     return info
+
+
+def _live_status(records: list[dict[str, Any]], now: float) -> tuple[int | None, str]:
+    """Latest step and status of a live run (its process is alive) from its records."""
+    from dltop.tui.core.rules import RuleEngine  # noqa: PLC0415 - only `dltop ls` needs it
+    from dltop.tui.core.status import run_state  # noqa: PLC0415
+
+    head = records[:1] if records and records[0].get("kind") == "meta" else []
+    engine = RuleEngine()
+    try:
+        engine.feed_many(head + records[len(head) :][-STATUS_TAIL:])
+        state = run_state(engine, now=now, pid_alive=True)
+    except Exception:  # a record the rules choke on: fall back to the plain reading
+        return _step_and_status(records, now=now, alive=True)
+    step = engine.last_step if isinstance(engine.last_step, int) else None
+    return step, state.status
 
 
 def describe_log(path: Path, tail_bytes: int = 1 << 16) -> RunInfo:
@@ -93,6 +128,7 @@ def describe_log(path: Path, tail_bytes: int = 1 << 16) -> RunInfo:
     with open(path, "rb") as f:
         head = f.readline(1 << 16)
         size = os.fstat(f.fileno()).st_size
+        mtime = os.fstat(f.fileno()).st_mtime
         start = max(0, size - tail_bytes)
         f.seek(start)
         blob = f.read()
@@ -102,14 +138,13 @@ def describe_log(path: Path, tail_bytes: int = 1 << 16) -> RunInfo:
     meta = meta_recs[0] if meta_recs and meta_recs[0].get("kind") == "meta" else {}
     dec = LineDecoder()
     records = dec.feed(blob) + dec.finish()
-    step, status = _step_and_status(
-        records, now=time.time(), alive=None, mtime=path.stat().st_mtime
-    )
+    step, status = _step_and_status(records, now=time.time(), alive=None, mtime=mtime)
+    run_id = meta.get("run_id")
     return RunInfo(
         source=str(path),
-        run_id=str(meta.get("run_id") or path.stem),
-        pid=meta.get("pid"),
-        started=meta.get("t"),
+        run_id=str(run_id) if isinstance(run_id, (str, int)) and run_id != "" else path.stem,
+        pid=_pid(meta.get("pid")),
+        started=_number(meta.get("t")),
         step=step,
         status=status,
         live=False,
@@ -141,25 +176,11 @@ def _step_and_status(
     return step, "unknown"
 
 
-def resolve(spec: str | None, folder: str = DEFAULT_LOG_DIR) -> str:
-    """The source a ``dltop [SOURCE]`` invocation means; raises StreamError/FileNotFoundError."""
-    if spec:
-        if is_stream_spec(spec):
-            parse_address(spec)  # a malformed address fails here, with its hint
-        return spec
-    found = default_source(folder)
-    if found is None:
-        raise FileNotFoundError(NOTHING_TO_SHOW)
-    return found
-
-
 __all__ = [
     "Address",
     "RunInfo",
-    "default_source",
     "describe_live",
     "describe_log",
     "live_runs",
     "recent_logs",
-    "resolve",
 ]

@@ -34,7 +34,8 @@ class Address:
     def __str__(self) -> str:
         if self.kind == "unix":
             return f"unix:{self.path}"
-        return f"tcp://{self.host}:{self.port}"
+        host = f"[{self.host}]" if ":" in self.host else self.host  # IPv6, as it was typed
+        return f"tcp://{host}:{self.port}"
 
 
 def is_stream_spec(spec: str) -> bool:
@@ -49,15 +50,17 @@ def parse_address(spec: str) -> Address:
             raise StreamError("empty socket path: use unix:/path/to/run.sock (see `dltop ls`)")
         return Address("unix", path=os.path.expanduser(path))
     if spec.startswith("tcp://"):
-        parts = urlsplit(spec)
+        hint = "use tcp://HOST:PORT[?token=...], IPv6 as tcp://[::1]:PORT"
         try:
-            port = parts.port
+            parts = urlsplit(spec)  # ValueError on a broken IPv6 literal: tcp://[::1
+            port = parts.port  # ValueError on a port that is not a number, or too big
+            host = parts.hostname
         except ValueError:
-            port = None
-        if not parts.hostname or not port:
-            raise StreamError(f"bad address {spec!r}: use tcp://HOST:PORT[?token=...]")
+            raise StreamError(f"bad address {spec!r}: {hint}") from None
+        if not host or not port:
+            raise StreamError(f"bad address {spec!r}: {hint}")
         token = parse_qs(parts.query).get("token", [None])[0] or os.environ.get("DLTOP_TOKEN")
-        return Address("tcp", host=parts.hostname, port=port, token=token)
+        return Address("tcp", host=host, port=port, token=token)
     raise StreamError(f"not a stream address: {spec!r} (use unix:PATH or tcp://HOST:PORT)")
 
 
