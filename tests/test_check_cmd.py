@@ -75,8 +75,10 @@ def test_critical_json_shape(tmp_path: Path) -> None:
         "checklist_steps",
     } <= set(a)
     steps: list[dict[str, Any]] = a["checklist_steps"]
-    assert steps and all(set(s) == {"text", "mark", "evidence"} for s in steps)
+    assert steps and all(set(s) == {"id", "text", "mark", "evidence", "why", "how"} for s in steps)
     assert any(s["mark"] in ("yes", "no") for s in steps)  # the log answers some of them
+    lr = next(s for s in steps if s["id"] == "lr_high")
+    assert lr["why"].startswith("Too large a step") and "lr=1e-4" in lr["how"]
 
 
 def test_info_alerts_do_not_fail_the_check(tmp_path: Path) -> None:
@@ -135,6 +137,45 @@ def test_unreadable_sources_exit_3_with_one_line(tmp_path: Path, make: Any, need
     assert needle in p.stderr and "hint:" in p.stderr
     assert p.stderr.count("\n") == 1 and "Traceback" not in p.stderr
     assert p.stdout == ""
+
+
+def test_report_prints_how_to_fix_under_each_step(tmp_path: Path) -> None:
+    p = check(
+        str(
+            write_log(tmp_path / "nan.jsonl", Run(loss_at=lambda i, x: math.nan if i >= 300 else x))
+        )
+    )
+    lines = p.stdout.splitlines()
+    i = next(n for n, line in enumerate(lines) if "learning rate high when the loss" in line)
+    assert lines[i + 1].strip().startswith("fix: optimizer = torch.optim.AdamW")
+    assert lines[i + 1].startswith(" " * 10)  # indented under the step's text
+
+
+def test_steps_after_the_last_block_are_judged_without_an_exit_record(tmp_path: Path) -> None:
+    """A run killed by SIGKILL writes no exit record: its last, unfinished block of steps
+    must be judged all the same (here the loss diverges over the last 13 steps)."""
+
+    def climb(i: int, x: float) -> float:
+        return x * 2.0 ** (i - 990) if i >= 990 else x
+
+    killed = check(str(write_log(tmp_path / "k.jsonl", Run(steps=1003, end=None, loss_at=climb))))
+    exited = check(str(write_log(tmp_path / "e.jsonl", Run(steps=1003, loss_at=climb))))
+    assert exited.returncode == 2 and "CRITICAL divergence" in exited.stdout
+    assert killed.returncode == 2, killed.stdout
+    assert "CRITICAL divergence" in killed.stdout
+
+
+@pytest.mark.parametrize(
+    "args", [["--bogus"], ["a.jsonl", "b.jsonl"], ["--set"], ["x.jsonl", "--lang"]]
+)
+def test_usage_errors_exit_3_not_2(args: list[str]) -> None:
+    """2 means "a critical alert" to a CI script; a typo in the command line is "could not
+    check" (3), in one line with a hint."""
+    p = check(*args)
+    assert p.returncode == 3, p.stderr
+    assert p.stderr.startswith("dltop check: error:") and "hint:" in p.stderr
+    assert p.stderr.count("\n") == 1 and p.stdout == ""
+    assert check("--help").returncode == 0
 
 
 def test_bad_setting_exits_3(tmp_path: Path) -> None:

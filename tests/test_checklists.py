@@ -125,17 +125,16 @@ def test_non_convergence_follows_the_guides_order():
 # --------------------------------------------------------------------- evaluate
 
 
-def test_high_lr_at_the_nan_is_marked_yes_with_the_fact_as_evidence():
-    facts = {
-        "lr_at_first_nonfinite": Fact("lr_at_first_nonfinite", 3.0, 120, "lr = 3.0 at step 120")
-    }
-    checked = evaluate(load_checklist("nan_loss"), facts, _alert())
+def test_high_lr_at_the_nan_is_marked_yes_from_the_alerts_own_lr():
+    # the run's first non-finite value (an AMP overflow at step 3, lr 0.5) is not this NaN
+    facts = {"lr_at_first_nonfinite": Fact("lr_at_first_nonfinite", 0.5, 3, "lr = 0.5 at step 3")}
+    checked = evaluate(load_checklist("nan_loss"), facts, _alert(lr=3.0))
     lr = next(c for c in checked if c.step.id == "lr_high")
-    assert lr.mark == "yes" and lr.evidence == "lr = 3.0 at step 120"
+    assert lr.mark == "yes" and lr.evidence == "lr = 3 at step 120"
     assert all(c.mark is None for c in checked if c.step.id != "lr_high")
     assert (
         lr.line()
-        == "Was the learning rate high when the loss went non-finite? lr = 3.0 at step 120 — yes"
+        == "Was the learning rate high when the loss went non-finite? lr = 3 at step 120 — yes"
     )
     open_step = next(c for c in checked if c.step.id == "data_finite")
     assert open_step.line() == open_step.step.text
@@ -194,9 +193,17 @@ def test_check_against_another_fact():
 
 def test_check_on_the_alerts_evidence():
     check = {"evidence": "requested_bytes", "op": ">=", "value": 2**30, "format": "bytes"}
-    assert _mark(check, {}, requested_bytes=2 * 2**30) == ("yes", "requested_bytes = 2 GiB")
+    assert _mark(check, {}, requested_bytes=2 * 2**30) == (
+        "yes",
+        "requested_bytes = 2 GiB at step 120",
+    )
     assert _mark(check, {}, requested_bytes=20 * 2**20)[0] == "no"
     assert _mark(check, {}) == (None, None)
+    ratio = {"evidence": "grad_norm_before_ratio", "op": ">=", "value": 10, "format": "ratio"}
+    assert _mark(ratio, {}, grad_norm_before_ratio=212.0) == (
+        "yes",
+        "grad_norm_before_ratio = 212× at step 120",
+    )
 
 
 def test_is_true_and_is_false():
@@ -390,12 +397,24 @@ def test_stall_checklist_judges_the_stall_itself_not_the_end_of_the_log() -> Non
     from dltop.tui.core.facts import Fact
 
     alert = Alert(
-        "stall", "warning", 120, "Training stalled", "no step for 75 s",
-        evidence={"seconds_without_step": 75.0, "warn_s": 60.0},
+        "stall", "critical", 120, "Training stalled", "no step for 375 s",
+        evidence={"seconds_without_step": 375.0, "warn_s": 60.0, "critical_s": 300.0},
     )  # fmt: skip
     facts = {"seconds_since_last_step": Fact("seconds_since_last_step", 0.1)}
     first = evaluate(checklist_for(alert), facts, alert)[0]
     assert first.step.id == "how_long"
-    assert first.mark == "yes" and "75" in (first.evidence or "")
-    alert.evidence["seconds_without_step"] = 30.0
+    assert first.mark == "yes" and "375" in (first.evidence or "")
+    # a stall alert always has its gap past warn_s; the step can still answer "no": a
+    # warning-level gap short of the critical line
+    alert.evidence["seconds_without_step"] = 75.0
     assert evaluate(checklist_for(alert), facts, alert)[0].mark == "no"
+
+
+@pytest.mark.parametrize("checklist_id", EN_IDS)
+def test_high_lr_steps_read_the_lr_at_the_alert_not_at_the_end_of_the_log(checklist_id):
+    """The question "was the lr high?" is about the moment the problem happened; by the end
+    of the log a schedule may have decayed it 1000x. The alerts record their lr as evidence
+    ("lr"); "at some point" questions may use lr_max."""
+    for step in load_checklist(checklist_id).steps:
+        if step.id == "lr_high" and step.check is not None:
+            assert step.check.get("fact") != "lr_last", f"{checklist_id}: {step.check}"

@@ -62,8 +62,10 @@ def _raise(fn: Callable[[], object]) -> dict:
     return _event_from(info.value)
 
 
-def _msg(message: str, exc_type: str = "RuntimeError", ev_type: str = "exception") -> dict:
-    return {"kind": "event", "type": ev_type, "exc_type": exc_type, "message": message}
+def _msg(
+    message: str, exc_type: str = "RuntimeError", ev_type: str = "exception", **more: object
+) -> dict:
+    return {"kind": "event", "type": ev_type, "exc_type": exc_type, "message": message, **more}
 
 
 # ------------------------------------------------------------- the catalogue itself
@@ -132,22 +134,29 @@ def test_real_state_dict_size_mismatch_is_its_own_pattern():
 @pytest.mark.parametrize(
     ("fn", "found"),
     [
-        (lambda: nn.Linear(3, 2)(torch.randn(4, 3, dtype=torch.float64)), "Double"),
-        (lambda: nn.Linear(3, 2)(torch.tensor([[1, 2, 3]])), "Long"),
-        (lambda: torch.randn(2, 3) @ torch.randn(3, 2, dtype=torch.float64), "float"),
+        (lambda: nn.Linear(3, 2)(torch.randn(4, 3, dtype=torch.float64)), "float64"),
+        (lambda: nn.Linear(3, 2)(torch.tensor([[1, 2, 3]])), "int64"),
+        (lambda: torch.randn(2, 3) @ torch.randn(3, 2, dtype=torch.float64), "float32"),
         (
             lambda: torch.bmm(torch.randn(2, 3, 4), torch.randn(2, 4, 6, dtype=torch.float64)),
-            "Double",
+            "float64",
         ),
-        (lambda: F.binary_cross_entropy(torch.rand(4), torch.tensor([0, 1, 1, 0])), "Long"),
-        (lambda: F.cross_entropy(torch.randn(4, 3), torch.tensor([0.0, 1.0, 2.0, 0.0])), "Float"),
-        (lambda: F.cross_entropy(torch.randn(4, 3), torch.zeros(4, 3, dtype=torch.long)), "Long"),
-        (lambda: nn.Conv2d(1, 2, 3)(torch.randn(1, 1, 5, 5, dtype=torch.float64)), "double"),
-        (lambda: nn.LSTM(3, 4)(torch.randn(2, 1, 3, dtype=torch.float64)), "torch.float64"),
-        (lambda: nn.Embedding(10, 4)(torch.tensor([1.0, 2.0])), "torch.FloatTensor"),
+        (lambda: F.binary_cross_entropy(torch.rand(4), torch.tensor([0, 1, 1, 0])), "int64"),
+        (
+            lambda: F.cross_entropy(torch.randn(4, 3), torch.tensor([0.0, 1.0, 2.0, 0.0])),
+            "float32",
+        ),
+        (
+            lambda: F.cross_entropy(torch.randn(4, 3), torch.zeros(4, 3, dtype=torch.long)),
+            "int64",
+        ),
+        (lambda: nn.Conv2d(1, 2, 3)(torch.randn(1, 1, 5, 5, dtype=torch.float64)), "float64"),
+        (lambda: nn.Conv2d(1, 2, 3)(torch.randn(1, 1, 5, 5, dtype=torch.float16)), "float16"),
+        (lambda: nn.LSTM(3, 4)(torch.randn(2, 1, 3, dtype=torch.float64)), "float64"),
+        (lambda: nn.Embedding(10, 4)(torch.tensor([1.0, 2.0])), "float32"),
         (
             lambda: F.binary_cross_entropy_with_logits(torch.randn(4), torch.tensor([0, 1, 1, 0])),
-            "Float",
+            "float32",
         ),
     ],
     ids=[
@@ -159,15 +168,82 @@ def test_real_state_dict_size_mismatch_is_its_own_pattern():
         "ce_float",
         "ce_probs_long",
         "conv",
+        "conv_half",
         "lstm",
         "embedding",
         "bce_logits_long",
     ],
 )
 def test_real_dtype_mismatches(fn, found):
+    """Every spelling torch uses ("Double", "double", "torch.float64", "c10::Half",
+    "torch.FloatTensor") comes out as one dtype name, so checklists can compare it."""
     d = diagnose(_raise(fn))
     assert d.pattern == "dtype_mismatch" and d.checklist == "crash_dtype"
     assert d.details["found"] == found
+
+
+@pytest.mark.parametrize(
+    ("message", "found", "expected"),
+    [
+        (
+            "Input type (torch.cuda.HalfTensor) and weight type (torch.cuda.FloatTensor) should be "
+            "the same",
+            "float16",
+            "float32",
+        ),
+        (
+            "Input type (torch.DoubleTensor) and weight type (torch.FloatTensor) should be the same "
+            "or input should be a MKLDNN tensor and weight is a dense tensor",
+            "float64",
+            "float32",
+        ),
+        (
+            "Input type (torch.cuda.DoubleTensor) and weight type (torch.cuda.FloatTensor) should "
+            "be the same",
+            "float64",
+            "float32",
+        ),
+    ],
+)
+def test_conv_tensor_types_on_one_device_are_a_dtype_mismatch(message, found, expected):
+    # the wording of torch's conv check (a half input from autocast into a float32 layer;
+    # float64 NumPy data): both tensors on the same device, so not a device problem
+    d = diagnose(_msg(message))
+    assert d.pattern == "dtype_mismatch" and d.checklist == "crash_dtype"
+    assert (d.details["found"], d.details["expected"]) == (found, expected)
+
+
+@pytest.mark.parametrize(
+    ("message", "sides"),
+    [
+        (
+            "Input type (torch.cuda.FloatTensor) and weight type (torch.FloatTensor) should be the same",
+            ("torch.cuda.FloatTensor", "torch.FloatTensor"),
+        ),
+        (
+            "Input type (torch.FloatTensor) and weight type (torch.cuda.FloatTensor) should be the "
+            "same or input should be a MKLDNN tensor and weight is a dense tensor",
+            ("torch.FloatTensor", "torch.cuda.FloatTensor"),
+        ),
+        (
+            "Input type (CUDAFloatType) and weight type (CPUFloatType) should be the same",
+            ("CUDAFloatType", "CPUFloatType"),
+        ),
+    ],
+)
+def test_conv_tensor_types_with_exactly_one_cuda_side_are_a_device_mismatch(message, sides):
+    d = diagnose(_msg(message))
+    assert d.pattern == "device_mismatch"
+    assert (d.details["input_type"], d.details["weight_type"]) == sides
+
+
+def test_dtype_names_are_canonical():
+    from dltop.tui.core.crashdiag import canonical_dtype
+
+    spellings = ["Double", "double", "torch.float64", "torch.DoubleTensor", "c10::Double"]
+    assert {canonical_dtype(x) for x in spellings + ["torch.cuda.DoubleTensor"]} == {"float64"}
+    assert canonical_dtype("CUDAHalfType") == "float16"
+    assert canonical_dtype("Long, Int") == "Long, Int"  # not one dtype: the text as it was
 
 
 def test_real_expected_scalar_type_wording():
@@ -177,8 +253,8 @@ def test_real_expected_scalar_type_wording():
     assert event["message"] == "expected scalar type Float but found Double"
     assert diagnose(event).details == {
         **diagnose(event).details,
-        "expected": "Float",
-        "found": "Double",
+        "expected": "float32",
+        "found": "float64",
     }
 
 
@@ -655,6 +731,10 @@ EXAMPLES: list[tuple[str, str]] = [
         "Input type (torch.cuda.FloatTensor) and weight type (torch.FloatTensor) should be the same",
         "device_mismatch",
     ),
+    (
+        "Input type (torch.FloatTensor) and weight type (torch.cuda.FloatTensor) should be the same",
+        "device_mismatch",
+    ),
     ("Tensor on device meta is not on the expected device cpu!", "device_mismatch"),
     ("expected scalar type Float but found Double", "dtype_mismatch"),
     ("Found dtype Long but expected Float", "dtype_mismatch"),
@@ -735,3 +815,136 @@ def test_every_catalogue_regex_has_an_example():
         mine = [m for m, pattern in EXAMPLES if pattern == p.id]
         for regex in [m.regex for m in p.match] + list(p.extract):
             assert any(regex.search(m) for m in mine), f"{p.id}: no example for {regex.pattern!r}"
+
+
+# ------------------------------------------------------ causes ("raise ... from")
+
+
+def _probe_event(exc: BaseException) -> dict:
+    """The event the real probe writes for ``exc``, cause included."""
+    from dltop.probe.crash import CrashRecorder
+
+    return CrashRecorder(lambda rec: None, lambda sync: None, lambda: 7).describe(exc)
+
+
+def _wrapped(fn: Callable[[], object], depth: int = 1) -> BaseException:
+    """Raise what fn raises, wrapped ``depth`` times the way trainers do (raise X from exc)."""
+    try:
+        fn()
+    except Exception as inner:  # noqa: BLE001 - the test wants whatever torch raised
+        exc: BaseException = inner
+        for n in range(depth):
+            try:
+                raise RuntimeError(f"training step failed (wrapper {n})") from exc
+            except RuntimeError as outer:
+                exc = outer
+        return exc
+    raise AssertionError("fn did not raise")
+
+
+def test_a_wrapped_error_is_named_by_its_cause():
+    event = _probe_event(_wrapped(lambda: nn.Linear(128, 10)(torch.randn(32, 64))))
+    assert event["cause"]["message"].startswith("mat1 and mat2 shapes")  # what the probe keeps
+    d = diagnose(event)
+    assert d.pattern == "shape_mismatch" and d.checklist == "crash_shape"
+    assert (d.details["a_cols"], d.details["b_rows"]) == (64, 128)
+    assert d.details["exc_type"] == "RuntimeError" and d.details["cause_depth"] == 1
+
+
+def test_a_chain_of_causes_is_followed_and_the_top_message_wins_when_it_matches():
+    shape = "mat1 and mat2 shapes cannot be multiplied (32x64 and 128x10)"
+    chained = _msg(
+        "epoch 3 failed",
+        cause={"exc_type": "RuntimeError", "message": "step 7 failed", "cause": {
+            "exc_type": "RuntimeError", "message": shape}},
+    )  # fmt: skip
+    d = diagnose(chained)
+    assert d.pattern == "shape_mismatch" and d.details["cause_depth"] == 2
+    # a known top message is not overridden by its cause
+    top = _msg("index 5 is out of bounds for dimension 0 with size 3", cause={"message": shape})
+    assert diagnose(top).pattern == "index_error"
+    # an OOM hidden behind a wrapper is still an out-of-memory alert
+    oom = _msg("step failed", cause={"exc_type": "torch.OutOfMemoryError", "message": "CUDA out "
+               "of memory. Tried to allocate 2.00 GiB"})  # fmt: skip
+    d = diagnose(oom)
+    assert (d.pattern, d.alert_id, d.details["requested_bytes"]) == ("cuda_oom", "oom", 2 * 2**30)
+    # nothing known anywhere: the fallback, and a malformed cause changes nothing
+    assert diagnose(_msg("odd", cause={"message": "also odd"})).pattern == "unknown"
+    assert diagnose(_msg("odd", cause="not a dict")).pattern == "unknown"
+
+
+# ------------------------------------- crash checklists answered from the details
+
+
+def _marks(event: dict, steps: int = 5) -> dict[str, str | None]:
+    """Feed a run of ``steps`` steps and the crash event through the real engine; the
+    crash alert's checklist steps, marked from its evidence and the run's facts."""
+    from dltop.tui.core.checklists import checklist_for, evaluate
+    from dltop.tui.core.rules import RuleEngine
+
+    eng = RuleEngine()
+    eng.feed({"kind": "meta", "v": 1, "t": 1.0})
+    for i in range(steps):
+        eng.feed({"kind": "step", "step": i, "t": 2.0 + i, "loss": 1.0})
+    eng.feed(event | {"step": steps})
+    (alert,) = [a for a in eng.alerts() if a.id in ("crash", "oom")]
+    return {c.step.id: c.mark for c in evaluate(checklist_for(alert), eng.facts(), alert)}
+
+
+def test_index_checklist_reads_target_index_and_size():
+    too_big = _marks(_raise(lambda: F.cross_entropy(torch.randn(4, 3), torch.tensor([0, 5, 1, 2]))))
+    assert too_big["label_too_large"] == "yes"
+    negative = _marks(
+        _raise(lambda: F.cross_entropy(torch.randn(4, 3), torch.tensor([0, -3, 1, 2])))
+    )
+    assert negative["label_too_large"] == "no"
+    past_end = _marks(_raise(lambda: torch.randn(3)[5]))
+    assert (past_end["index_past_end"], past_end["negative"]) == ("yes", "no")
+    below = _marks(_raise(lambda: torch.randn(3)[-5]))
+    assert (below["index_past_end"], below["negative"]) == ("no", "yes")
+
+
+def test_dataloader_killed_checklist_reads_the_signal():
+    killed = _marks(_msg("DataLoader worker (pid 4242) is killed by signal: Killed. "))
+    assert (killed["oom_killer"], killed["shared_memory"]) == ("yes", "no")
+    bus = _marks(
+        _msg(
+            "DataLoader worker (pid 20) is killed by signal: Bus error. It is possible that "
+            "dataloader's workers are out of shared memory. Please try to raise your shared "
+            "memory limit."
+        )
+    )
+    assert (bus["oom_killer"], bus["shared_memory"]) == ("no", "yes")
+
+
+def test_shape_checklist_compares_the_input_features_with_the_layer():
+    fewer = _marks(_raise(lambda: nn.Linear(128, 10)(torch.randn(32, 64))))
+    assert fewer["fewer_features"] == "yes" and fewer["first_batch"] == "no"
+    more = _marks(_raise(lambda: nn.Linear(16, 2)(torch.randn(4, 32))), steps=0)
+    assert more["fewer_features"] == "no" and more["first_batch"] == "yes"
+
+
+def test_dtype_checklist_names_float64_targets_and_indices():
+    double = _marks(_raise(lambda: nn.Linear(3, 2)(torch.randn(4, 3, dtype=torch.float64))))
+    assert double["numpy_float64"] == "yes" and double["targets"] is None
+    target = _marks(
+        _raise(lambda: F.cross_entropy(torch.randn(4, 3), torch.tensor([0.0, 1.0, 2.0, 0.0])))
+    )
+    assert target["targets"] == "yes" and target["numpy_float64"] == "no"
+    index = _marks(_raise(lambda: nn.Embedding(10, 4)(torch.tensor([1.0, 2.0]))))
+    assert index["indices"] == "yes"
+
+
+def test_distributed_checklist_reads_the_timeout_and_the_progress():
+    def nccl(timeout_ms: int) -> dict:
+        return _msg(
+            f"[Rank 1] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=5, "
+            f"OpType=ALLREDUCE, NumelIn=1, NumelOut=1, Timeout(ms)={timeout_ms}) ran for "
+            f"{timeout_ms + 46} milliseconds before timing out.",
+            "torch.distributed.DistBackendError",
+        )
+
+    default = _marks(nccl(600000))
+    assert default["default_timeout"] == "yes" and default["before_first_step"] == "no"
+    long = _marks(nccl(3600000), steps=0)
+    assert long["default_timeout"] == "no" and long["before_first_step"] == "yes"

@@ -115,6 +115,40 @@ def test_bad_config_file(tmp_path: Path) -> None:
         parse_override("data_bound.warn")
 
 
+def test_a_config_file_that_is_not_utf8_is_a_config_error(tmp_path: Path) -> None:
+    f = tmp_path / "latin1.toml"
+    f.write_bytes("# seuil modifié\n[data_bound]\nwarn = 0.3\n".encode("latin-1"))
+    with pytest.raises(ConfigError, match="is not UTF-8 text") as info:
+        Config.load(str(f))
+    assert "\n" not in str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("text", "needle"),
+    [
+        ('[data_bound]\nwarn = "0.15"\n', "data_bound.warn must be a number, got the text '0.15'"),
+        ('[loss_spike]\nwindow = "200"\n', "loss_spike.window must be an integer"),
+        ('[plateau]\nenabled = "false"\n', "plateau.enabled must be true or false"),
+    ],
+)
+def test_a_quoted_number_in_a_config_file_is_rejected(
+    tmp_path: Path, text: str, needle: str
+) -> None:
+    f = tmp_path / "quoted.toml"
+    f.write_text(text)
+    with pytest.raises(ConfigError) as info:
+        Config.load(str(f))
+    assert needle in str(info.value) and str(f) in str(info.value)
+    assert "without quotes" in str(info.value)
+
+
+def test_set_flags_are_still_parsed_from_text() -> None:
+    cfg = Config.load(None, {"data_bound.warn": "0.15", "plateau.enabled": "false"})
+    assert cfg.section("data_bound")["warn"] == 0.15 and cfg.enabled("plateau") is False
+    with pytest.raises(ConfigError, match="without quotes"):
+        Config.load(None, {"data_bound.warn": '"0.15"'})  # --set data_bound.warn='"0.15"'
+
+
 def test_a_disabled_rule_stays_silent() -> None:
     run = Run(loss_at=lambda i, x: math.nan if i >= 300 else x)
     assert alerts_of(run_engine(run, {"nan_loss.enabled": "false"}), "nan_loss") == []

@@ -56,3 +56,61 @@ def test_nan_grad_with_nan_loss_is_critical_at_once() -> None:
     )
     got = {(a.id, a.step, a.severity) for a in eng.alerts()}
     assert got == {("nan_grad", 500, "critical"), ("nan_loss", 500, "critical")}
+
+
+def _nan_loss_checklist(eng) -> dict[str, tuple[str | None, str | None]]:  # type: ignore[no-untyped-def]
+    from dltop.tui.core.checklists import checklist_for, evaluate
+
+    (a,) = alerts_of(eng, "nan_loss")
+    return {c.step.id: (c.mark, c.evidence) for c in evaluate(checklist_for(a), eng.facts(), a)}
+
+
+def test_nan_loss_checklist_reads_the_lr_of_its_own_nan_not_an_earlier_overflow() -> None:
+    # an AMP-style overflow at step 3 (lr 0.5, finite loss), the NaN loss at step 252 (lr 1e-4)
+    eng = run_engine(
+        Run(
+            lr=lambda i: 0.5 if i < 10 else 1e-4,
+            gn_at=lambda i, g: INF if i == 3 else g,
+            loss_at=lambda i, x: NAN if i >= 252 else x,
+        )
+    )
+    assert eng.facts()["first_nonfinite_step"].value == 3  # the run's first, of any kind
+    marks = _nan_loss_checklist(eng)
+    assert marks["lr_high"] == ("no", "lr = 0.0001 at step 252")
+
+
+def test_nan_loss_checklist_sees_a_blowup_two_steps_before_the_nan() -> None:
+    # the example: grad norm 2.1e5 at step 118, ordinary at 119, NaN loss at 120
+    eng = run_engine(
+        Run(
+            gn_at=lambda i, g: 2.1e5 if i == 118 else g,
+            loss_at=lambda i, x: NAN if i >= 120 else x,
+        )
+    )
+    (a,) = alerts_of(eng, "nan_loss")
+    assert a.evidence["grad_norm_before"] == 2.1e5 and a.evidence["grad_norm_before_ratio"] > 1e4
+    assert _nan_loss_checklist(eng)["grad_blowup"][0] == "yes"
+    assert eng.facts()["grad_norm_before_nonfinite_ratio"].value > 1e4
+    # and an ordinary run up to the NaN says no
+    calm = run_engine(Run(loss_at=lambda i, x: NAN if i >= 120 else x))
+    assert _nan_loss_checklist(calm)["grad_blowup"][0] == "no"
+
+
+def test_amp_start_up_overflows_stay_information() -> None:
+    # GradScaler from 2**16: a dozen skipped steps in a row at start-up, then one now and
+    # then when the scale grows again; the loss stays finite throughout
+    eng = run_engine(Run(gn_at=lambda i, g: INF if i < 12 or i in (400, 900) else g))
+    grads = alerts_of(eng, "nan_grad")
+    assert grads and all(a.severity == "info" for a in grads), [a.message for a in grads]
+
+
+def test_overflows_that_persist_with_a_finite_loss_turn_critical() -> None:
+    eng = run_engine(Run(gn_at=lambda i, g: INF if 500 <= i < 525 else g))
+    (a,) = [a for a in alerts_of(eng, "nan_grad") if a.severity == "critical"]
+    assert a.step == 500 and a.evidence["consecutive"] == 20
+    short = run_engine(Run(gn_at=lambda i, g: INF if 500 <= i < 515 else g))
+    assert {a.severity for a in alerts_of(short, "nan_grad")} == {"info"}
+    strict = run_engine(
+        Run(gn_at=lambda i, g: INF if 500 <= i < 515 else g), {"nan_grad.persist": 3}
+    )
+    assert "critical" in {a.severity for a in alerts_of(strict, "nan_grad")}

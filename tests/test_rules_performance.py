@@ -28,16 +28,29 @@ def test_data_bound_threshold_is_configurable() -> None:
 def test_data_bound_starting_midway() -> None:
     (a,) = alerts_of(run_engine(Run(share_at=lambda i: 0.5 if i >= 500 else 0.02)), "data_bound")
     assert 500 <= a.evidence["raised_at_step"] <= 550
+    # `step` is where the waiting began, not where the window's median crossed the line
+    assert 495 <= a.step <= 505 < a.evidence["raised_at_step"]
+    (w,) = alerts_of(run_engine(Run(share_at=lambda i: 0.15 if i >= 300 else 0.02)), "data_bound")
+    assert 295 <= w.step <= 305 and w.severity == "warning"
 
 
 def test_memory_leak_on_cuda_allocated() -> None:
-    # 2 MiB per step on an 80 GiB device: past 2 % of it (1.6 GiB) after ~800 steps
+    # 2 MiB per step on an 80 GiB device: past 2 % of it (1.6 GiB) after ~800 steps; the
+    # leak is there from the start, so the alert holds from the first sample after warm-up
     eng = run_engine(Run(steps=1500, mem_at=lambda i, m: m + 2 * MIB * i))
     (a,) = alerts_of(eng, "memory_growth")
-    assert a.severity == "warning" and 800 <= a.step <= 900
+    assert a.severity == "warning" and 800 <= a.evidence["raised_at_step"] <= 900
+    assert 50 <= a.step <= 60
     assert a.evidence["growth"] >= 0.02 * 80 * (1 << 30) and a.evidence["r2"] > 0.9
     assert a.evidence["source"] == "cuda"
     assert eng.facts()["mem_growth_per_step"].value > 1.9 * MIB
+
+
+def test_memory_leak_starting_midway_is_dated_to_its_start() -> None:
+    eng = run_engine(Run(steps=2000, mem_at=lambda i, m: m + 2 * MIB * max(0, i - 600)))
+    (a,) = alerts_of(eng, "memory_growth")
+    assert 1400 <= a.evidence["raised_at_step"] <= 1500
+    assert 580 <= a.step <= 620
 
 
 def test_memory_that_grows_and_is_freed_is_not_a_leak() -> None:
@@ -90,3 +103,42 @@ def test_undeclared_long_evaluation_is_only_information() -> None:
     stalls = alerts_of(eng, "stall")
     assert stalls and all(a.severity == "info" for a in stalls)
     assert "evaluation" in stalls[0].message
+
+
+def _hang_in_phase(seconds: float, overrides: dict | None = None) -> tuple[object, float]:
+    """600 healthy steps, then a declared eval phase that never ends; heartbeats go on."""
+    from dltop.tui.core.rules import Config, RuleEngine
+
+    eng = RuleEngine(Config.load(None, overrides))
+    eng.feed_many(Run(steps=600, end=None).records())
+    t = eng.last_t
+    eng.feed(
+        {"kind": "event", "type": "phase", "name": "eval", "state": "begin", "t": t, "step": 599}
+    )
+    for k in range(1, int(seconds / 2.0) + 1):
+        eng.feed({"kind": "heartbeat", "t": t + 2.0 * k, "step": 599})
+    return eng, t
+
+
+def test_a_hang_inside_a_declared_phase_is_still_a_stall() -> None:
+    eng, t = _hang_in_phase(400.0)
+    (a,) = alerts_of(eng, "stall")  # type: ignore[arg-type]
+    assert (a.step, a.severity, a.active) == (599, "warning", True)
+    assert a.evidence["phase"] == "eval" and a.evidence["seconds_in_phase"] >= 300
+    assert "in phase 'eval'" in a.message
+    eng, t = _hang_in_phase(1000.0)
+    (a,) = alerts_of(eng, "stall")  # type: ignore[arg-type]
+    assert a.severity == "critical"  # 3x the phase cap
+
+
+def test_the_phase_cap_is_configurable() -> None:
+    eng, _ = _hang_in_phase(400.0, {"stall.phase_floor_s": 1200.0})
+    assert alerts_of(eng, "stall") == []  # type: ignore[arg-type]
+
+
+def test_a_long_phase_that_ends_is_information() -> None:
+    # a 500 s evaluation is past the 300 s cap while it runs, then ends normally: slow, not hung
+    eng = run_engine(Run(eval_every=300, eval_seconds=500.0))
+    stalls = alerts_of(eng, "stall")
+    assert stalls and all(a.severity == "info" for a in stalls)
+    assert "ended normally" in stalls[0].message and "eval" in stalls[0].title

@@ -72,3 +72,65 @@ def test_loss_wobble_near_zero_is_not_divergence() -> None:
     # converged to 1e-4; it triples but gives back none of the progress made
     eng = run_engine(Run(floor=1e-4, tau=50, loss_at=lambda i, x: x * 3 if i >= 600 else x))
     assert alerts_of(eng, "divergence") == []
+
+
+def test_a_jump_to_a_new_maximum_lr_does_not_hide_a_critical_explosion() -> None:
+    # the lr_jump fault: a StepLR typo multiplies lr by 50 at step 400; the grad norm
+    # blows up on the next step. The grace after a schedule jump must not swallow it.
+    eng = run_engine(
+        Run(lr=lambda i: 0.01 if i < 400 else 0.5, gn_at=lambda i, g: g * 40 if i >= 401 else g)
+    )
+    (a,) = alerts_of(eng, "grad_explosion")
+    assert (a.step, a.severity) == (401, "critical")
+
+
+def test_a_restart_to_an_earlier_lr_still_forgives_a_burst() -> None:
+    # cosine-with-restarts style: back to the lr the run already trained at; a burst of
+    # large gradients while the optimiser settles is normal
+    def lr(i: int) -> float:
+        return 0.01 if 300 <= i < 600 else 0.1
+
+    eng = run_engine(Run(lr=lr, gn_at=lambda i, g: g * 40 if 601 <= i < 606 else g))
+    assert alerts_of(eng, "grad_explosion") == []
+
+
+def test_warmup_ramp_to_its_peak_stays_quiet() -> None:
+    from rulekit import lr_warmup_cosine
+
+    eng = run_engine(Run(lr=lr_warmup_cosine(0.1, warmup=100, total=1000)))
+    assert noisy(eng) == []
+
+
+def test_a_short_grad_window_still_reaches_a_critical_baseline() -> None:
+    # window 50 < critical_after 100: before, the baseline could never count as settled
+    eng = run_engine(
+        Run(gn_at=lambda i, g: g * 60 if i == 600 else g), {"grad_explosion.window": 50}
+    )
+    (a,) = alerts_of(eng, "grad_explosion")
+    assert (a.step, a.severity, a.evidence["window"]) == (600, "critical", 50)
+
+
+def test_windows_below_min_samples_do_not_switch_the_rules_off() -> None:
+    spike = run_engine(
+        Run(loss_at=lambda i, x: x * 40 if i == 500 else x), {"loss_spike.window": 20}
+    )
+    (a,) = alerts_of(spike, "loss_spike")
+    assert a.step == 500 and a.evidence["window"] == 20
+    boom = run_engine(
+        Run(gn_at=lambda i, g: g * 60 if i == 600 else g), {"grad_explosion.window": 20}
+    )
+    (b,) = alerts_of(boom, "grad_explosion")
+    assert (b.step, b.severity) == (600, "critical")
+
+
+def test_lr_checklist_step_reads_the_lr_at_the_alert_not_at_the_end() -> None:
+    from dltop.tui.core.checklists import checklist_for, evaluate
+
+    # lr 0.1 when the gradients explode at step 600, decayed to 1e-4 by the end of the log
+    eng = run_engine(
+        Run(lr=lr_step(0.1, every=700, gamma=0.001), gn_at=lambda i, g: g * 60 if i == 600 else g)
+    )
+    (a,) = alerts_of(eng, "grad_explosion")
+    assert eng.facts()["lr_last"].value < 1e-3
+    marks = {c.step.id: c for c in evaluate(checklist_for(a), eng.facts(), a)}
+    assert marks["lr_high"].mark == "yes" and marks["lr_high"].evidence == "lr = 0.1 at step 600"

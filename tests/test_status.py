@@ -100,3 +100,30 @@ def test_local_pid_alive() -> None:
     # a pid recycled by a process that started after the run began is not the run
     assert local_pid_alive({"pid": os.getpid(), "host": host, "t": 1000.0}) is False
     assert local_pid_alive(None) is None
+
+
+def test_a_phase_pauses_the_watch_only_up_to_its_cap() -> None:
+    eng = live(100)
+    t = eng.last_t
+    eng.feed({"kind": "event", "type": "phase", "name": "eval", "state": "begin", "t": t})
+    for k in range(1, 200):
+        eng.feed({"kind": "heartbeat", "t": t + 2.0 * k})
+    st = eng.status(now=t + 399.0)
+    assert st.status == "stalled" and "in phase 'eval'" in st.reason
+
+
+def test_a_zombie_is_not_alive() -> None:
+    """A child that exited but was not reaped still has a pid (psutil.pid_exists is True);
+    it will never write again, so the run is gone."""
+    import psutil
+
+    host = socket.gethostname()
+    t0 = time.time() - 1.0
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    try:
+        while psutil.Process(proc.pid).status() != psutil.STATUS_ZOMBIE:
+            time.sleep(0.01)  # wait for the exit (no timing is asserted)
+        assert psutil.pid_exists(proc.pid)
+        assert local_pid_alive({"pid": proc.pid, "host": host, "t": t0}) is False
+    finally:
+        proc.wait()

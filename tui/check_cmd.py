@@ -2,8 +2,9 @@
 
 Exit codes (the contract): 0 no alert, 1 warnings only, 2 a critical alert (info alerts
 do not count), 3 the source could not be checked (missing or unreadable file, a
-directory without logs, not a dltop log, a bad threshold setting). Errors are one line
-on stderr with a hint, never a traceback: this command runs in CI scripts.
+directory without logs, not a dltop log, a bad threshold setting, a bad argument).
+Errors are one line on stderr with a hint, never a traceback: this command runs in CI
+scripts, where exit 2 must only ever mean "critical alert".
 """
 
 from __future__ import annotations
@@ -22,6 +23,10 @@ from dltop.tui.core.rules import Config, ConfigError, RuleEngine, parse_override
 from dltop.tui.core.status import RunState, local_pid_alive
 
 EXIT_OK, EXIT_WARN, EXIT_CRIT, EXIT_UNREADABLE = 0, 1, 2, 3
+# argparse exits 2 on a usage error, which this command's contract reserves for "a
+# critical alert"; cli.py reads these to report a bad argument as "could not check" instead
+USAGE_EXIT = EXIT_UNREADABLE
+USAGE_HINT = "usage: dltop check SOURCE [--json] [--config FILE] [--set KEY=VALUE]; see --help"
 _STATUS_ORDER = ("crashed", "stalled", "unknown", "running", "finished")
 _MARKS = {"yes": "[yes]", "no": "[no] ", None: "[ ? ]"}
 
@@ -140,6 +145,7 @@ def check_file(path: str, config: Config) -> FileResult:
     except OSError as exc:
         raise CheckError(f"cannot read {path}: {exc.strerror or exc}") from None
     engine.feed_many(dec.finish())
+    engine.finish()  # the log is all there is: judge the last steps (no exit record after SIGKILL)
     if dec.records == 0:
         what = "is empty" if dec.bytes == 0 else 'is not a dltop log (no JSON record with a "kind")'
         raise CheckError(f"{path} {what}")
@@ -160,15 +166,24 @@ def _checklists(r: FileResult, lang: str) -> dict[int, list[dict[str, Any]]]:
         try:
             cl = checklist_for(a, lang)
             out[id(a)] = [
-                {"text": c.step.text, "mark": c.mark, "evidence": c.evidence, "how": c.step.how}
+                {
+                    "id": c.step.id,
+                    "text": c.step.text,
+                    "mark": c.mark,
+                    "evidence": c.evidence,
+                    "why": c.step.why,
+                    "how": c.step.how,
+                }
                 for c in evaluate(cl, facts, a)
             ]
         except Exception as exc:  # a damaged data file must not hide the diagnosis
             out[id(a)] = [
                 {
+                    "id": "unavailable",
                     "text": f"(checklist unavailable: {exc})",
                     "mark": None,
                     "evidence": None,
+                    "why": None,
                     "how": None,
                 }
             ]
@@ -181,10 +196,7 @@ def _combined_status(results: list[FileResult]) -> RunState:
 
 def _alert_json(r: FileResult, a: Alert, multi: bool) -> dict[str, Any]:
     d = a.to_json()
-    d["checklist_steps"] = [
-        {"text": s["text"], "mark": s["mark"], "evidence": s["evidence"]}
-        for s in r.checklists.get(id(a), [])
-    ]
+    d["checklist_steps"] = [dict(s) for s in r.checklists.get(id(a), [])]
     if multi:
         d["file"] = r.path
         d["rank"] = r.rank
@@ -264,4 +276,6 @@ def _report(source: str, results: list[FileResult], skipped: list[str]) -> str:
             for s in steps_:
                 tail = f"  — {s['evidence']}" if s["evidence"] else ""
                 lines.append(f"    {_MARKS.get(s['mark'], '[ ? ]')} {s['text']}{tail}")
+                for n, line in enumerate((s.get("how") or "").splitlines()):
+                    lines.append(f"          {'fix: ' if n == 0 else '     '}{line}")
     return "\n".join(lines) + "\n"

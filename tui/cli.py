@@ -13,6 +13,7 @@ import argparse
 import importlib
 import sys
 from collections.abc import Sequence
+from typing import NoReturn
 
 # sub-command name -> module under dltop.tui implementing configure() and run()
 COMMANDS = {
@@ -32,8 +33,24 @@ def _version() -> str:
         return "unknown"
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse with a command's own exit status and hint for usage errors.
+
+    argparse exits 2 on a bad argument; ``dltop check`` defines 2 as "a critical alert",
+    so a command module may set ``USAGE_EXIT`` (and ``USAGE_HINT``) to report a typo in
+    a CI script as what it is, in one line.
+    """
+
+    usage_exit = 2
+    usage_hint: str | None = None
+
+    def error(self, message: str) -> NoReturn:
+        hint = self.usage_hint or f"see {self.prog} --help"
+        self.exit(self.usage_exit, f"{self.prog}: error: {message} (hint: {hint})\n")
+
+
 def _base_parser(prog: str, description: str) -> argparse.ArgumentParser:
-    return argparse.ArgumentParser(
+    return _Parser(
         prog=prog, description=description, formatter_class=argparse.RawDescriptionHelpFormatter
     )
 
@@ -57,6 +74,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         name = argv[0]
         module = importlib.import_module(COMMANDS[name])
         parser = _base_parser(f"dltop {name}", module.__doc__.strip().splitlines()[0])
+        parser.usage_exit = getattr(module, "USAGE_EXIT", 2)  # type: ignore[attr-defined]
+        parser.usage_hint = getattr(module, "USAGE_HINT", None)  # type: ignore[attr-defined]
         module.configure(parser)
         args = parser.parse_args(argv[1:])
         return int(module.run(args) or 0)

@@ -31,7 +31,7 @@ BASE_LANG = "en"
 GENERIC_ID = "generic"
 OPS = (">", ">=", "<", "<=", "==", "!=", "is_true", "is_false")
 UNARY_OPS = ("is_true", "is_false")
-FORMATS = ("number", "percent", "bytes", "seconds")
+FORMATS = ("number", "percent", "bytes", "seconds", "ratio")
 _CHECK_KEYS = {"fact", "evidence", "op", "value", "ref", "ref_evidence", "scale", "format"}
 _STEP_KEYS = {"id", "text", "why", "how", "check"}
 _TEXT_KEYS = ("text", "why", "how")
@@ -382,7 +382,7 @@ def _evaluate_step(step: ChecklistStep, facts: dict[str, Fact], alert: Alert) ->
         value = (alert.evidence or {}).get(key)
         if value is None:
             return CheckedStep(step, None, None)
-        said = f"{key} = {format_value(value, fmt)}"
+        said = _with_step(f"{key} = {format_value(value, fmt)}", alert.step)
     op = check["op"]
     if op in UNARY_OPS:
         truthy = bool(value) and not (isinstance(value, float) and math.isnan(value))
@@ -440,6 +440,8 @@ def format_value(value: Any, fmt: str = "number") -> str:
         return f"{value * 100:.0f} %"
     if fmt == "bytes":
         return format_bytes(value)
+    if fmt == "ratio":
+        return f"{format_number(value)}×"
     if fmt == "seconds":
         return f"{value * 1000:.0f} ms" if abs(value) < 1 else f"{format_number(float(value))} s"
     return format_number(value)

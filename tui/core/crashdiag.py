@@ -22,7 +22,8 @@ from typing import Any
 from dltop.tui.core.checklists import Root, data_root, format_bytes, unreadable
 
 ALERT_IDS = ("oom", "crash")
-DETAIL_TYPES = ("int", "float", "bytes", "text")
+DETAIL_TYPES = ("int", "float", "bytes", "text", "dtype")
+MAX_CAUSES = 4  # how deep a chain of causes ("raise X from Y") is followed
 _PATTERN_KEYS = {
     "id",
     "alert",
@@ -59,6 +60,34 @@ _LIBRARY_PARTS = (
     "<frozen",
 )
 _NOT_A_CRASH = re.compile(r"(^|\.)KeyboardInterrupt$")
+# torch spells one dtype many ways: "Double", "double", "torch.float64", "torch.DoubleTensor",
+# "torch.cuda.DoubleTensor", "c10::Double", "CUDADoubleType"; checklists compare one name
+_DTYPE_PREFIX = re.compile(r"^(torch\.)?(cuda\.)?(c10::)?(CUDA|CPU)?")
+_DTYPE_SUFFIX = re.compile(r"(Tensor|Type)$")
+_DTYPES = {
+    "half": "float16",
+    "float16": "float16",
+    "bfloat16": "bfloat16",
+    "float": "float32",
+    "float32": "float32",
+    "double": "float64",
+    "float64": "float64",
+    "long": "int64",
+    "int64": "int64",
+    "int": "int32",
+    "int32": "int32",
+    "short": "int16",
+    "int16": "int16",
+    "char": "int8",
+    "int8": "int8",
+    "byte": "uint8",
+    "uint8": "uint8",
+    "bool": "bool",
+    "complexfloat": "complex64",
+    "complex64": "complex64",
+    "complexdouble": "complex128",
+    "complex128": "complex128",
+}
 
 
 class CatalogueError(ValueError):
@@ -228,7 +257,30 @@ def diagnose(event: dict[str, Any], *, root: Root | None = None) -> CrashDiagnos
         hit = _matches(pattern, ev_type, exc_type, message)
         if hit is not None:
             return _diagnosis(pattern, hit, exc_type, message, event)
+    # nothing known at the top: a wrapper ("raise RuntimeError('step failed') from exc")
+    # often hides the real error in its cause, which the probe records too
+    for depth, (c_type, c_message) in enumerate(_causes(event), 1):
+        for pattern in catalogue.patterns:
+            hit = _matches(pattern, "", c_type, c_message)
+            if hit is not None:
+                d = _diagnosis(pattern, hit, c_type, c_message, event)
+                d.details["cause_exc_type"] = c_type
+                d.details["cause_depth"] = depth
+                if exc_type:
+                    d.details["exc_type"] = exc_type
+                return d
     return _diagnosis(catalogue.fallback, None, exc_type, message, event)
+
+
+def _causes(event: dict[str, Any]) -> list[tuple[str, str]]:
+    """(type, message) of each recorded cause, nearest first: ``event["cause"]``, its own
+    ``cause``, and so on (bounded; a malformed entry ends the chain)."""
+    out: list[tuple[str, str]] = []
+    cause = event.get("cause")
+    while isinstance(cause, dict) and len(out) < MAX_CAUSES:
+        out.append((_as_text(cause.get("exc_type")), _as_text(cause.get("message"))))
+        cause = cause.get("cause")
+    return out
 
 
 def _as_text(value: Any) -> str:
@@ -311,9 +363,18 @@ def _convert(value: Any, kind: str) -> Any:
             return float(value)
         if kind == "bytes":
             return parse_bytes(value)
+        if kind == "dtype":
+            return canonical_dtype(value)
     except ValueError:
         return value
     return value
+
+
+def canonical_dtype(text: str) -> str:
+    """'Double', 'torch.cuda.DoubleTensor', 'c10::Double', 'torch.float64' -> 'float64';
+    text that names no dtype comes back unchanged."""
+    name = _DTYPE_SUFFIX.sub("", _DTYPE_PREFIX.sub("", text.strip()))
+    return _DTYPES.get(name.lower(), text)
 
 
 def parse_bytes(text: str) -> int:

@@ -52,12 +52,14 @@ FACT_NAMES: dict[str, str] = {
     "lr_initial": "learning rate at the first step",
     "lr_last": "learning rate at the latest step",
     "lr_max": "largest learning rate seen",
+    # the first non-finite value of either kind (an AMP overflow counts); a nan_loss or
+    # nan_grad alert carries its own episode's lr and grad_norm_before(_ratio) as evidence
     "lr_at_first_nonfinite": "learning rate at the first NaN/Inf loss or grad norm",
     "first_nonfinite_step": "first step with a NaN/Inf loss or grad norm",
     "grad_norm_median": "median grad norm over the recent window (finite values)",
     "grad_norm_max": "largest finite grad norm seen",
-    "grad_norm_before_nonfinite": "last finite grad norm before the first NaN/Inf",
-    "grad_norm_before_nonfinite_ratio": "that norm divided by the median before it",
+    "grad_norm_before_nonfinite": "largest finite grad norm of the ~20 steps up to the first NaN/Inf",
+    "grad_norm_before_nonfinite_ratio": "that norm / the median of the grad norms before those steps",
     "grad_norm_min_recent": "smallest grad norm in the recent window",
     "loss_first": "median loss over the first window",
     "loss_last": "median loss over the latest window",

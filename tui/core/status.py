@@ -103,6 +103,15 @@ def run_state(e: RuleEngine, now: float | None = None, pid_alive: bool | None = 
             "unknown", f"no record for {fmt(rec_age)} s and no exit record; the process may be gone"
         )
     if e.phase is not None:
+        started = stall.in_phase_since
+        if ref is not None and started is not None:
+            cap = stall.phase_thresholds()[0]
+            if ref - started >= cap:  # a declared phase pauses the watch, but not forever
+                return state(
+                    "stalled",
+                    f"in phase '{e.phase}' for {fmt(ref - started)} s{at} "
+                    f"(a phase may pause the watch {fmt(cap)} s)",
+                )
         return state("running", f"in phase '{e.phase}'{at}")
     if step_age is not None:
         warn, crit = stall.thresholds()
@@ -122,7 +131,9 @@ def local_pid_alive(meta: dict[str, Any] | None) -> bool | None:
     """Whether the run's process still lives, for a run on this host; ``None`` when unknowable.
 
     Compares the process start time with the run's start so that a recycled pid of an
-    unrelated process does not count as the run being alive.
+    unrelated process does not count as the run being alive. A zombie (exited, not yet
+    reaped by its parent, e.g. a launcher that is itself stuck) is dead: it will never
+    write another record.
     """
     if not meta:
         return None
@@ -136,7 +147,10 @@ def local_pid_alive(meta: dict[str, Any] | None) -> bool | None:
     try:
         if not psutil.pid_exists(pid):
             return False
-        started = psutil.Process(pid).create_time()
+        proc = psutil.Process(pid)
+        if proc.status() == psutil.STATUS_ZOMBIE:
+            return False
+        started = proc.create_time()
     except (psutil.NoSuchProcess, psutil.ZombieProcess):
         return False
     except Exception:

@@ -26,7 +26,10 @@ DEFAULTS: dict[str, dict[str, Any]] = {
         "progress_total_gain": 0.1,  # ... and < 10 % better than at the start
     },
     "nan_loss": {"enabled": True, "clear_after": 20},
-    "nan_grad": {"enabled": True, "persist": 3, "clear_after": 20},
+    # a finite loss with non-finite grad norms is what AMP loss scaling does on purpose (it
+    # skips the step and halves the scale, several steps in a row at start-up): critical
+    # only when it persists this many steps in a row, or the loss goes non-finite too
+    "nan_grad": {"enabled": True, "persist": 20, "clear_after": 20},
     "loss_spike": {
         "enabled": True,
         "ratio": 10.0,
@@ -111,6 +114,9 @@ DEFAULTS: dict[str, dict[str, Any]] = {
         "critical_floor_s": 300.0,
         "startup_s": 300.0,
         "silent_s": 15.0,
+        # a declared phase (eval, checkpoint) pauses the watch, but only this long at least:
+        # max(critical_factor x p95 step time, phase_floor_s) is a stall (a hang in eval)
+        "phase_floor_s": 300.0,
     },
     "oom": {"enabled": True},
     "crash": {"enabled": True},
@@ -137,8 +143,13 @@ class Config:
     def enabled(self, name: str) -> bool:
         return bool(self.values.get(name, {}).get("enabled", True))
 
-    def set(self, dotted: str, value: Any) -> None:
-        """Set ``section.key``; a string value is parsed as TOML (``0.15``, ``true``)."""
+    def set(self, dotted: str, value: Any, *, text: bool = False) -> None:
+        """Set ``section.key`` to a value of the default's type.
+
+        ``text=True`` (a ``--set`` flag) parses a string as TOML (``0.15``, ``true``).
+        Otherwise (a TOML file, a dict in code) the value must already have the right
+        type: ``warn = "0.15"`` in a file is a mistake worth a clear error, not a guess.
+        """
         section, _, key = dotted.partition(".")
         if section not in self.values:
             known = ", ".join(sorted(self.values))
@@ -147,13 +158,17 @@ class Config:
             known = ", ".join(sorted(self.values[section]))
             raise ConfigError(f"unknown threshold '{dotted}' (keys of {section}: {known})")
         default = DEFAULTS[section][key]
-        if isinstance(value, str) and not isinstance(default, str):
+        if text and isinstance(value, str) and not isinstance(default, str):
             value = _parse_value(dotted, value)
         self.values[section][key] = _coerce(dotted, value, default)
 
     @classmethod
     def load(cls, path: str | None = None, overrides: dict[str, Any] | None = None) -> Config:
-        """Defaults, then the TOML file at ``path``, then ``overrides`` ({"section.key": value})."""
+        """Defaults, then the TOML file at ``path``, then ``overrides`` ({"section.key": value}).
+
+        Override values given as strings (``--set`` flags) are parsed as TOML; file values
+        must be typed (``warn = 0.15``, not ``warn = "0.15"``).
+        """
         cfg = cls()
         if path is not None:
             try:
@@ -161,6 +176,8 @@ class Config:
                     data = tomllib.load(f)
             except OSError as exc:
                 raise ConfigError(f"cannot read config file {path}: {exc.strerror}") from None
+            except UnicodeDecodeError as exc:
+                raise ConfigError(f"config file {path} is not UTF-8 text: {exc.reason}") from None
             except tomllib.TOMLDecodeError as exc:
                 raise ConfigError(f"config file {path} is not valid TOML: {exc}") from None
             for section, keys in data.items():
@@ -169,9 +186,12 @@ class Config:
                         f"{path}: '{section}' must be a table like [{section}], not a value"
                     )
                 for key, value in keys.items():
-                    cfg.set(f"{section}.{key}", value)
+                    try:
+                        cfg.set(f"{section}.{key}", value)
+                    except ConfigError as exc:
+                        raise ConfigError(f"{path}: {exc}") from None
         for dotted, value in (overrides or {}).items():
-            cfg.set(dotted, value)
+            cfg.set(dotted, value, text=isinstance(value, str))
         return cfg
 
     def to_toml(self) -> str:
@@ -203,6 +223,17 @@ def _parse_value(dotted: str, text: str) -> Any:
 
 
 def _coerce(dotted: str, value: Any, default: Any) -> Any:
+    if isinstance(value, str) and not isinstance(default, str):
+        want = (
+            "true or false"
+            if isinstance(default, bool)
+            else "an integer"
+            if isinstance(default, int)
+            else "a number"
+        )
+        raise ConfigError(
+            f"{dotted} must be {want}, got the text {value!r} (write it without quotes)"
+        )
     if isinstance(default, bool):
         if not isinstance(value, bool):
             raise ConfigError(f"{dotted} must be true or false, got {value!r}")

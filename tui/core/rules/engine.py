@@ -22,6 +22,7 @@ from dltop.tui.core.rules.config import Config
 from dltop.tui.core.rules.window import Block, log_spread, median_of
 
 _HOOKS = ("on_block", "on_eval", "on_layers", "on_event", "on_sys", "on_time")
+GRAD_BEFORE_STEPS = 20  # how far back a NaN looks for the grad-norm blow-up that caused it
 
 
 class RuleEngine:
@@ -66,7 +67,11 @@ class RuleEngine:
         self.lr: float | None = None
         self.lr_prev: float | None = None
         self.lr_jump_step: int | None = None  # step of the latest schedule jump
-        self.in_grace = False  # within lr_grace_steps of a jump
+        self.in_grace = False  # within lr_grace_steps of a jump: spike/explosion warnings wait
+        # ... and critical explosions too, unless the jump took lr to a new maximum: a
+        # schedule going back to a level the run already trained at (a restart, a decay)
+        # explains a burst, an lr 50x above anything seen before does not
+        self.grace_critical = False
         self.warm = False  # past warmup_steps
         self.timing_ok = True  # step timings are not distorted by a phase / pause
         self.rec: dict[str, Any] = {}
@@ -82,6 +87,11 @@ class RuleEngine:
         self.blk = Block()
         self.loss_win: deque[float] = deque(maxlen=max(2, int(ls["window"])))
         self.gn_win: deque[float] = deque(maxlen=max(2, int(gs["window"])))
+        # finite values pushed into the windows so far: "enough samples" is counted here,
+        # not as the window's length, so a window set below min_samples / critical_after
+        # does not silently switch a rule off
+        self.loss_seen = 0
+        self.gn_seen = 0
         self.loss_med: float | None = None
         self.gn_med: float | None = None
         self.loss_wmax: float | None = None  # window maxima
@@ -102,7 +112,7 @@ class RuleEngine:
         # facts kept along the way
         self.lr_initial: float | None = None
         self.lr_max: float | None = None
-        self.first_nonfinite_step: int | None = None
+        self.first_nonfinite_step: int | None = None  # loss or grad norm, whichever came first
         self.lr_at_first_nonfinite: float | None = None
         self.gn_before_nonfinite: float | None = None
         self.gn_before_nonfinite_ratio: float | None = None
@@ -242,7 +252,8 @@ class RuleEngine:
         if lr is not None and lr != prev:
             if self.lr_initial is None:
                 self.lr_initial = lr
-            if self.lr_max is None or lr > self.lr_max:
+            new_max = self.lr_max is None or lr > self.lr_max
+            if new_max:
                 self.lr_max = lr
             if prev is not None:
                 r = self.lr_jump_ratio
@@ -251,6 +262,7 @@ class RuleEngine:
                 ):
                     self.lr_jump_step = step
                     self.in_grace = True
+                    self.grace_critical = not new_max
         self.lr_prev = prev
         self.lr = lr
         if self.in_grace and step - self.lr_jump_step >= self.lr_grace_steps:  # type: ignore[operator]
@@ -264,7 +276,9 @@ class RuleEngine:
         if lf and loss >= self.loss_hi and not self.in_grace:
             self.spike_rule.spike(self)
         if gf:
-            if gn >= self.gn_warn and not self.in_grace:
+            if gn >= self.gn_warn and (
+                not self.in_grace or (gn >= self.gn_hi and not self.grace_critical)
+            ):
                 self.explosion_rule.above(self)
             self.last_finite_gn = gn
         elif gn is not None:
@@ -296,18 +310,37 @@ class RuleEngine:
         if self.first_nonfinite_step is None:
             self.first_nonfinite_step = step
             self.lr_at_first_nonfinite = self.lr
-            self.gn_before_nonfinite = gn if gf else self.last_finite_gn
-            med, bv = self.gn_med, self.gn_before_nonfinite
-            if bv is not None and med:
-                self.gn_before_nonfinite_ratio = bv / med
+            self.gn_before_nonfinite, self.gn_before_nonfinite_ratio = self.grad_before()
         if loss is not None and not lf:
             self.nonfinite_rule.on_loss_nonfinite(self)
 
-    def finish(self) -> None:
-        """Judge the steps still buffered: call at the end of a finished log (``dltop check``).
+    def grad_before(self) -> tuple[float | None, float | None]:
+        """The largest finite grad norm of the ~20 steps up to this one, and its ratio to the
+        median of the grad norms before those (``None`` without 5 of them).
 
-        Alerts never depend on when ``alerts()`` is read, so a live viewer does not call
-        this; the buffered steps are judged when their block completes.
+        Called on a NaN/Inf step: "did the gradients blow up first?". The single previous
+        value is not enough (a norm of 2e5 two steps before the NaN, then an ordinary one),
+        and the rolling median would already contain the blow-up.
+        """
+        vals = list(self.gn_win)
+        vals.extend(x for x in self.blk.gn if x is not None)
+        if self.gn_finite and self.gn is not None:
+            vals.append(self.gn)
+        if not vals:
+            return None, None
+        recent, earlier = vals[-GRAD_BEFORE_STEPS:], vals[:-GRAD_BEFORE_STEPS]
+        peak = max(recent)
+        base = median_of(earlier) if len(earlier) >= 5 else None
+        return peak, (peak / base if base else None)
+
+    def finish(self) -> None:
+        """Judge the steps still buffered: call once no more steps will come.
+
+        ``dltop check`` calls it at the end of the file. An exit, exception or OOM record
+        already closes the block, but a run killed by SIGKILL (or the kernel's OOM killer)
+        writes none, and up to ``block_steps`` final steps would otherwise never be judged.
+        A live viewer calls it when the run is known to be over without an exit record
+        (its process is gone); alerts never depend on when ``alerts()`` is read.
         """
         if self.blk.steps:
             self._close_block()
@@ -320,6 +353,7 @@ class RuleEngine:
         losses = [x for x in b.loss if x is not None]
         gns = [x for x in b.gn if x is not None]
         if losses:
+            self.loss_seen += len(losses)
             med = self.loss_med
             if med and med > 0 and self.warm:
                 jr = max(losses) / med
@@ -343,6 +377,7 @@ class RuleEngine:
                 self._close_progress_block(self._pblock[: self.progress_block])
                 del self._pblock[: self.progress_block]
         if gns:
+            self.gn_seen += len(gns)
             self.gn_win.extend(gns)
             s = sorted(self.gn_win)
             n = len(s)

@@ -51,7 +51,7 @@ def collect_facts(e: RuleEngine) -> dict[str, Fact]:
         "grad_norm_before_nonfinite_ratio",
         r,
         e.first_nonfinite_step,
-        f"{fmt(r)}x the median before it" if r is not None else "",
+        f"peak grad norm before it {fmt(r)}x the earlier median" if r is not None else "",
     )
     put("grad_norm_min_recent", min(gvals) if gvals else None, last)
     lvals = list(e.loss_win)

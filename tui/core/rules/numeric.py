@@ -2,8 +2,10 @@
 
 A non-finite loss is always critical. A non-finite grad norm with a finite loss is what
 an AMP ``GradScaler`` produces on purpose when it probes a too-large scale (it then skips
-the step and halves the scale), so one isolated overflow is only information; it becomes
-critical when it persists ``persist`` steps in a row or the loss follows it.
+the step and halves the scale; from its initial scale of 2**16 that can take a dozen
+skipped steps in a row at start-up), so overflows stay information while the loss stays
+finite (a NaN weight would make the loss NaN); they become critical when they persist
+``persist`` (20) steps in a row or the loss follows them.
 """
 
 from __future__ import annotations
@@ -35,6 +37,8 @@ class NonFinite(Rule):
         self.grad_bad = 0
         self.grad_good_run = 0
         self.overflows = 0  # isolated overflow episodes (AMP-like)
+        # grad_before() when the current run of non-finite grad norms began
+        self.grad_before: tuple[float | None, float | None] = (None, None)
         self.watching = False  # an episode is open: finite steps count towards ending it
 
     def finite(self, e: RuleEngine, lf: bool, gf: bool) -> None:
@@ -74,6 +78,10 @@ class NonFinite(Rule):
             "last_finite_loss": self._last_finite_loss(e),
             "loss_median": med,
         }
+        if self.loss_bad == 1:  # the episode's first step: what led to it (checklist evidence)
+            peak, ratio = e.grad_before()
+            ev["grad_norm_before"] = peak
+            ev["grad_norm_before_ratio"] = ratio
         what = "NaN" if loss != loss else ("Inf" if loss > 0 else "-Inf")
         first = self.loss_t.alert.step if self.loss_t.active and self.loss_t.alert else e.step
         msg = f"loss is {what} at step {e.step}"
@@ -100,6 +108,8 @@ class NonFinite(Rule):
         self.grad_bad += 1
         self.grad_run += 1
         self.grad_good_run = 0
+        if self.grad_run == 1:
+            self.grad_before = e.grad_before()
         what = "NaN" if gn != gn else "Inf"
         ev = {
             "grad_norm": gn,
@@ -109,16 +119,20 @@ class NonFinite(Rule):
             "lr": e.lr,
             "last_finite_grad_norm": e.last_finite_gn,
             "grad_norm_median": e.gn_med,
+            "grad_norm_before": self.grad_before[0],
+            "grad_norm_before_ratio": self.grad_before[1],
         }
-        loss_ok = e.loss is None or e.loss_finite
-        if loss_ok and e.loss is not None and self.grad_run < self.persist:
+        loss_ok = e.loss is None or e.loss_finite  # an unlogged loss is no sign of trouble
+        if loss_ok and self.grad_run < self.persist:
             # a finite loss and an isolated overflow: what AMP loss scaling does on purpose
             if self.grad_run == 1:
                 self.overflows += 1
             ev["overflow_episodes"] = self.overflows
+            said = f"a finite loss {fmt(e.loss)}" if e.loss is not None else "no loss logged"
+            run = f" ({self.grad_run} in a row)" if self.grad_run > 1 else ""
             msg = (
-                f"grad norm {what} at step {e.step} with a finite loss {fmt(e.loss)}: "
-                "an AMP overflow skips the step; critical if it persists"
+                f"grad norm {what} at step {e.step}{run} with {said}: an AMP overflow skips "
+                f"the step; critical if it persists {self.persist} steps or the loss follows"
             )
             self.grad_t.fire(e.step, INFO, "Gradient overflow (step skipped?)", msg, ev, t=e.t)
             return

@@ -3,7 +3,11 @@
 Timing rules ignore steps inside declared phases and the first step after one, whose
 step time includes the evaluation or checkpoint. Stalls are judged against record
 timestamps (heartbeats keep arriving while the training loop hangs), so a replayed log
-finds the same stall a live viewer did.
+finds the same stall a live viewer did. A declared phase pauses the stall watch only up
+to a cap: an evaluation that hangs is still a hang.
+
+Windowed verdicts (data wait, memory growth) report the step where the problem began,
+estimated from the window, not the later step where the rule became sure of it.
 """
 
 from __future__ import annotations
@@ -35,6 +39,7 @@ class DataBound(Rule):
         self.checks = max(1, int(c["checks"]))
         n = max(1, int(c["window"]))
         self.share: deque[float] = deque(maxlen=n)
+        self.share_steps: deque[int] = deque(maxlen=n)  # the step of each share
         self.dt: deque[float] = deque(maxlen=n)
         self.st: deque[float] = deque(maxlen=n)
         self.tr = Tracker(engine, "data_bound")
@@ -57,11 +62,12 @@ class DataBound(Rule):
             shares = [min(1.0, d / st) for d, st in zip(dts, sts, strict=True)]
             if all(x == x and x >= 0 for x in shares):
                 self.share.extend(shares)
+                self.share_steps.extend(blk.steps)
                 self.dt.extend(dts)  # type: ignore[arg-type]
                 self.st.extend(sts)  # type: ignore[arg-type]
                 pushed = len(shares)
                 dts = []
-        for rec, ok in zip(blk.recs if dts else [], blk.timing, strict=False):
+        for step, rec, ok in zip(blk.steps, blk.recs if dts else [], blk.timing, strict=False):
             dt, st = rec.get("data_time"), rec.get("step_time")
             if dt is None or st is None or not ok:
                 continue
@@ -72,6 +78,7 @@ class DataBound(Rule):
             if not (st > 0) or not (dt >= 0) or dt - dt != 0.0:
                 continue
             self.share.append(min(1.0, dt / st))
+            self.share_steps.append(step)
             self.dt.append(dt)
             self.st.append(st)
             pushed += 1
@@ -85,7 +92,7 @@ class DataBound(Rule):
             return
         if share >= self.warn and (median_of(self.dt) or 0.0) >= self.min_dt:
             if self.hits == 0:
-                self.hit_start = e.step
+                self.hit_start = self._onset()
             self.hits += 1
         else:
             self.hits = 0
@@ -108,6 +115,20 @@ class DataBound(Rule):
             )
             self.tr.fire(self.hit_start, sev, "Data-loader bound", msg, ev, t=e.t, refresh=True)
             self.tr.hold(e.step)
+
+    def _onset(self) -> int | None:
+        """The step where the waiting began: the start of the window's suffix in which steps
+        at or above ``warn`` outnumber the others by the most (a one-sided CUSUM change
+        point). A run bound from the start gets the window's first step; a loader that
+        slowed down midway gets the step it slowed down, not the step the median crossed.
+        """
+        best, best_i, acc = 0.0, 0, 0.0
+        shares = self.share
+        for i in range(len(shares) - 1, -1, -1):
+            acc += 1.0 if shares[i] >= self.warn else -1.0
+            if acc >= best:
+                best, best_i = acc, i
+        return self.share_steps[best_i] if self.share_steps else None
 
 
 class MemoryGrowth(Rule):
@@ -184,6 +205,17 @@ class MemoryGrowth(Rule):
         if n >= 4 and e.steps >= self.min_steps and (n < 32 or self.seen % (4 * self.stride) == 0):
             self._judge(e, step)
 
+    def _onset(self, pts: list[tuple[int, float, float]], slope: float, step: int) -> int:
+        """The step the growth began: where the fitted trend line leaves the early level
+        (within the sampled span), so a leak that starts midway is dated to its start."""
+        first = self.samples[0][0]
+        if slope <= 0 or self.start is None:
+            return first
+        mx = sum(p[0] for p in pts) / len(pts)
+        my = sum(p[2] for p in pts) / len(pts)
+        x0 = mx - (my - self.start) / slope
+        return int(min(max(x0, first), step))
+
     def _judge(self, e: RuleEngine, step: int) -> None:
         n = len(self.samples)
         pts = list(self.samples)[n // 2 :] if n >= 16 else list(self.samples)
@@ -198,6 +230,7 @@ class MemoryGrowth(Rule):
         peak = self.peak or self.last
         pulled = (peak - self.last) > self.pullback * max(growth, 1.0)
         if growth >= need and slope > 0 and r2 >= self.r2 and not pulled:
+            onset = step if self.tr.active else self._onset(pts, slope, step)
             sev, eta = WARNING, None
             ts = [p[1] for p in pts]
             if self.limit and ts[-1] > ts[0]:
@@ -223,7 +256,8 @@ class MemoryGrowth(Rule):
             )
             if eta is not None:
                 msg += f"; the limit is {fmt(eta)} s away at this rate"
-            self.tr.fire(step, sev, "Memory keeps growing", msg, ev, t=e.t, refresh=True)
+            self.tr.fire(onset, sev, "Memory keeps growing", msg, ev, t=e.t, refresh=True)
+            self.tr.hold(step)
         elif self.tr.active and (pulled or slope <= 0):
             self.tr.clear(step)
 
@@ -239,10 +273,13 @@ class Stall(Rule):
         self.wfloor, self.cfloor = float(c["floor_s"]), float(c["critical_floor_s"])
         self.startup = float(c["startup_s"])
         self.silent_s = float(c["silent_s"])
+        self.phase_floor = float(c["phase_floor_s"])
         self.intervals = Rolling(200, 50, q=0.95)
         self.tr = Tracker(engine, "stall")
         self.pause_end: float | None = None  # end of the latest phase: the clock restarts there
         self.in_phase_since: float | None = None
+        self.phase_name: str | None = None
+        self.phase_alert = False  # the stall alert up now is a phase that ran too long
         self.explained_by_eval = False
         self.prev_t: float | None = None  # time of the previous step (judged per block)
         self.prev_step: int | None = None
@@ -251,6 +288,18 @@ class Stall(Rule):
     def thresholds(self) -> tuple[float, float]:
         p95 = self.intervals.quantile or 0.0
         return max(self.wf * p95, self.wfloor), max(self.cf * p95, self.cfloor)
+
+    def phase_thresholds(self) -> tuple[float, float]:
+        """How long a declared phase may pause the watch (warning), and the critical line.
+
+        The warning line is the step watch's critical factor (a phase is expected to take
+        long), with its own floor; the critical line keeps the step watch's critical/warn
+        ratio (3x by default).
+        """
+        p95 = self.intervals.quantile or 0.0
+        warn = max(self.cf * p95, self.phase_floor)
+        ratio = max(1.0, self.cf / self.wf) if self.wf > 0 else 3.0
+        return warn, warn * ratio
 
     def since(self, e: RuleEngine) -> float | None:
         ref = e.last_step_t
@@ -306,13 +355,32 @@ class Stall(Rule):
         t = as_float(rec.get("t"))
         if rec.get("state") == "begin":
             self.in_phase_since = t
+            self.phase_name = str(rec.get("name") or "phase")
         elif rec.get("state") == "end":
+            start = self.in_phase_since
+            if self.on and start is not None and t is not None:
+                self._phase_ended(e, t - start, t)
             self.in_phase_since = None
             self.pause_end = t
+
+    def _phase_ended(self, e: RuleEngine, took: float, t: float) -> None:
+        """A phase that ran past its cap but ended normally was slow, not hung: information."""
+        warn = self.phase_thresholds()[0]
+        if took < warn:
+            return
+        a = self.tr.alert
+        if not (self.phase_alert and a is not None and a.active):
+            a = self._fire_phase(e, took, t)  # no heartbeats during it: found afterwards
+        a.severity = INFO
+        a.title = f"Long phase '{self.phase_name}'"
+        a.message += f"; the phase ended normally after {fmt(took)} s"
+        a.evidence["resumed"] = True
 
     def on_eval(self, e: RuleEngine, rec: dict[str, Any]) -> None:
         self.last_eval_step = e.last_step
         a = self.tr.alert
+        if e.phase is not None:
+            return  # an eval inside a declared phase explains nothing: the phase's end does
         if a is not None and a.active and not self.explained_by_eval:
             self._explain(a)
 
@@ -326,7 +394,12 @@ class Stall(Rule):
         )
 
     def on_time(self, e: RuleEngine, t: float) -> None:
-        if not self.on or e.phase is not None or self.explained_by_eval:
+        if not self.on or self.explained_by_eval:
+            return
+        if e.phase is not None:
+            start = self.in_phase_since
+            if start is not None and t - start >= self.phase_thresholds()[0]:
+                self._fire_phase(e, t - start, t)
             return
         ref = self.since(e)
         if ref is None:
@@ -361,5 +434,33 @@ class Stall(Rule):
         if p95:
             msg += f" = max({fmt(self.wf)}x p95 step time {fmt(p95)} s, {fmt(self.wfloor)} s)"
         a = self.tr.fire(prev_step, sev, "Training stalled", msg, ev, t=t, refresh=True)
+        self.phase_alert = False
         if resumed and prev_step is not None and prev_step == self.last_eval_step:
             self._explain(a)
+
+    def _fire_phase(self, e: RuleEngine, took: float, t: float) -> Any:
+        """A declared phase has lasted past its cap: a hang inside eval/checkpoint."""
+        warn, crit = self.phase_thresholds()
+        sev = CRITICAL if took >= crit else WARNING
+        p95 = self.intervals.quantile
+        since = e.last_step_t
+        ev = {
+            "phase": self.phase_name,
+            "seconds_in_phase": took,
+            "seconds_without_step": t - since if since is not None else took,
+            "last_step": e.last_step,
+            "step_time_p95": p95,
+            "warn_s": warn,
+            "critical_s": crit,
+            "resumed": False,
+        }
+        msg = (
+            f"in phase '{self.phase_name}' for {fmt(took)} s after step {e.last_step} (records "
+            f"still arrive); a declared phase pauses the stall watch up to {fmt(warn)} s"
+        )
+        if p95:
+            msg += f" = max({fmt(self.cf)}x p95 step time {fmt(p95)} s, {fmt(self.phase_floor)} s)"
+        title = f"Stalled in phase '{self.phase_name}'"
+        a = self.tr.fire(e.last_step, sev, title, msg, ev, t=t, refresh=True)
+        self.phase_alert = True
+        return a

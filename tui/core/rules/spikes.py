@@ -41,13 +41,7 @@ class LossSpike(Rule):
     def thresholds(self, e: RuleEngine) -> None:
         """At each block end: the loss that counts as a spike until the next one."""
         med = e.loss_med
-        if (
-            not self.on
-            or not e.warm
-            or med is None
-            or med <= 0
-            or len(e.loss_win) < self.min_samples
-        ):
+        if not self.on or not e.warm or med is None or med <= 0 or e.loss_seen < self.min_samples:
             e.loss_hi = math.inf
             return
         self.wmax = e.loss_wmax or med
@@ -109,7 +103,7 @@ class GradExplosion(Rule):
         self.early_phase = True
 
     def thresholds(self, e: RuleEngine) -> None:
-        med, n = e.gn_med, len(e.gn_win)
+        med, n = e.gn_med, e.gn_seen  # samples seen, not the window's size (see Config)
         if not self.on or med is None or med <= 0 or n < 5:
             e.gn_hi = e.gn_warn = math.inf
             return
@@ -138,7 +132,7 @@ class GradExplosion(Rule):
             return
         r = gn / med
         if gn >= e.gn_hi:
-            settled = self.early_phase or len(e.gn_win) >= self.critical_after
+            settled = self.early_phase or e.gn_seen >= self.critical_after
             if settled:
                 self._fire(e, CRITICAL, gn, med, r, early=self.early_phase)
             else:
