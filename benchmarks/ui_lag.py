@@ -2,12 +2,16 @@
 lag while a writer appends 10 k records/s.
 
     .venv/bin/python benchmarks/ui_lag.py [--steps 1000000] [--keep DIR] [--only a,b]
-                                          [--rate 10000] [--seconds 10]
+                                          [--rate 10000] [--seconds 10] [--quick]
+
+``benchmarks/replay.py`` runs ``drawn`` and ``lag`` too, next to all the core's floors, in
+one report; this script is the app's side alone.
 
 Each variant runs in its own fresh interpreter (imports excluded from the timings, peak
 RSS its own), next to the floors measured in the same run on the same file:
 
 - ``read``     the floor: read the file in 4 MB chunks (benchmarks/replay.py)
+- ``orjson``   a plain orjson line-by-line parse of the file (replay.py)
 - ``decoder``  the schema's LineDecoder over the file: the parse floor (replay.py)
 - ``drawn``    DltopApp on the log (headless, 120x40, replay): seconds until every visible
                panel has drawn data ("ready": the tail shown first), and until the whole
@@ -200,7 +204,13 @@ def v_lag(path: str, rate: float = 10_000, seconds: float = 10.0) -> dict[str, A
     return out
 
 
-VARIANTS = {"read": replay.v_read, "decoder": replay.v_decoder, "drawn": v_drawn, "lag": v_lag}
+VARIANTS = {
+    "read": replay.v_read,
+    "orjson": replay.v_orjson,
+    "decoder": replay.v_decoder,
+    "drawn": v_drawn,
+    "lag": v_lag,
+}
 
 
 def child(name: str, path: str, rate: float, seconds: float) -> dict[str, Any]:
@@ -257,6 +267,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--keep", default="", help="write/reuse the log in this directory")
     ap.add_argument("--rate", type=float, default=10_000.0)
     ap.add_argument("--seconds", type=float, default=10.0)
+    ap.add_argument("--quick", action="store_true", help="smoke run: 20 k steps, 2 s of lag")
     ap.add_argument("--child", default="", help=argparse.SUPPRESS)
     ap.add_argument("--log", default="", help=argparse.SUPPRESS)
     ap.add_argument("--writer", default="", help=argparse.SUPPRESS)
@@ -267,6 +278,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.child:
         print(json.dumps(child(args.child, args.log, args.rate, args.seconds)))
         return 0
+    if args.quick:
+        args.steps = min(args.steps, 20_000)
+        args.seconds = min(args.seconds, 2.0)
     names = [n for n in args.only.split(",") if n] or list(VARIANTS)
     with tempfile.TemporaryDirectory() as tmp:
         folder = args.keep or tmp

@@ -12,6 +12,7 @@ from dltop.tui.app.cards import GpuPanel
 from dltop.tui.app.chart import Chart
 from dltop.tui.app.checklist import ChecklistPane, StepList
 from dltop.tui.app.crash_banner import CrashBanner
+from dltop.tui.app.header import Header
 from dltop.tui.app.help import HelpScreen
 from dltop.tui.core.ticks import sidecar_path
 from test_app_live import WAIT, wait_for, writer
@@ -25,6 +26,11 @@ def _replay(log: Path, steps: int, **kw: object) -> DltopApp:
 
 def _legend(app: DltopApp, key: str = "loss") -> str:
     return app.query_one(f"#panel-{key}", Chart).render_line(0).text
+
+
+def _notes(app: DltopApp) -> str:
+    """The text of the notifications shown (toasts wrap, so the screen splits them)."""
+    return "\n".join(n.message for n in app._notifications)
 
 
 async def _loaded(pilot: object, app: DltopApp, last: int) -> None:
@@ -78,9 +84,11 @@ async def _test_view_keys(tmp_path: Path) -> None:
         await pilot.press("escape")
         await pilot.pause()
         assert not isinstance(app.screen, HelpScreen)
+        start = app.focused
+        assert start is not None
         await pilot.press("tab")
         await pilot.pause()
-        assert app.focused is not None
+        assert app.focused is not None and app.focused is not start, "tab moved the focus"
         await pilot.press("right")  # the cursor keys still work wherever the focus is
         await pilot.pause()
         assert app.state.cursor == 0
@@ -112,9 +120,9 @@ async def _test_alert_selection_opens_checklist_and_ticks_go_to_a_sidecar(tmp_pa
         )
         text = screen_text(app)
         assert "Was the learning rate high" in text or "[ ]" in text
-        steps = app.query_one(StepList)
-        steps.focus()
-        await pilot.press("space")
+        await pilot.pause()
+        assert app.focused is app.query_one(StepList), "choosing an alert focuses its steps"
+        await pilot.press("space")  # at once: no tabbing to the step list first
         await pilot.pause()
         assert "[x]" in screen_text(app)
         side = sidecar_path(log)
@@ -139,9 +147,9 @@ async def _test_alert_selection_opens_checklist_and_ticks_go_to_a_sidecar(tmp_pa
         assert not app2.query_one(ChecklistPane).display
 
 
-async def _test_pause_freezes_the_view_while_a_subprocess_writes(tmp_path: Path) -> None:
+async def _test_pause_freezes_the_charts_but_not_the_alerts(tmp_path: Path) -> None:
     log = tmp_path / "run.jsonl"
-    with writer(log, "healthy", 50, rate=5000) as proc:
+    with writer(log, "nan", 50, rate=5000) as proc:
         proc.wait(WAIT)
     app = DltopApp(str(log), now=end_time(50), poll_interval=0.05)
     async with app.run_test(size=(120, 40)) as pilot:
@@ -149,14 +157,17 @@ async def _test_pause_freezes_the_view_while_a_subprocess_writes(tmp_path: Path)
         await pilot.press("p")
         await pilot.pause()
         assert "paused" in screen_text(app) and app.state.window == (0, 49)
+        assert "no alerts" in screen_text(app)
         loss = app.query_one("#panel-loss", Chart)
-        with writer(log, "healthy", 50, rate=5000, start=50) as proc:
+        last = NAN_STEP + 9  # the loss goes NaN while the view is paused
+        with writer(log, "nan", last - 49, rate=5000, start=50) as proc:
             proc.wait(WAIT)
-        await wait_for(pilot, lambda: app.model.store.last_step == 99, "ingestion while paused")
-        await pilot.pause(0.5)
-        assert loss.data is not None and loss.data.end == 49, "paused: the window stays"
+        await wait_for(pilot, lambda: app.model.store.last_step == last, "ingestion while paused")
+        await wait_for(pilot, lambda: "Loss is NaN" in screen_text(app), "the alert while paused")
+        assert app.state.paused and "paused" in screen_text(app)
+        assert loss.data is not None and loss.data.end == 49, "paused: the chart stays"
         await pilot.press("p")
-        await wait_for(pilot, lambda: loss.data is not None and loss.data.end == 99, "follow again")
+        await wait_for(pilot, lambda: loss.data is not None and loss.data.end == last, "follow")
         assert "paused" not in screen_text(app)
 
 
@@ -183,8 +194,15 @@ async def _test_crash_banner_and_gpu_panel(tmp_path: Path) -> None:
         app.redraw()
         await pilot.pause()
         banner = app.query_one(CrashBanner)
-        assert banner.display and "CRASHED" in screen_text(app) and "at step 59" in screen_text(app)
-        assert "crashed" in screen_text(app).splitlines()[0]
+        text = screen_text(app)
+        assert banner.display and "CRASHED" in text and "at step 59" in text
+        assert "RuntimeError: mat1 and mat2 shapes cannot be multiplied" in text
+        assert "last values: loss " in text and "grad_norm " in text and "lr 0.001" in text
+        assert "diagnosis: Tensor shapes do not fit" in text
+        assert "raised at train.py:42" in text
+        assert "crashed" in text.splitlines()[0]
+        tip = str(app.query_one(Header).tooltip or "")
+        assert "RuntimeError" in tip, "hovering the header tells why the status is crashed"
     healthy = write_log(tmp_path / "healthy.jsonl", "healthy", 60)
     app = _replay(healthy, 60)
     async with app.run_test(size=(120, 40)) as pilot:
@@ -221,8 +239,8 @@ def test_alert_selection_opens_checklist_and_ticks_go_to_a_sidecar(tmp_path: Pat
     asyncio.run(_test_alert_selection_opens_checklist_and_ticks_go_to_a_sidecar(tmp_path))
 
 
-def test_pause_freezes_the_view_while_a_subprocess_writes(tmp_path: Path) -> None:
-    asyncio.run(_test_pause_freezes_the_view_while_a_subprocess_writes(tmp_path))
+def test_pause_freezes_the_charts_but_not_the_alerts(tmp_path: Path) -> None:
+    asyncio.run(_test_pause_freezes_the_charts_but_not_the_alerts(tmp_path))
 
 
 def test_small_terminal_collapses_panels(tmp_path: Path) -> None:
@@ -235,3 +253,194 @@ def test_crash_banner_and_gpu_panel(tmp_path: Path) -> None:
 
 def test_no_color_is_respected(tmp_path: Path, monkeypatch: object) -> None:
     asyncio.run(_test_no_color_is_respected(tmp_path, monkeypatch))
+
+
+async def _test_escape_restores_a_zoom_and_one_panel_zooms_at_a_time(tmp_path: Path) -> None:
+    log = write_log(tmp_path / "run.jsonl", "healthy", 100)
+    app = _replay(log, 100)
+    async with app.run_test(size=(80, 24)) as pilot:  # small: panel 3 is hidden unzoomed
+        await _loaded(pilot, app, 99)
+        lr = app.query_one("#panel-lr")
+        assert not lr.display
+        await pilot.press("3")
+        await pilot.pause()
+        assert app.screen.maximized is lr and lr.display
+        await pilot.press("escape")
+        await pilot.pause()
+        assert app.screen.maximized is None and not lr.display, "the layout is back"
+        assert not app.query(".-zoomed") and app._zoomed is None
+        await pilot.press("3", "6")
+        await pilot.pause()
+        gpu = app.query_one("#panel-gpu")
+        assert app.screen.maximized is gpu
+        assert list(app.query(".-zoomed")) == [gpu], "only the last zoomed panel"
+        assert not lr.display
+        await pilot.press("escape")
+        await pilot.pause()
+        assert app.screen.maximized is None and not app.query(".-zoomed")
+
+
+async def _test_goto_is_clamped_to_the_run_and_says_so(tmp_path: Path) -> None:
+    log = write_log(tmp_path / "run.jsonl", "healthy", 300)
+    app = _replay(log, 300)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await _loaded(pilot, app, 299)
+        await pilot.press("g", *"-100", "enter")
+        await pilot.pause()
+        assert app.state.cursor == 0 and app.state.window is not None
+        assert 0 == app.state.window[0] < app.state.window[1] <= 299
+        await wait_for(pilot, lambda: "before the run" in _notes(app), "the note")
+        await pilot.press("g", *"5000", "enter")
+        await pilot.pause()
+        assert app.state.cursor == 299 and app.state.window is not None
+        assert 0 <= app.state.window[0] < app.state.window[1] == 299
+        await wait_for(pilot, lambda: "past the run" in _notes(app), "the note")
+        assert _legend(app).startswith("@299 loss ")  # the charts show data, not nothing
+
+
+async def _test_small_terminal_shows_what_matters(tmp_path: Path) -> None:
+    """80x24: the crash banner keeps one item per row, cut with an ellipsis; the hidden GPU
+    panel is named N/A in the header; the data-wait value is visible; the hint fits."""
+    log = write_log(tmp_path / "crashed.jsonl", "crashed", 60)
+    app = _replay(log, 60)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await wait_for(pilot, lambda: app.ended, "the replay")
+        app.redraw()
+        await pilot.pause()
+        lines = screen_text(app).splitlines()
+        assert "GPU n/a" in " ".join(lines[:2]) and not app.query_one("#panel-gpu").display
+        banner = [ln for ln in lines if "CRASHED" in ln]
+        assert banner and banner[0].rstrip().endswith("…"), "a long line is cut, visibly"
+        at = lines.index(banner[0])
+        assert lines[at + 1].startswith(" last values: loss ")
+        assert lines[at + 2].startswith(" diagnosis: Tensor shapes do not fit")
+        assert lines[at + 3].startswith(" raised at train.py:42")
+        legend = _legend(app, "step_time")
+        assert legend.startswith("data wait ") and legend.rstrip().endswith("…"), legend
+        assert lines[-1].rstrip().endswith("c list")
+    app = _replay(log, 60)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await wait_for(pilot, lambda: app.ended, "the replay")
+        app.redraw()
+        await pilot.pause()
+        assert _legend(app, "step_time").startswith("data wait ")
+        assert "GPU n/a" not in screen_text(app).splitlines()[0], "the GPU panel says it"
+
+
+async def _test_killed_run_shows_the_signal(tmp_path: Path) -> None:
+    log = write_log(tmp_path / "killed.jsonl", "killed", 60)
+    app = _replay(log, 60)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await wait_for(pilot, lambda: app.ended, "the replay")
+        app.redraw()
+        await pilot.pause()
+        text = screen_text(app)
+        assert app.query_one(CrashBanner).display
+        assert "KILLED" in text and "at step 59: terminated by SIGTERM" in text
+        assert "last values: loss " in text and "scheduler" in text
+
+
+async def _test_help_closes_on_any_key_and_lists_rank_files(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    run.mkdir()
+    for r in (0, 1, 2):
+        write_log(run / f"rank{r}.jsonl", "healthy", 30)
+    app = DltopApp(str(run), follow=False, now=end_time(30) + 3, poll_interval=0.05)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await _loaded(pilot, app, 29)
+        assert "rank 0 of 3 files" in screen_text(app).splitlines()[0]
+        await pilot.press("question_mark")
+        await pilot.pause()
+        text = screen_text(app)
+        assert isinstance(app.screen, HelpScreen)
+        assert all(f"rank{r}.jsonl" in text for r in (0, 1, 2)) and "▶ rank 0" in text
+        await pilot.press("down")  # scrolls, stays open
+        await pilot.pause()
+        assert isinstance(app.screen, HelpScreen)
+        await pilot.press("x")  # any other key closes it
+        await pilot.pause()
+        assert not isinstance(app.screen, HelpScreen)
+        await pilot.press("question_mark")
+        await pilot.pause()
+        await pilot.press("q")  # closes the help only, does not quit
+        await pilot.pause()
+        assert not isinstance(app.screen, HelpScreen) and app.return_code is None
+        assert "dltop" in screen_text(app)
+
+
+def test_escape_restores_a_zoom_and_one_panel_zooms_at_a_time(tmp_path: Path) -> None:
+    asyncio.run(_test_escape_restores_a_zoom_and_one_panel_zooms_at_a_time(tmp_path))
+
+
+def test_goto_is_clamped_to_the_run_and_says_so(tmp_path: Path) -> None:
+    asyncio.run(_test_goto_is_clamped_to_the_run_and_says_so(tmp_path))
+
+
+def test_small_terminal_shows_what_matters(tmp_path: Path) -> None:
+    asyncio.run(_test_small_terminal_shows_what_matters(tmp_path))
+
+
+def test_killed_run_shows_the_signal(tmp_path: Path) -> None:
+    asyncio.run(_test_killed_run_shows_the_signal(tmp_path))
+
+
+def test_help_closes_on_any_key_and_lists_rank_files(tmp_path: Path) -> None:
+    asyncio.run(_test_help_closes_on_any_key_and_lists_rank_files(tmp_path))
+
+
+def _run_in_a_pty(args: list[str], cwd: Path) -> bytes:
+    """The real `dltop` command on a pseudo-terminal: everything it wrote to the terminal,
+    from start to `q`. Waits are bounded; the process is always reaped."""
+    import fcntl
+    import os
+    import pty
+    import select
+    import struct
+    import subprocess
+    import sys
+    import termios
+    import time
+
+    master, slave = pty.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 80, 0, 0))
+    env = {**os.environ, "TERM": "xterm-256color", "XDG_RUNTIME_DIR": str(cwd)}
+    env.pop("NO_COLOR", None)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "dltop.tui", *args],
+        stdin=slave, stdout=slave, stderr=slave, cwd=cwd, env=env, close_fds=True,
+    )  # fmt: skip
+    os.close(slave)
+    out = b""
+    try:
+        deadline = time.monotonic() + WAIT
+        sent_q = False
+        while time.monotonic() < deadline:
+            ready, _, _ = select.select([master], [], [], 0.2)
+            if ready:
+                try:
+                    chunk = os.read(master, 65536)
+                except OSError:  # the child closed the terminal
+                    break
+                if not chunk:
+                    break
+                out += chunk
+            if not sent_q and b"demo-run" in out:
+                os.write(master, b"q")
+                sent_q = True
+            if sent_q and proc.poll() is not None:
+                break
+        assert sent_q, "the dashboard never drew"
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait(10)
+        os.close(master)
+    return out
+
+
+def test_no_mouse_leaves_the_mouse_to_the_terminal(tmp_path: Path) -> None:
+    """`--no-mouse` reaches the app: the terminal is never asked for mouse reports."""
+    log = write_log(tmp_path / "run.jsonl", "healthy", 20)
+    mouse_on = b"\x1b[?1000h"
+    assert mouse_on in _run_in_a_pty([str(log), "--replay"], tmp_path)
+    assert mouse_on not in _run_in_a_pty([str(log), "--replay", "--no-mouse"], tmp_path)

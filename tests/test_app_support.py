@@ -24,7 +24,7 @@ from dltop.probe.schema import encode_record
 
 T0 = 1_700_000_000.0
 DT = 0.1  # seconds per step
-SCENARIOS = ("healthy", "nan", "data_bound", "crashed", "gpu")
+SCENARIOS = ("healthy", "nan", "data_bound", "crashed", "gpu", "killed")
 SCRIPT = str(Path(__file__).resolve())
 
 
@@ -105,6 +105,10 @@ def records(
             "traceback": ['  File "train.py", line 42, in <module>\n    out = model(x)\n'],
         }  # fmt: skip
         yield {"kind": "event", "type": "exit", "status": "exception", "t": T0 + end * DT + 0.06}
+    if scenario == "killed":  # a scheduler's SIGTERM: the probe records it, then dies by it
+        t = T0 + end * DT + 0.05
+        yield {"kind": "event", "type": "signal", "signal": "SIGTERM", "t": t, "step": end - 1}
+        yield {"kind": "event", "type": "exit", "status": "signal", "t": t + 0.01}
 
 
 def end_time(steps: int) -> float:

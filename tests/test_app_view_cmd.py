@@ -32,6 +32,7 @@ def _dltop(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
         ((), "no SOURCE given"),
         (("unix:/tmp/nothing.sock",), "no such socket"),
         (("tcp://localhost",), "bad address"),
+        (("tcp://[::1",), "bad address"),  # a broken IPv6 literal: urlsplit raises
     ],
 )
 def test_bad_source_is_one_line_and_exit_3(
@@ -96,3 +97,22 @@ def test_help_is_instant_and_lists_the_options(tmp_path: Path) -> None:
     assert done.returncode == 0
     for flag in ("--no-mouse", "--refresh", "--replay", "--lang", "source"):
         assert flag in done.stdout
+
+
+def test_thresholds_flags_reach_the_viewer_and_bad_ones_stop_it(tmp_path: Path) -> None:
+    parser = argparse.ArgumentParser()
+    view_cmd.configure(parser)
+    toml = tmp_path / "alerts.toml"
+    toml.write_text("[data_bound]\nwarn = 0.3\n")
+    args = parser.parse_args(
+        ["run.jsonl", "--config", str(toml), "--set", "data_bound.critical=0.6"]
+    )
+    config = view_cmd._thresholds(args)
+    assert config.section("data_bound")["warn"] == 0.3
+    assert config.section("data_bound")["critical"] == 0.6
+    log = write_log(tmp_path / "run.jsonl", "healthy", 3)
+    for bad in (["--set", "data_bound.warn=oops"], ["--set", "nokey"], ["--config", "nope.toml"]):
+        done = _dltop(str(log), *bad, cwd=tmp_path)
+        assert done.returncode == 3, (bad, done.stderr)
+        assert "Traceback" not in done.stderr and len(done.stderr.splitlines()) == 1
+        assert done.stderr.startswith("dltop: ")

@@ -4,8 +4,13 @@ ticks.py): what the header, panels, banner and badges would show for a real log.
 from __future__ import annotations
 
 import json
+import socket
+import subprocess
+import sys
+import time
 from pathlib import Path
 
+import pytest
 from dltop.probe.schema import read_records
 from dltop.tui.core import view_model as vm
 from dltop.tui.core.alerts import Alert
@@ -124,3 +129,90 @@ def test_formatting() -> None:
     assert vm.format_duration(3725) == "1:02:05" and vm.format_duration(65) == "1:05"
     assert vm.format_duration(3 * 86400 + 7200 + 5) == "3d 2h"
     assert vm.format_age(2.4) == "2s ago" and vm.format_age(None) == ""
+
+
+def test_throughput_from_step_time_redraws_when_step_time_changes(tmp_path: Path) -> None:
+    model = RunModel("r")
+    model.ingest([{"kind": "step", "step": i, "t": T0 + i, "step_time": 0.5} for i in range(10)])
+    state = vm.ViewState(window=(0, 100))  # a fixed window: only the data can change it
+    before = vm.panel_signature(model, "throughput", state)
+    assert "steps/s 2" in vm.panel_chart(model, "throughput", state, 20).legend
+    model.ingest([{"kind": "step", "step": 10, "t": T0 + 10, "step_time": 0.25}])
+    assert vm.panel_signature(model, "throughput", state) != before
+    assert "steps/s 4" in vm.panel_chart(model, "throughput", state, 20).legend
+
+
+def test_step_time_legend_names_data_wait_first(tmp_path: Path) -> None:
+    model = _model(tmp_path, "data_bound", 50)
+    legend = vm.panel_chart(model, "step_time", vm.ViewState(), 40).legend
+    assert legend.startswith("data wait ") and "compute " in legend and "step " in legend
+    names = [t.name for t in vm.panel_chart(model, "step_time", vm.ViewState(), 40).traces]
+    assert names[-1] == "data wait", "drawn last: on top of the others"
+
+
+def test_signal_death_gets_a_banner_with_the_signal_and_last_values(tmp_path: Path) -> None:
+    model = _model(tmp_path, "killed", 60)
+    info = vm.crash_info(model, model.status(end_time(60) + 5))
+    assert info is not None and info.label == "KILLED" and info.step == 59
+    assert info.exception == "terminated by SIGTERM" and "scheduler" in info.summary
+    assert info.last_values.startswith("loss ")
+    # Ctrl-C is the person's choice: no banner; a signal the run survived: no banner
+    for sig, steps_after in (("SIGINT", 0), ("SIGTERM", 5)):
+        m = RunModel("r")
+        m.ingest([{"kind": "step", "step": i, "loss": 1.0} for i in range(10)])
+        m.ingest([{"kind": "event", "type": "signal", "signal": sig, "step": 9}])
+        m.ingest([{"kind": "step", "step": 10 + i, "loss": 1.0} for i in range(steps_after)])
+        assert vm.crash_info(m) is None, sig
+
+
+def test_a_vanished_process_gets_a_banner_with_the_status_reason(tmp_path: Path) -> None:
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])  # a real pid, now dead
+    proc.wait()
+    model = RunModel("r")
+    now = time.time()
+    model.ingest(
+        [
+            {"kind": "meta", "v": 1, "run_id": "r", "host": socket.gethostname(),
+             "pid": proc.pid, "t": now - 5},
+            *({"kind": "step", "step": i, "t": now - 4 + i * 0.01, "loss": 2.0} for i in range(20)),
+        ]
+    )  # fmt: skip
+    state = model.status(now)
+    if state is None:
+        pytest.skip("rules engine not importable")
+    assert state.status == "crashed"
+    info = vm.crash_info(model, state)
+    assert info is not None and f"process {proc.pid} is gone" in info.exception
+    assert info.step == 19 and info.last_values == "loss 2"
+    assert "OOM killer" in info.summary
+    header = vm.header_info(model, now, vm.ViewState(), follow=True, run_state=state)
+    assert header.status == "crashed" and header.reason == state.reason
+
+
+def test_header_counts_dropped_records_and_resumes(tmp_path: Path) -> None:
+    from dltop.tui.app.header import render_header
+
+    model = _model(tmp_path, "healthy", 30)
+    info = vm.header_info(model, end_time(30), vm.ViewState(), follow=True)
+    assert info.dropped == 0 and "dropped" not in render_header(info).plain
+    for n in (12, 3):  # the live socket's notices that this viewer fell behind
+        model.ingest([{"kind": "event", "type": "dropped", "t": T0, "records": n, "total": 15}])
+    info = vm.header_info(model, end_time(30), vm.ViewState(), follow=True)
+    assert info.dropped == 15 and "15 records dropped" in render_header(info).plain
+    model.ingest([{"kind": "step", "step": 20, "t": T0 + 40, "loss": 1.0}])  # resumed at 20
+    info = vm.header_info(model, end_time(30), vm.ViewState(), follow=True)
+    assert "resumed at 20" in info.mode and model.store.last_step == 20
+    assert info.gpu == "GPU n/a"
+    assert "GPU n/a" in render_header(info, compact=True).plain
+    assert "GPU n/a" not in render_header(info).plain  # the wide layout has the GPU panel
+
+
+def test_goto_steps_are_clamped_to_the_run(tmp_path: Path) -> None:
+    model = _model(tmp_path, "healthy", 300)
+    assert vm.clamp_step(model, 150) == (150, None)
+    step, note = vm.clamp_step(model, -100)  # type: ignore[misc]
+    assert step == 0 and note is not None and "before the run" in note
+    step, note = vm.clamp_step(model, 5000)  # type: ignore[misc]
+    assert step == 299 and note is not None and "past the run" in note
+    assert vm.window_around(model, 5000) == (270, 299)
+    assert vm.clamp_step(RunModel("empty"), 3) is None

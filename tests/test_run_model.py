@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import socket
@@ -87,7 +88,7 @@ def test_a_failing_rule_does_not_stop_the_data(monkeypatch: pytest.MonkeyPatch) 
         def feed_many(self, records: list) -> None:
             raise ZeroDivisionError("bug in a rule")
 
-    monkeypatch.setattr(run_mod, "make_engine", lambda: (Broken(), None))
+    monkeypatch.setattr(run_mod, "make_engine", lambda config=None: (Broken(), None))
     m = RunModel("r")
     m.ingest(_steps(3))
     m.ingest(_steps(3, start=3))
@@ -146,3 +147,59 @@ def test_rules_backfill_queues_live_records_for_the_new_engine() -> None:
     assert m.diagnosing is None and m.version > v
     m.ingest(_steps(1, start=55))  # and from now on, directly
     assert engine.steps == 56
+
+
+def test_every_engine_of_the_model_uses_its_config(tmp_path) -> None:
+    """`--config`/`--set` thresholds reach the first engine, the one after a reset, the
+    staged and the backfilled engines of a huge log, and the app's model."""
+    from dltop.tui.core.rules import Config
+    from dltop.tui.core.sources import FileSource
+
+    cfg = Config.load(overrides={"stall.silent_s": 1234})
+    m = RunModel("r", config=cfg)
+    if m.engine is None:
+        pytest.skip("rules engine not importable yet")
+    assert m.engine.config is cfg
+    m.reset("truncated")
+    assert m.engine.config is cfg
+    assert m.staging(rules=True).engine.config is cfg
+    assert RunModel("d").engine.config is not cfg  # the defaults without one
+
+    log = tmp_path / "big.jsonl"
+    with open(log, "w") as f:
+        f.write(json.dumps(_meta()) + "\n")
+        f.writelines(json.dumps(r) + "\n" for r in _steps(3000))
+    big = RunModel("big", config=cfg)
+    FileSource(log, big, follow=False, tail_first=10_000, tail_bytes=8_000).run()
+    assert big.store.steps == 3000 and big.engine.steps == 3000  # the backfilled engine
+    assert big.engine.config is cfg
+
+    from dltop.tui.app.app import DltopApp
+
+    app = DltopApp(str(log), follow=False, config=cfg)
+    assert app.model.config is cfg and app.model.engine.config is cfg
+
+
+def test_a_run_seen_crashed_without_an_exit_record_has_its_last_steps_judged() -> None:
+    """SIGKILL writes no exit record: once the viewer sees the process gone, the last
+    partial block of steps is judged, as `dltop check` does at the end of the file."""
+    from rulekit import Run
+
+    def climb(i: int, x: float) -> float:  # the loss diverges over the last 13 steps
+        return x * 2.0 ** (i - 990) if i >= 990 else x
+
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    proc.wait()
+    records = list(Run(steps=1003, end=None, loss_at=climb).records())
+    t0 = records[0]["t"]
+    records[0] = {**records[0], "pid": proc.pid, "host": socket.gethostname(), "t": time.time()}
+    m = RunModel("killed")
+    m.ingest(records)
+    assert not [a for a in m.alerts() if a.id == "divergence"]
+    version = m.version
+    state = m.status(time.time() + records[-1]["t"] - t0)
+    assert state.status == "crashed"
+    assert [a.severity for a in m.alerts() if a.id == "divergence"] == ["critical"]
+    assert m.version > version  # the UI redraws the new alert
+    m.status(time.time())  # judged once: no second pass over the same block
+    assert len([a for a in m.alerts() if a.id == "divergence"]) == 1

@@ -383,3 +383,29 @@ def test_reader_thread_and_ui_thread_share_the_model(tmp_path: Path, follow) -> 
     stop.set()
     t.join()
     assert not problems
+
+
+def test_a_run_resumed_into_the_same_log_continues_from_its_checkpoint(
+    tmp_path: Path, follow
+) -> None:
+    """A training resumed from a checkpoint appends to its log: its steps go back. The
+    later records replace the earlier ones from there, live, in a tail-first replay and in
+    a plain one alike, and the steps stay sorted (every read stays a bisect)."""
+    path = tmp_path / "run.jsonl"
+    write(path, [meta(), *(step(i) for i in range(300))], mode="wb")
+    src, model, _ = follow(path)
+    assert wait_for(lambda: steps_of(model) == list(range(300)))
+    resumed = [meta(pid=2), *(step(i, loss=5.0) for i in range(150, 3000))]
+    write(path, resumed)  # the second process, from the checkpoint at step 150
+    assert wait_for(lambda: steps_of(model) == list(range(3000)))
+    with model.lock:
+        assert model.store.resumes == [150] and model.store.series("loss").at_step(149)[1] < 1
+        assert model.store.series("loss").at_step(150) == (150, 5.0)
+    stores = []
+    for tail_first in (None, 20_000):
+        m = RunModel("x")
+        FileSource(path, m, follow=False, tail_first=tail_first, tail_bytes=9_000).run()
+        stores.append(m.store)
+        assert list(m.store.step_x) == list(range(3000)), tail_first
+        assert list(m.store.series("loss").ys) == list(model.store.series("loss").ys)
+    assert stores[0].resumes == [150]

@@ -180,14 +180,89 @@ def test_sparse_steps_and_later_holes() -> None:
         _check(store, "loss", points, steps[500], steps[2500], w)
 
 
-def test_steps_going_backwards_fall_back_to_exact_scan() -> None:
-    vals = _noisy(600, seed=9)
-    steps = list(range(300)) + list(range(150, 450))  # resumed from a checkpoint
+def _resumed(points: list[tuple[int, float]]) -> list[tuple[int, float]]:
+    """The reference for a log whose steps go backwards: a later record at step s replaces
+    every earlier point at steps >= s (a run resumed from a checkpoint)."""
+    out: list[tuple[int, float]] = []
+    for x, v in points:
+        while out and out[-1][0] > x:
+            out.pop()
+        out.append((x, v))
+    return out
+
+
+@pytest.mark.parametrize("batch", [50, 777, 10_000])
+def test_a_resumed_run_replaces_the_records_from_the_resume_step_on(batch: int) -> None:
+    vals = _noisy(1200, seed=9)
+    # resumed twice from checkpoints, once to before the first step of the log
+    steps = [*range(300), *range(150, 600), *range(590, 790)]
+    steps = [*steps, *range(-5, 245)]
+    points = list(zip(steps, vals, strict=True))
+    store = Store(ema={"loss": 0.5})
+    recs = []
+    for r in _steps(vals, steps):
+        recs.append(r)
+        if r["step"] % 50 == 49:  # evals and sys samples are cut with the steps they follow
+            recs += [{"kind": "eval", "step": r["step"], "loss": 9.0}, {"kind": "sys", "rss": 1.0}]
+    for i in range(0, len(recs), batch):
+        store.ingest(recs[i : i + batch])
+    assert store.resumes == [150, 590, -5]
+    kept = _resumed(points)
+    loss = store.series("loss")
+    assert [(x, repr(v)) for x, v in loss.points()] == [(x, repr(v)) for x, v in kept]
+    assert list(store.step_x) == [x for x, _ in kept]
+    assert [x for x, _ in store.series("eval.loss").points()] == [-1, 49, 99, 149, 199]
+    assert [x for x, _ in store.series("sys.rss").points()] == [-1, 49, 99, 149, 199]
+    assert len(store.series("loss.ema")) == len(loss)
+    # the EMA restarts from the point before the resume, not from the replaced tail
+    ref = Store(ema={"loss": 0.5})
+    ref.ingest(_steps([v for _, v in kept], [x for x, _ in kept]))
+    assert list(map(repr, store.series("loss.ema").ys)) == list(
+        map(repr, ref.series("loss.ema").ys)
+    )
+    lo, hi = kept[0][0], kept[-1][0]
+    for w in (1, 7, 120, 500):
+        _check(store, "loss", kept, lo, hi, w)
+    assert loss.at_step(100) == (100, dict(kept)[100]) and loss.x_range() == (lo, hi)
+
+
+def test_after_many_resumes_decimation_still_reads_the_block_summaries(monkeypatch) -> None:
+    """Ten resumes in 200 k steps: every chart still decimates from the block summaries,
+    touching O(width * BLOCK) raw values, never all of them (the cost of a redraw must not
+    grow with the log's history)."""
+    import dltop.tui.core.decimate as dec
+    import dltop.tui.core.series as ser
+
+    n, per = 200_000, 20_000
     store = Store()
-    store.ingest(_steps(vals, steps))
-    assert not store.step_sorted and not store.series("loss").sorted
-    _check(store, "loss", list(zip(steps, vals, strict=True)), 0, 449, 120)
-    assert store.series("loss").at_step(10) == (10, vals[10])
+    step = 0
+    for seg in range(n // per):
+        step -= 500 if seg else 0
+        store.ingest(
+            [{"kind": "step", "step": step + i, "loss": 1.0 + (i % 7)} for i in range(per)]
+        )
+        step += per
+    assert len(store.resumes) == n // per - 1
+    touched: list[int] = []
+    rows: list[int] = []
+    real_minmax, real_rows = dec._finite_minmax, ser.decimate_rows
+
+    def counting_minmax(ys, a, b, dirty):  # type: ignore[no-untyped-def]
+        touched.append(max(0, b - a))
+        return real_minmax(ys, a, b, dirty)
+
+    def counting_rows(*args, **kw):  # type: ignore[no-untyped-def]
+        rows.append(1)
+        return real_rows(*args, **kw)
+
+    monkeypatch.setattr(dec, "_finite_minmax", counting_minmax)
+    monkeypatch.setattr(ser, "decimate_rows", counting_rows)
+    lo, hi = store.step_range()
+    width = 120
+    d = store.decimate("loss", lo, hi, width)
+    assert rows == [1], "the sorted, summarised path"
+    assert sum(d.count) == len(store.series("loss")) == n - 500 * (n // per - 1)
+    assert 0 < sum(touched) <= width * 2 * BLOCK < len(store.series("loss")) // 4
 
 
 def test_versions_and_changed_since() -> None:

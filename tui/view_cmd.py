@@ -12,6 +12,7 @@ import argparse
 import os
 import sys
 from pathlib import Path
+from typing import Any
 
 EXIT_NO_SOURCE = 3
 RUNS_DIR = "dltop-runs"
@@ -53,6 +54,16 @@ def configure(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--replay", action="store_true", help="read the log once, do not follow it")
     parser.add_argument("--lang", default="en", help="checklist language (default en)")
+    parser.add_argument(
+        "--config", metavar="FILE", help="a TOML file of alert thresholds (see docs/alerts.md)"
+    )
+    parser.add_argument(
+        "--set",
+        metavar="SECTION.KEY=VALUE",
+        action="append",
+        default=[],
+        help="override one threshold, e.g. --set data_bound.warn=0.15 (repeatable)",
+    )
 
 
 class SourceError(Exception):
@@ -60,33 +71,43 @@ class SourceError(Exception):
 
 
 def newest_log(root: Path) -> Path | None:
-    """The most recently modified ``*.jsonl`` under ``root`` (any depth), if any."""
-    if not root.is_dir():
-        return None
-    best: tuple[float, str] | None = None
-    for p in root.rglob("*.jsonl"):
+    """The most recently modified ``*.jsonl`` under ``root`` (any depth, as `dltop ls`)."""
+    from dltop.tui.core.discover import recent_logs
+
+    found = recent_logs(root, limit=1)
+    return found[0] if found else None
+
+
+def newest_live_run() -> str | None:
+    """The address of the newest live run on this host that accepts a viewer now.
+
+    A registered run whose socket refuses (its process hung up its server, or the pid
+    was recycled) is passed over for the next one; none at all gives ``None``.
+    """
+    from dltop.tui.core.discover import live_runs
+    from dltop.tui.core.stream import StreamError, connect, parse_address
+
+    for run in live_runs():
+        address = f"unix:{run['socket']}"
         try:
-            if p.is_file():
-                key = (p.stat().st_mtime, str(p))
-                if best is None or key > best:
-                    best = key
-        except OSError:
+            connect(parse_address(address), timeout=1.0).close()
+        except StreamError:
             continue
-    return Path(best[1]) if best else None
+        return address
+    return None
 
 
 def resolve_source(source: str | None, cwd: Path | None = None) -> Path | str:
     """The log, rank directory or live address to open; raises :class:`SourceError` with a hint.
 
-    With no source: the newest live run on this host (its socket), else the newest log.
+    With no source: the newest live run on this host that answers (its socket), else the
+    newest log under ./dltop-runs.
     """
     cwd = cwd or Path.cwd()
     if source is None:
-        from dltop.tui.core.discover import live_runs
-
-        runs = live_runs()
-        if runs:
-            return f"unix:{runs[0]['socket']}"
+        live = newest_live_run()
+        if live is not None:
+            return live
         found = newest_log(cwd / RUNS_DIR)
         if found is None:
             raise SourceError(START_HINT)
@@ -123,14 +144,33 @@ def resolve_source(source: str | None, cwd: Path | None = None) -> Path | str:
     return path
 
 
+def _thresholds(args: argparse.Namespace) -> Any:
+    """The same thresholds as `dltop check` with the same flags, so the viewer and CI agree."""
+    from dltop.tui.core.rules import Config, ConfigError, parse_override
+
+    try:
+        return Config.load(args.config, dict(parse_override(s) for s in args.set))
+    except ConfigError as e:
+        raise SourceError(
+            f"{e} (hint: see docs/alerts.md, or `dltop check --print-config`)"
+        ) from None
+
+
 def run(args: argparse.Namespace) -> int:
     try:
+        config = _thresholds(args)
         path = resolve_source(args.source)
     except SourceError as e:
         print(f"dltop: {e}", file=sys.stderr)
         return EXIT_NO_SOURCE
     from dltop.tui.app.app import DltopApp  # Textual loads only when the UI starts
 
-    app = DltopApp(str(path), follow=not args.replay, refresh_hz=args.refresh, lang=args.lang)
+    app = DltopApp(
+        str(path),
+        follow=not args.replay,
+        refresh_hz=args.refresh,
+        lang=args.lang,
+        config=config,
+    )
     app.run(mouse=not args.no_mouse)
     return int(app.return_code or 0)

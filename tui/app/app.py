@@ -34,16 +34,22 @@ from textual.css.query import NoMatches
 from textual.widgets import Input, Static
 
 COMPACT_WIDTH, COMPACT_HEIGHT = 110, 32
-HINT = "q quit ? help 1-7 zoom l log s smooth p pause ←→ cursor g step a alert c list e svg"
+# fits 80 columns (the smallest supported terminal); the rest (e: svg) is in the help
+HINT = "q quit ? help 1-7 zoom l log s ema p pause ←→ cursor g goto a alerts c list"
 FIXED_NOW_ENV = "DLTOP_FIXED_NOW"  # Unix seconds: freeze "now" (ages) for snapshots and demos
 
 
 class DltopApp(App[int]):
-    """The dashboard. ``source`` is a log path; ``model`` may be given instead (tests)."""
+    """The dashboard. ``source`` is a log path; ``model`` may be given instead (tests).
+    ``config`` (``rules.Config``: ``--config FILE`` / ``--set KEY=VALUE``) sets the rule
+    thresholds of every rules engine the viewer builds for this run."""
 
     CSS_PATH = "dltop.tcss"
     TITLE = "dltop"
     ENABLE_COMMAND_PALETTE = False
+    # Textual's own escape would un-maximize behind our back (zoom state left behind):
+    # escape is ours (action_reset_view), and restores a zoomed panel first.
+    ESCAPE_TO_MINIMIZE = False
     AUTO_FOCUS = "#panel-loss"  # start on the loss chart; tab walks badges, panels, checklist
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("q", "quit", "quit"),
@@ -74,15 +80,17 @@ class DltopApp(App[int]):
         now: float | None = None,
         screenshot_dir: str | None = None,
         poll_interval: float = 0.1,
+        config: Any | None = None,
     ) -> None:
         super().__init__()
+        self.config = config
         self.source = source
         self.follow = follow
         self.refresh_hz = min(4.0, max(2.0, refresh_hz))
         self.lang = lang
         fixed = now if now is not None else _env_float(FIXED_NOW_ENV)
         self.clock = vm.Clock(fixed)
-        self.model = model if model is not None else vm.new_model(source or "run")
+        self.model = model if model is not None else vm.new_model(source or "run", config)
         self.state = vm.ViewState()
         self.ticks = Ticks(source if source and os.path.isfile(source) else None)
         self.screenshot_dir = screenshot_dir
@@ -209,7 +217,10 @@ class DltopApp(App[int]):
         return provide
 
     def redraw(self) -> None:
-        """The timer: draw what changed since the last tick, nothing else."""
+        """The timer: draw what changed since the last tick, nothing else.
+
+        Pause freezes the charts only: badges, the crash banner, the header and the
+        checklist keep following the run, so an alert that fires meanwhile still shows."""
         try:
             header_widget = self.query_one(Header)
         except NoMatches:  # the screen is being torn down (quit): a late tick draws nothing
@@ -217,47 +228,65 @@ class DltopApp(App[int]):
         model = self.model
         if vm.take_restart(model) is not None:
             self.on_source_reset(SourceReset(model.reset_reason))
+        now = self.clock.now()
         with vm.locked(model):
+            run_state = model.status(now)
             header = vm.header_info(
-                model, self.clock.now(), self.state, self.follow, self.source_error
+                model,
+                now,
+                self.state,
+                self.follow,
+                self.source_error,
+                run_state=run_state,
+                ranks=self._rank_note(),
             )
             version = vm.model_version(model)
-            drew = False
+            # what the banner depends on beyond the data: a crash the log does not record
+            # (a vanished pid); a stalled run's reason counts seconds, so it is left out
+            st = getattr(run_state, "status", None)
+            status = (st, getattr(run_state, "reason", None) if st == "crashed" else None)
             changed_state = self._drawn.get("state") != self.state
+            new_data = self._drawn.get("version") != version
+            info_due = new_data or changed_state or self._drawn.get("status") != status
             # paused: the window is frozen and new data waits, but the person's keys still act
-            new_data = self._drawn.get("version") != version and not self.state.paused
-            if new_data or changed_state:
+            charts_due = changed_state or (new_data and not self.state.paused)
+            if info_due:
                 alerts = vm.alerts_of(model)
-                crash = vm.crash_info(model)
+                crash = vm.crash_info(model, run_state)
                 gpu_na = vm.gpu_na_reason(model)
-                sigs = {p.key: vm.panel_signature(model, p.key, self.state) for p in vm.PANELS}
                 checklist = self._checklist_view(alerts) if self._pane_shown() else None
-                drew = True
-        header_widget.show(header)
-        if not drew:
+            if charts_due:
+                sigs = {p.key: vm.panel_signature(model, p.key, self.state) for p in vm.PANELS}
+        header_widget.show(header, self.screen.has_class("-compact"))
+        if not (info_due or charts_due):
             return
         self.ticks_drawn += 1
-        self.query_one(BadgeBar).show(alerts, self.state.selected)
-        self.query_one(CrashBanner).show(crash)
-        gpu = self.query_one("#panel-gpu", GpuPanel)
-        gpu.show_na(gpu_na)
-        for spec in vm.PANELS:
-            if self._drawn.get(spec.key) == sigs[spec.key]:
-                continue
-            self._drawn[spec.key] = sigs[spec.key]
-            widget = self.query_one(f"#panel-{spec.key}")
-            if isinstance(widget, (Chart, GpuPanel)):  # cheap: charts pull when painted
-                widget.update()
-        pane = self.query_one(ChecklistPane)
-        pane.set_class(self._pane_shown(), "-shown")
-        self.query_one("#body").set_class(self._pane_shown(), "-pane")
-        if checklist is not None:
-            alert, title, steps = checklist
-            pane.show(
-                alert, title, steps, self.ticks.ticked(vm.alert_key(alert)) if alert else set()
-            )
-        self._drawn["version"] = version
+        if info_due:
+            self.query_one(BadgeBar).show(alerts, self.state.selected)
+            self.query_one(CrashBanner).show(crash)
+            self.query_one("#panel-gpu", GpuPanel).show_na(gpu_na)
+            pane = self.query_one(ChecklistPane)
+            pane.set_class(self._pane_shown(), "-shown")
+            self.query_one("#body").set_class(self._pane_shown(), "-pane")
+            if checklist is not None:
+                alert, title, steps = checklist
+                ticked = self.ticks.ticked(vm.alert_key(alert)) if alert else set()
+                pane.show(alert, title, steps, ticked)
+            self._drawn["version"] = version
+            self._drawn["status"] = status
+        if charts_due:
+            for spec in vm.PANELS:
+                if self._drawn.get(spec.key) == sigs[spec.key]:
+                    continue
+                self._drawn[spec.key] = sigs[spec.key]
+                widget = self.query_one(f"#panel-{spec.key}")
+                if isinstance(widget, (Chart, GpuPanel)):  # cheap: charts pull when painted
+                    widget.update()
         self._drawn["state"] = self.state
+
+    def _rank_note(self) -> str:
+        reader = self.reader
+        return vm.rank_note(getattr(reader, "files", []), getattr(reader, "chosen", None))
 
     def _checklist_view(self, alerts: list[Any]) -> tuple[Any, str, list[Any]]:
         alert = vm.find_alert(alerts, self.state.selected)
@@ -277,7 +306,9 @@ class DltopApp(App[int]):
 
     # ------------------------------------------------------------- actions
     def action_help(self) -> None:
-        self.push_screen(HelpScreen())
+        reader = self.reader
+        ranks = vm.rank_lines(getattr(reader, "files", []), getattr(reader, "chosen", None))
+        self.push_screen(HelpScreen(ranks))
 
     def action_zoom(self, n: int) -> None:
         if n > len(vm.PANELS):
@@ -285,9 +316,11 @@ class DltopApp(App[int]):
             return
         key = vm.PANELS[n - 1].key
         widget = self.query_one(f"#panel-{key}")
-        if self._zoomed == key:
-            self._zoomed = None
-            widget.remove_class("-zoomed")
+        was = self._zoomed
+        self._zoomed = None
+        for panel in self.query(".panel.-zoomed"):  # one zoomed panel at most
+            panel.remove_class("-zoomed")
+        if was == key:
             self.screen.minimize()
             return
         self._zoomed = key
@@ -346,7 +379,14 @@ class DltopApp(App[int]):
             self.notify("go to: type a step number", severity="warning", timeout=3)
             return
         with vm.locked(self.model):
+            clamped = vm.clamp_step(self.model, step)
             window = vm.window_around(self.model, step)
+        if clamped is None:
+            self.notify("go to: no steps yet", severity="warning", timeout=3)
+            return
+        step, note = clamped
+        if note:
+            self.notify(note, severity="warning", timeout=5)
         self.set_state(cursor=step, window=window)
 
     def action_next_alert(self) -> None:
@@ -368,11 +408,18 @@ class DltopApp(App[int]):
             window = vm.window_for_alert(self.model, alert) if alert else None
         self._pane_user = None
         self.set_state(selected=key, window=window, cursor=alert.step if alert else None)
+        # space ticks the highlighted step at once: the step list takes the focus
+        steps = self.query_one(StepList)
+        self.call_after_refresh(steps.focus)
 
     def action_toggle_checklist(self) -> None:
         self._pane_user = not self._pane_shown()
         self._drawn.pop("state", None)
         self.redraw()
+        if self._pane_shown():
+            self.call_after_refresh(self.query_one(StepList).focus)
+        elif self.focused is not None and self.query_one(ChecklistPane) in self.focused.ancestors:
+            self.screen.set_focus(self.query_one("#panel-loss"))
 
     @on(StepList.Ticked)
     def _ticked(self, event: StepList.Ticked) -> None:

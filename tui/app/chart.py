@@ -141,7 +141,7 @@ class Chart(Widget):
         if width <= GUTTER or height < 3:
             return [Strip.blank(width)] * max(0, height)
         legend = data.legend if data else ""
-        rows = [_text_strip(legend, width, legend_style)]
+        rows = [_text_strip(_fit(legend, width), width, legend_style)]
         plot_h = height - 2
         cols = width - GUTTER
         if data is None or not data.has_points:
@@ -308,6 +308,11 @@ def _put(line: list[str], at: int, text: str) -> None:
     for i, ch in enumerate(text):
         if 0 <= at + i < len(line):
             line[at + i] = ch
+
+
+def _fit(text: str, width: int) -> str:
+    """``text`` cut to ``width`` with an ellipsis, so a cut legend says it was cut."""
+    return text if len(text) <= width else text[: max(0, width - 1)] + "…"
 
 
 def _pad(text: str, width: int, style: Style) -> list[Segment]:

@@ -45,6 +45,7 @@ class ChecklistPane(Vertical):
     ChecklistPane #cl-title { text-style: bold; height: auto; }
     ChecklistPane #cl-message { color: $text-muted; height: auto; max-height: 4; }
     ChecklistPane StepList { height: 1fr; border: none; padding: 0; }
+    ChecklistPane StepList:focus { border: none; }  /* the highlighted step shows focus */
     ChecklistPane #cl-detail { height: auto; max-height: 8; color: $text-muted; }
     """
 

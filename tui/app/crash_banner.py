@@ -5,45 +5,66 @@ from __future__ import annotations
 
 from dltop.tui.core.view_model import CrashInfo
 from rich.text import Text
+from textual.app import ComposeResult
+from textual.containers import Vertical
 from textual.widgets import Static
 
+ROWS = ("head", "last", "diag", "hint")
 
-class CrashBanner(Static):
-    """Hidden until the run has crashed; shown in replay and after a live crash."""
+
+class CrashBanner(Vertical):
+    """Hidden until the run has crashed; shown in replay and after a live crash.
+
+    One item per row, each cut with an ellipsis instead of wrapping: on a small terminal
+    the banner has four rows, and a wrapped line would push the rest out. Only the
+    diagnosis may take a second row, and only where the terminal is big enough."""
 
     DEFAULT_CSS = """
     CrashBanner { display: none; height: auto; max-height: 6; padding: 0 1;
                   background: $error-darken-2; color: $text; }
     CrashBanner.-shown { display: block; }
-    """
+    CrashBanner > Static { height: auto; max-height: 1; text-wrap: nowrap;
+                           text-overflow: ellipsis; }
+    CrashBanner > Static.-empty { display: none; }
+    CrashBanner > #crash-diag { max-height: 2; text-wrap: wrap; }
+    """  # one row for the diagnosis too on small terminals: see dltop.tcss
 
     def __init__(self, *, id: str | None = None) -> None:
-        super().__init__("", id=id)
+        super().__init__(id=id)
         self.info: CrashInfo | None = None
+
+    def compose(self) -> ComposeResult:
+        for row in ROWS:
+            yield Static("", id=f"crash-{row}", classes="-empty")
 
     def show(self, info: CrashInfo | None) -> None:
         if info == self.info:
             return
         self.info = info
         self.set_class(info is not None, "-shown")
-        if info is not None:
-            self.update(render_crash(info))
+        if info is None:
+            return
+        for row, text in zip(ROWS, render_crash(info), strict=True):
+            widget = self.query_one(f"#crash-{row}", Static)
+            widget.set_class(not text.plain, "-empty")
+            widget.update(text)
 
 
-def render_crash(info: CrashInfo) -> Text:
-    t = Text(overflow="ellipsis")
-    t.append(" CRASHED ", style="bold white on red")
+def render_crash(info: CrashInfo) -> tuple[Text, Text, Text, Text]:
+    """The four rows: what happened and where, the last values, the diagnosis, the hint
+    (an empty ``Text`` for a row with nothing to say)."""
+    head = Text()
+    head.append(f" {info.label} ", style="bold white on red")
     where = f" at step {info.step}" if info.step is not None else ""
-    t.append(f"{where}: ", style="bold")
-    t.append(info.exception, style="bold")
+    head.append(f"{where}: ", style="bold")
+    head.append(info.exception, style="bold")
+    last = Text()
     if info.last_values:
-        t.append("\nlast values: ", style="dim")
-        t.append(info.last_values)
-    if info.diagnosis:
-        t.append("\ndiagnosis: ", style="dim")
-        t.append(info.diagnosis, style="bold")
-    if info.summary:
-        t.append(f" — {info.summary}")
-    if info.hint:
-        t.append(f"\n{info.hint}", style="italic")
-    return t
+        last = Text.assemble(("last values: ", "dim"), info.last_values)
+    diag = Text()
+    if info.diagnosis or info.summary:
+        diag = Text.assemble(("diagnosis: ", "dim"), (info.diagnosis, "bold"))
+        if info.summary:
+            diag.append(f" — {info.summary}")
+    hint = Text(info.hint, style="italic") if info.hint else Text()
+    return head, last, diag, hint

@@ -17,7 +17,8 @@ STATUS_STYLE = {
 
 
 class Header(Static):
-    """One or two lines; redrawn only when the text it would show changes."""
+    """One or two lines; redrawn only when the text it would show changes. Hovering it
+    shows why the run has its status (the status's reason)."""
 
     # A fixed height: updating the text then repaints one line instead of re-laying out
     # the whole screen several times a second (measured: the main cost of a tick).
@@ -28,35 +29,49 @@ class Header(Static):
     def __init__(self, *, id: str | None = None) -> None:
         super().__init__("dltop", id=id)
         self.info: HeaderInfo | None = None
+        self.compact = False
 
-    def show(self, info: HeaderInfo) -> None:
-        if info == self.info:
+    def show(self, info: HeaderInfo, compact: bool = False) -> None:
+        if info == self.info and compact == self.compact:
             return
         self.info = info
-        self.update(render_header(info), layout=False)
+        self.compact = compact
+        self.tooltip = info.reason or None
+        self.update(render_header(info, compact), layout=False)
 
 
-def render_header(info: HeaderInfo) -> Text:
-    """The header as Rich text: the run first, then status, then numbers that move."""
+def render_header(info: HeaderInfo, compact: bool = False) -> Text:
+    """The header as Rich text, most important first (a narrow terminal cuts the end):
+    the run and its status, the step, the view mode and data problems, then the numbers
+    that only inform (speed, elapsed), then where it runs."""
     t = Text(no_wrap=False, overflow="ellipsis")
     t.append("dltop ", style="bold")
     t.append(info.run, style="bold cyan")
-    if info.host or info.pid:
-        t.append(f"  {info.host}:{info.pid}", style="dim")
+    if info.ranks:
+        t.append(f" ({info.ranks})", style="cyan")
     t.append("  ")
     t.append(f" {info.status} ", style=STATUS_STYLE.get(info.status, "bold"))
     if info.age:
         t.append(f" {info.age}", style="dim")
     t.append(f"  step {info.step}")
-    if info.rate:
-        t.append(f"  {info.rate}")
-    if info.elapsed:
-        t.append(f"  elapsed {info.elapsed}")
+    if info.mode:
+        t.append(f"  [{info.mode}]", style="bold magenta")
     if info.skipped:
         t.append(
             f"  {info.skipped} corrupt line{'s' if info.skipped != 1 else ''} skipped",
             style="bold yellow",
         )
-    if info.mode:
-        t.append(f"  [{info.mode}]", style="bold magenta")
+    if info.dropped:
+        t.append(
+            f"  {info.dropped} record{'s' if info.dropped != 1 else ''} dropped",
+            style="bold yellow",
+        )
+    if compact and info.gpu:  # the GPU panel is hidden on small terminals: say it here
+        t.append(f"  {info.gpu}", style="bold")
+    if info.rate:
+        t.append(f"  {info.rate}")
+    if info.elapsed:
+        t.append(f"  elapsed {info.elapsed}")
+    if info.host or info.pid:
+        t.append(f"  {info.host}:{info.pid}", style="dim")
     return t

@@ -1,16 +1,20 @@
-"""The help screen (``?``): every key, and where screenshots and ticks go."""
+"""The help screen (``?``): every key, where screenshots and ticks go, and the rank
+files of a run directory (which one is shown)."""
 
 from __future__ import annotations
 
+from rich.markup import escape
+from textual import events
 from textual.app import ComposeResult
-from textual.binding import Binding
 from textual.containers import VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Static
 
+SCROLL_KEYS = frozenset(("up", "down", "pageup", "pagedown", "home", "end"))
+
 KEYS = (
     ("q", "quit"),
-    ("?", "this help (any key closes it)"),
+    ("?", "this help (↑↓ scroll it, any other key closes it)"),
     ("tab / shift+tab", "move focus: badges, panels, checklist"),
     ("1 … 9", "zoom panel N (press again to restore)"),
     ("l", "log scale on the loss panel"),
@@ -28,11 +32,8 @@ KEYS = (
 
 
 class HelpScreen(ModalScreen[None]):
-    """A modal key table; closes on any listed key so nobody is trapped in it."""
-
-    BINDINGS = [
-        Binding("escape,question_mark,q,enter", "dismiss_help", "close", show=False),
-    ]
+    """A modal key table; any key but the scroll keys closes it, so nobody is trapped in
+    it (and a key pressed to close it does nothing else: ``q`` does not quit)."""
 
     DEFAULT_CSS = """
     HelpScreen { align: center middle; }
@@ -42,15 +43,26 @@ class HelpScreen(ModalScreen[None]):
     }
     """
 
+    def __init__(self, ranks: list[str] | None = None) -> None:
+        super().__init__()
+        self.ranks = ranks or []  # one line per rank file of a run directory
+
     def compose(self) -> ComposeResult:
         rows = "\n".join(f"[b]{k:<16}[/b] {v}" for k, v in KEYS)
-        text = (
-            "[b]dltop keys[/b]\n\n" + rows + "\n\n"
+        text = "[b]dltop keys[/b]\n\n" + rows + "\n\n"
+        if self.ranks:
+            text += "[b]rank files[/b] (▶ the one shown)\n"
+            text += "\n".join(escape(line) for line in self.ranks) + "\n\n"
+        text += (
             "Colours: set TEXTUAL_COLOR_SYSTEM=truecolor over SSH for full colour; "
             "NO_COLOR=1 turns colour off. --no-mouse disables mouse capture."
         )
         with VerticalScroll():
             yield Static(text, id="help-text")
 
-    def action_dismiss_help(self) -> None:
+    def on_key(self, event: events.Key) -> None:
+        if event.key in SCROLL_KEYS:
+            return  # the scroll bindings move the text
+        event.stop()  # not also a dashboard key
+        event.prevent_default()
         self.dismiss(None)

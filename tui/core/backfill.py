@@ -99,7 +99,7 @@ class TailFirst:
         """Bring a fresh rules engine through the whole run, in order, by re-reading the
         log up to where the charts' backfill stopped, while the follow loop keeps the charts
         live (the model queues those records for the engine until it is adopted)."""
-        engine, error = make_engine()
+        engine, error = make_engine(self.model.config)
         if engine is None and error is None:
             return  # no rules package: nothing to catch up
         upto = self.offset - self._dec.pending  # complete lines only; the rest comes live

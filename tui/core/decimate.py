@@ -112,6 +112,15 @@ class NonFinite:
                 m |= bit
         return m
 
+    def truncate(self, n: int) -> None:
+        """Forget the rows ``>= n`` (the series lost its tail)."""
+        last = -1
+        for rows in (self.nan, self.pinf, self.ninf):
+            del rows[bisect_left(rows, n) :]
+            if rows:
+                last = max(last, rows[-1])
+        self.last_row = last
+
     def first(self) -> int | None:
         """The first non-finite row, ``None`` when all values are finite."""
         heads = [rows[0] for rows in (self.nan, self.pinf, self.ninf) if rows]
@@ -213,35 +222,4 @@ def decimate_rows(
         else:
             los.append(lo)
             his.append(hi)
-    return Decimated(name, start, end, width, los, his, firsts, lasts, counts, marks, version)
-
-
-def decimate_unsorted(
-    name: str, xs_list: list[int], ys: array, start: int, end: int, width: int, version: int = 0
-) -> Decimated:
-    """The O(n) fallback for a series whose steps went backwards (a resumed run)."""
-    span = end - start + 1
-    los: list[float | None] = [None] * width
-    his: list[float | None] = [None] * width
-    firsts: list[float | None] = [None] * width
-    lasts: list[float | None] = [None] * width
-    counts = [0] * width
-    marks = [0] * width
-    for x, v in zip(xs_list, ys, strict=True):
-        if x < start or x > end:
-            continue
-        c = (x - start) * width // span
-        if counts[c] == 0:
-            firsts[c] = v
-        counts[c] += 1
-        lasts[c] = v
-        if v - v != 0:
-            marks[c] |= NAN if v != v else (POSINF if v > 0 else NEGINF)
-            continue
-        lo = los[c]
-        if lo is None or v < lo:
-            los[c] = v
-        hi = his[c]
-        if hi is None or v > hi:
-            his[c] = v
     return Decimated(name, start, end, width, los, his, firsts, lasts, counts, marks, version)

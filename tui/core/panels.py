@@ -26,6 +26,7 @@ class Series:
     label: str
     style: str = RAW
     connect: bool = True
+    lead: bool = False  # its value comes first in the legend (a narrow panel cuts the end)
 
 
 @dataclass(frozen=True)
@@ -75,7 +76,8 @@ PANELS: tuple[PanelSpec, ...] = (
         (
             Series("step_time", "step", ALT),
             Series("compute_time", "compute", ALT2),
-            Series("data_time", "data wait", RAW),
+            # drawn last (on top), named first: the data-loader share is the point of the panel
+            Series("data_time", "data wait", RAW, lead=True),
         ),
         unit="s",
         y_floor=0.0,
@@ -156,6 +158,8 @@ def panel_signature(model: Any, key: str, state: ViewState) -> tuple[Any, ...]:
     store = _store(model)
     spec = panel_spec(store, key)
     versions = tuple(getattr(store.series(s.metric), "version", -1) for s in spec.series)
+    if key == "throughput":  # without samples/s the panel draws 1 / step_time
+        versions += (getattr(store.series("step_time"), "version", -1),)
     log = spec.log or (key == "loss" and state.log_loss)
     smooth = state.smoothing if spec.smooth else None
     return (spec.title, versions, window(store, state), state.cursor, log, smooth)
@@ -169,6 +173,7 @@ def panel_chart(model: Any, key: str, state: ViewState, buckets: int) -> ChartDa
     log = spec.log or (key == "loss" and state.log_loss)
     traces: list[Trace] = []
     legend: list[str] = []
+    lead: list[str] = []
     at = state.cursor
     for s in spec.series:
         if s.style == EMA and not state.smoothing:
@@ -186,7 +191,8 @@ def panel_chart(model: Any, key: str, state: ViewState, buckets: int) -> ChartDa
         point = series.at_step(at) if at is not None else series.last()
         if point is not None:
             value = point[1] * scale if scale is not None else point[1]
-            legend.append(f"{s.label} {format_value(value, spec.unit)}")
+            (lead if s.lead else legend).append(f"{s.label} {format_value(value, spec.unit)}")
+    legend = lead + legend
     if key == "throughput" and not traces:
         traces, legend = _steps_per_second(store, start, end, buckets, at)
     prefix = f"@{at} " if at is not None else ""

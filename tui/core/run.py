@@ -16,29 +16,21 @@ record than the store (see ``benchmarks/replay.py``).
 
 from __future__ import annotations
 
-import socket
 import threading
 import time
 from typing import Any
 
+from dltop.tui.core.rules import RuleEngine
+from dltop.tui.core.status import local_pid_alive
 from dltop.tui.core.store import Store
 
-try:  # the rules engine is written in parallel; the model works without it
-    from dltop.tui.core.rules import RuleEngine
-except ImportError:  # pragma: no cover - only while rules/ is incomplete
-    try:
-        from dltop.tui.core.rules.engine import RuleEngine
-    except ImportError:
-        RuleEngine = None  # type: ignore[assignment,misc]
 
-
-def make_engine() -> tuple[Any | None, str | None]:
-    """A fresh RuleEngine and ``None``, or ``None`` and why there is none (the rules package
-    is missing, or its constructor failed: the charts must work regardless)."""
-    if RuleEngine is None:
-        return None, None
+def make_engine(config: Any | None = None) -> tuple[Any | None, str | None]:
+    """A fresh RuleEngine and ``None``, or ``None`` and why there is none (its constructor
+    failed: the charts must work regardless). ``config``: the rule thresholds
+    (``rules.Config``, from ``--config``/``--set``); ``None``: the defaults."""
     try:
-        return RuleEngine(), None
+        return RuleEngine(config), None
     except Exception as exc:
         return None, f"rules engine failed to start: {type(exc).__name__}: {exc}"
 
@@ -58,9 +50,9 @@ def feed_engine(engine: Any | None, records: list[dict[str, Any]]) -> str | None
 class Staging:
     """A store (and engine, unless ``rules`` is False) built off-lock, adopted in one swap."""
 
-    def __init__(self, version: int, rules: bool = True) -> None:
+    def __init__(self, version: int, rules: bool = True, config: Any | None = None) -> None:
         self.store = Store(version=version)
-        self.engine, self.engine_error = make_engine() if rules else (None, None)
+        self.engine, self.engine_error = make_engine(config) if rules else (None, None)
         self.rules = rules
         self.records = 0
 
@@ -72,16 +64,20 @@ class Staging:
 
 
 class RunModel:
-    """Everything the viewer knows about one run. Hold ``lock`` while reading."""
+    """Everything the viewer knows about one run. Hold ``lock`` while reading.
 
-    def __init__(self, label: str) -> None:
+    ``config`` (a ``rules.Config``) sets the rule thresholds of every engine this model
+    builds: now, after a reset, and in a backfill (``make_engine(model.config)``)."""
+
+    def __init__(self, label: str, config: Any | None = None) -> None:
         self.label = label
+        self.config = config
         self.lock = threading.RLock()
         self.version = 0  # bumps on every ingest, reset and adopt; never goes back
         # bumps when ``store`` is replaced (reset, tail preview, backfill adopted): redraw all
         self.generation = 0
         self.store = Store(version=0)
-        self.engine, engine_error = make_engine()
+        self.engine, engine_error = make_engine(config)
         self.records = 0  # records ingested into this run
         self.malformed = 0  # lines the decoder skipped in this run
         self.resets = 0  # truncations / replacements seen since the viewer started
@@ -96,6 +92,7 @@ class RunModel:
         self.source_error: str | None = None  # a one-line problem the reader thread hit
         self.engine_error: str | None = engine_error  # why there is no diagnosis (a rule raised)
         self._pid_cache: tuple[float, Any, bool | None] = (0.0, None, None)
+        self._judged_engine: Any = None  # the engine whose last partial block was judged
 
     # -- the reader thread -----------------------------------------------------------------
     def ingest(self, records: list[dict[str, Any]], malformed: int | None = None) -> None:
@@ -120,7 +117,7 @@ class RunModel:
             self._bump()
             self.store = Store(version=self.version)
             self.generation += 1
-            self.engine, self.engine_error = make_engine()
+            self.engine, self.engine_error = make_engine(self.config)
             self.records = 0
             self.malformed = 0
             self.resets += 1
@@ -162,7 +159,7 @@ class RunModel:
     def staging(self, rules: bool = True) -> Staging:
         """A private store (+ engine) for a backfill; ``rules=False``: charts first, the
         rules follow via :meth:`begin_rules_backfill` / :meth:`adopt_engine`."""
-        return Staging(self.version, rules)
+        return Staging(self.version, rules, self.config)
 
     def set_loading(self, fraction: float) -> None:
         with self.lock:
@@ -225,19 +222,29 @@ class RunModel:
         cached_at, cached_meta, cached = self._pid_cache
         if cached_meta is meta and 0 <= now - cached_at < 1.0:
             return cached
-        alive = _pid_alive(meta)
+        alive = local_pid_alive(meta)
         self._pid_cache = (now, meta, alive)
         return alive
 
     def status(self, now: float | None = None) -> Any:
-        """The engine's RunState (running / stalled / finished / crashed / unknown)."""
+        """The engine's RunState (running / stalled / finished / crashed / unknown).
+
+        A run seen crashed (its process gone without an exit record: SIGKILL, the kernel's
+        OOM killer) writes no more steps, so its last partial block of steps is judged
+        now, once, as ``dltop check`` judges it at the end of the file."""
         with self.lock:
             if self.engine is None:
                 return None
-            try:
-                return self.engine.status(now, self.pid_alive(now))
-            except ImportError:  # the status module lands in parallel with this one
-                return None
+            state = self.engine.status(now, self.pid_alive(now))
+            if state.status == "crashed" and self._judged_engine is not self.engine:
+                self._judged_engine = self.engine
+                if self.engine_error is None and self._backlog is None:
+                    try:
+                        self.engine.finish()
+                    except Exception as exc:  # a bug in one rule: diagnosis off, charts alive
+                        self.engine_error = f"rules engine failed: {type(exc).__name__}: {exc}"
+                    self._bump()
+            return state
 
     def alerts(self) -> list[Any]:
         with self.lock:
@@ -246,27 +253,3 @@ class RunModel:
     def facts(self) -> dict[str, Any]:
         with self.lock:
             return self.engine.facts() if self.engine is not None else {}
-
-
-def _pid_alive(meta: dict[str, Any] | None) -> bool | None:
-    if not meta:
-        return None
-    host, pid = meta.get("host"), meta.get("pid")
-    if type(pid) is not int or not isinstance(host, str) or host != socket.gethostname():
-        return None
-    try:
-        import psutil
-    except ImportError:  # pragma: no cover - psutil is a dependency
-        return None
-    try:
-        proc = psutil.Process(pid)
-        started = proc.create_time()
-        if proc.status() == psutil.STATUS_ZOMBIE:
-            return False
-    except psutil.NoSuchProcess:
-        return False
-    except psutil.Error:
-        return None
-    t0 = meta.get("t")
-    # a pid reused by a process that started after the run is not the run
-    return not (isinstance(t0, (int, float)) and started > float(t0) + 2.0)

@@ -7,12 +7,17 @@ each holding 8 more bytes per point; the first time a metric is missing from a s
 record it takes a private copy of its x values ("own" mode) and from then on records
 only the steps where it is present. So "missing" is simply "no point here", while a NaN
 or an infinity is a point like any other, stored in ``ys`` and listed in ``nonfinite``.
+
+Steps are kept in order, always: when a run is resumed from a checkpoint into the same log,
+its steps go backwards, and the later records replace the earlier ones from that step on
+(:meth:`Series.truncate`, driven by ``Store``). So every read is a bisect, and decimation
+always takes the block-summary path: never an O(n) scan per redraw.
 """
 
 from __future__ import annotations
 
 from array import array
-from bisect import bisect_right
+from bisect import bisect_left, bisect_right
 from collections.abc import Iterator
 
 from dltop.tui.core.decimate import (
@@ -20,13 +25,12 @@ from dltop.tui.core.decimate import (
     Decimated,
     NonFinite,
     decimate_rows,
-    decimate_unsorted,
     summarize,
 )
 
 
 class Series:
-    """A named metric's points, in arrival order. Read it under ``RunModel.lock``."""
+    """A named metric's points, sorted by step. Read it under ``RunModel.lock``."""
 
     __slots__ = (
         "name",
@@ -34,7 +38,6 @@ class Series:
         "ys",
         "nonfinite",
         "version",
-        "sorted",
         "_xs",
         "_x_off",
         "_blo",
@@ -51,7 +54,6 @@ class Series:
         self.ys = array("d")
         self.nonfinite = NonFinite()
         self.version = version  # the store version of the last change
-        self.sorted = True  # steps never went backwards (else decimation takes the O(n) path)
         self._xs = xs if xs is not None else array("q")  # shared step axis or our own
         self._x_off = x_off  # point i has step self._xs[self._x_off + i]
         self._blo = array("d")
@@ -68,6 +70,11 @@ class Series:
         if src is not None:
             return src._xs, src._x_off
         return self._xs, self._x_off
+
+    @property
+    def follows(self) -> Series | None:
+        """The series whose steps a derived series takes (``None``: its own or the axis)."""
+        return self._x_of
 
     @property
     def shared(self) -> bool:
@@ -92,10 +99,7 @@ class Series:
     def x_range(self) -> tuple[int, int] | None:
         if not self.ys:
             return None
-        if self.sorted:
-            return self.x(0), self.x(-1)
-        xs = self.xs()
-        return min(xs), max(xs)
+        return self.x(0), self.x(-1)
 
     def xs(self, i: int = 0, j: int | None = None) -> array:
         """A copy of the steps of points ``i..j``."""
@@ -107,24 +111,20 @@ class Series:
         self, start: int | None = None, end: int | None = None
     ) -> Iterator[tuple[int, float]]:
         """The (step, value) points with ``start <= step <= end``, in order."""
-        xs = self.xs()
-        for x, v in zip(xs, self.ys, strict=True):
-            if (start is None or x >= start) and (end is None or x <= end):
-                yield x, v
+        i = 0 if start is None else self.index_of(start)
+        j = len(self.ys) if end is None else self.index_of(end, after=True)
+        yield from zip(self.xs(i, j), self.ys[i:j], strict=True)
+
+    def index_of(self, step: int, after: bool = False) -> int:
+        """The first point whose step is ``>= step`` (``> step`` with ``after``): a bisect."""
+        xs, off = self._x()
+        find = bisect_right if after else bisect_left
+        return find(xs, step, off, off + len(self.ys)) - off
 
     def at_step(self, step: int) -> tuple[int, float] | None:
         """The point at ``step`` or the last one before it (for a step cursor readout)."""
-        if not self.ys:
-            return None
-        if not self.sorted:
-            best = None
-            for x, v in self.points(None, step):
-                if best is None or x >= best[0]:
-                    best = (x, v)
-            return best
-        xs, off = self._x()
-        i = bisect_right(xs, step, off, off + len(self.ys)) - off - 1
-        return None if i < 0 else (xs[off + i], self.ys[i])
+        i = self.index_of(step, after=True) - 1
+        return None if i < 0 else (self.x(i), self.ys[i])
 
     def first_nonfinite(self) -> tuple[int, float] | None:
         row = self.nonfinite.first()
@@ -139,10 +139,6 @@ class Series:
             raise ValueError("width must be >= 1")
         if end < start:
             start, end = end, start
-        if not self.sorted:
-            return decimate_unsorted(
-                self.name, list(self.xs()), self.ys, start, end, width, self.version
-            )
         xs, off = self._x()
         return decimate_rows(
             self.name, xs, off, self.ys, self._blo, self._bhi, self.nonfinite,
@@ -174,6 +170,36 @@ class Series:
             self._xs.extend(steps)
         self.ys.extend(values)
         self.nonfinite.scan(values, base)
+        self.version = version
+
+    def cut_from(self, step: int, version: int, axis_cut: int = 0) -> bool:
+        """Forget the points at steps >= ``step`` (a resumed run replaces them); True when
+        some went. ``axis_cut``: where the store cuts the shared step axis (shared mode)."""
+        if self._own:
+            n = self.index_of(step)
+        else:
+            n = axis_cut - self._x_off
+            if n <= 0:  # nothing of ours before the cut: start again at the cut
+                self._x_off = axis_cut
+                n = 0
+        gone = n < len(self.ys)
+        self.truncate(n, version)
+        return gone
+
+    def truncate(self, n: int, version: int) -> None:
+        """Keep the first ``n`` points (a resumed run replaces the rest). O(points removed):
+        the arrays lose their tails, the block summaries their last (now partial) block.
+        On the shared axis only ``ys`` shrinks; the store cuts the axis itself."""
+        if n >= len(self.ys):
+            return
+        n = max(0, n)
+        del self.ys[n:]
+        if self._own and self._x_of is None:
+            del self._xs[self._x_off + n :]
+        k = n // BLOCK
+        del self._blo[k:]
+        del self._bhi[k:]
+        self.nonfinite.truncate(n)
         self.version = version
 
     def summarize(self) -> None:

@@ -9,6 +9,14 @@ series named by its key; ``eval`` fields become ``eval.<key>``, ``sys`` fields
 ``sys.<key>`` (nested: ``sys.<key>.<index-or-subkey>.<field>``); a list field such as
 ``lrs`` becomes ``lrs.0``, ``lrs.1``... ``loss`` also gets a stored EMA, ``loss.ema``.
 
+Resumed runs: a training resumed from a checkpoint appends to the same log, so its steps
+go backwards. The later records replace the earlier ones from that step on (every series
+is cut at its first point with step >= the new one, ``resumes`` records where), which is
+what the person expects after a resume: the chart shows the run as it continued. Steps
+then stay sorted, so every read and every decimation remains a bisect plus the block
+summaries, whatever the log's history. A batch that holds a resume is ingested in
+segments, in log order, so records before the resume are cut and records after it kept.
+
 Thread model: the reader thread calls :meth:`Store.ingest` and the UI reads, both under
 ``RunModel.lock``; nothing here locks by itself.
 """
@@ -16,9 +24,10 @@ Thread model: the reader thread calls :meth:`Store.ingest` and the UI reads, bot
 from __future__ import annotations
 
 from array import array
+from bisect import bisect_left
 from collections import Counter
-from itertools import compress, repeat
-from operator import eq, ne
+from itertools import compress, islice, repeat
+from operator import eq, gt, ne
 from typing import Any
 
 from dltop.probe import schema
@@ -52,8 +61,9 @@ class Store:
 
     def __init__(self, version: int = 0, ema: dict[str, float] | None = None) -> None:
         self.version = version
-        self.step_x = array("q")  # the step of every step record, in arrival order
-        self.step_sorted = True  # False once steps went backwards (resumed run)
+        self.step_x = array("q")  # the step of every step record kept, sorted
+        self.resumes: list[int] = []  # steps at which the log went backwards (resumed runs)
+        self.dropped = 0  # records a live socket skipped for this viewer (``dropped`` events)
         self.meta: dict[str, Any] | None = None  # the first meta record
         self.events: list[dict[str, Any]] = []  # every event record, in order
         self.layers: dict[str, Any] | None = None  # the latest layers record
@@ -65,6 +75,7 @@ class Store:
         self._ema = dict(DEFAULT_EMA if ema is None else ema)
         self._ema_acc: dict[str, float] = {}
         self._changed: set[Series] = set()
+        self._extended: set[Series] = set()
         self._first_step_hint: int | None = None
 
     # -- reading -------------------------------------------------------------------------
@@ -151,23 +162,25 @@ class Store:
             )
             if type(self._first_step_hint) is not int:
                 self._first_step_hint = None
-        if nsteps == len(records):
-            self._ingest_steps(records, v)
-        else:
-            # non-step records are rare (sys ~1 Hz, events): pick them out at C speed
-            others = list(compress(range(len(records)), map(ne, kinds, repeat(schema.STEP))))
-            last = self.last_step
-            scanned = 0
-            for i in others:
-                for j in range(i - 1, scanned - 1, -1):  # each record scanned at most once
-                    st = records[j].get("step")
-                    if kinds[j] == schema.STEP and type(st) is int:
-                        last = st
-                        break
-                scanned = i + 1
-                self._ingest_other(records[i], kinds[i], last, v)
-            if nsteps:
-                self._ingest_steps(list(compress(records, map(eq, kinds, repeat(schema.STEP)))), v)
+        step_recs = (
+            records
+            if nsteps == len(records)
+            else list(compress(records, map(eq, kinds, repeat(schema.STEP))))
+        )
+        steps = self._step_column(step_recs) if nsteps else array("q")
+        back = self._backward_at(steps)
+        if not back:
+            self._ingest_part(records, kinds, step_recs, steps, v)
+        else:  # a resumed run inside this batch: segment by segment, in log order
+            rows = list(compress(range(len(records)), map(eq, kinds, repeat(schema.STEP))))
+            sb = [0, *back, nsteps]  # segment bounds in step records...
+            rb = [0, *(rows[i] for i in back), len(records)]  # ...and in records
+            for k in range(len(sb) - 1):
+                if k:
+                    self._resume(steps[sb[k]], v)
+                a, b = rb[k], rb[k + 1]
+                i, j = sb[k], sb[k + 1]
+                self._ingest_part(records[a:b], kinds[a:b], step_recs[i:j], steps[i:j], v)
         self.kinds[schema.STEP] += nsteps
         for s in self._changed:
             s.summarize()
@@ -192,17 +205,68 @@ class Store:
                 steps.append(prev)
         return steps
 
-    def _ingest_steps(self, batch: list[dict[str, Any]], v: int) -> None:
-        n = len(batch)
-        steps = self._step_column(batch)
-        prev = self.last_step
-        if self.step_sorted and (
-            (prev is not None and steps[0] < prev) or (n > 1 and sorted(steps) != list(steps))
-        ):
-            self.step_sorted = False
-            for s in self._series.values():
-                if s.kind in (schema.STEP, "derived"):
-                    s.sorted = False
+    def _backward_at(self, steps: array) -> list[int]:
+        """Indices in ``steps`` where the log goes backwards (a resume starts there)."""
+        if not steps:
+            return []
+        first = self.last_step is not None and steps[0] < self.last_step
+        if not first and not any(map(gt, steps, islice(steps, 1, None))):
+            return []  # the common case, checked at C speed
+        out = [0] if first else []
+        out.extend(i for i in range(1, len(steps)) if steps[i] < steps[i - 1])
+        return out
+
+    def _resume(self, step: int, v: int) -> None:
+        """The log went back to ``step``: every series forgets its points at steps >= it."""
+        self.resumes.append(step)
+        cut = bisect_left(self.step_x, step)
+        for s in self._series.values():
+            if s.follows is None and s.cut_from(step, v, cut):
+                self._changed.add(s)
+        del self.step_x[cut:]
+        for s in self._series.values():
+            src = s.follows
+            if src is not None and len(s) > len(src):
+                s.truncate(len(src), v)
+        for name in self._ema:
+            e = self._series.get(name + ".ema")
+            if e is not None:
+                last = e.ys[-1] if len(e) else None
+                self._ema_acc.pop(name, None)
+                if last is not None and last - last == 0:
+                    self._ema_acc[name] = last
+
+    def _ingest_part(
+        self,
+        records: list[dict[str, Any]],
+        kinds: list[Any],
+        step_recs: list[dict[str, Any]],
+        steps: array,
+        v: int,
+    ) -> None:
+        """Records with no resume inside: non-step records first (pinned to the step before
+        them), then the step records as columns."""
+        if len(step_recs) == len(records):
+            if records:
+                self._ingest_steps(step_recs, steps, v)
+            return
+        # non-step records are rare (sys ~1 Hz, events): pick them out at C speed
+        others = list(compress(range(len(records)), map(ne, kinds, repeat(schema.STEP))))
+        last = self.last_step
+        scanned = 0
+        for i in others:
+            for j in range(i - 1, scanned - 1, -1):  # each record scanned at most once
+                st = records[j].get("step")
+                if kinds[j] == schema.STEP and type(st) is int:
+                    last = st
+                    break
+            scanned = i + 1
+            self._ingest_other(records[i], kinds[i], last, v)
+        if step_recs:
+            self._ingest_steps(step_recs, steps, v)
+
+    def _ingest_steps(self, batch: list[dict[str, Any]], steps: array, v: int) -> None:
+        self._extended = set()
         base = len(self.step_x)
         self.step_x.extend(steps)
         t = batch[-1].get("t")
@@ -220,19 +284,19 @@ class Store:
                 self._slow_column(k, col, steps, base, v)
         # a shared series absent from this whole batch has a hole: it leaves the shared axis
         for s in self._series.values():
-            if s.kind == schema.STEP and s.shared and s.version != v and s._x_of is None:
+            if s.kind == schema.STEP and s.shared and s not in self._extended and s.follows is None:
                 s.make_own()
 
     def _extend_dense(self, name: str, vals: array, steps: array, base: int, v: int) -> None:
         s = self._series.get(name)
         if s is None:
             s = Series(name, schema.STEP, xs=self.step_x, x_off=base, version=v)
-            s.sorted = self.step_sorted
             self._series[name] = s
         if s.shared and s._x_off + len(s.ys) != base:
             s.make_own()  # defensive: never misalign values and steps
         s.extend(vals, None if s.shared else steps, v)
         self._changed.add(s)
+        self._extended.add(s)
 
     def _slow_column(self, key: str, col: list[Any], steps: array, base: int, v: int) -> None:
         """A column with gaps, strings, bools, lists (``lrs``) or dicts: expand, then keep
@@ -264,7 +328,6 @@ class Store:
         s = self._series.get(name)
         if s is None:
             s = Series(name, schema.STEP, version=v)
-            s.sorted = self.step_sorted
             self._series[name] = s
         s.make_own()
         s.extend(
@@ -289,6 +352,8 @@ class Store:
         elif kind == schema.EVENT:
             self.events.append(rec)
             self.events_version = v
+            if rec.get("type") == "dropped" and type(rec.get("records")) is int:
+                self.dropped += max(0, rec["records"])
         elif kind == schema.META:
             if self.meta is None:
                 self.meta = rec
@@ -304,8 +369,8 @@ class Store:
         if s is None:
             s = Series(name, kind, version=v)
             self._series[name] = s
-        elif len(s) and x < s.x(-1):
-            s.sorted = False
+        elif len(s) and x < s.x(-1):  # back in time: it replaces this series' later points
+            s.cut_from(x, v)
         s.extend(array("d", (val,)), array("q", (x,)), v)
         self._changed.add(s)
 
@@ -319,7 +384,6 @@ class Store:
             if e is None:
                 e = Series(ema_name, "derived", version=v)
                 e.follow_x(src)
-                e.sorted = src.sorted
                 self._series[ema_name] = e
             if len(e) == len(src):
                 continue

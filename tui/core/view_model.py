@@ -46,16 +46,21 @@ class HeaderInfo:
     elapsed: str
     skipped: int
     mode: str
+    reason: str = ""  # why the status is what it is (the header's tooltip)
+    dropped: int = 0  # records a live socket skipped for this viewer
+    gpu: str = ""  # "GPU n/a" on a run without NVML readings (shown where the panel is hidden)
+    ranks: str = ""  # "rank 0 of 4 files" for a directory of rank logs
 
 
 @dataclass(frozen=True)
 class CrashInfo:
-    exception: str
+    exception: str  # the headline: the exception, the signal, or the status's reason
     step: int | None
     last_values: str
     diagnosis: str
     summary: str
     hint: str = ""
+    label: str = "CRASHED"  # "CRASHED", or "KILLED" for a fatal signal
 
 
 @contextlib.contextmanager
@@ -137,10 +142,10 @@ class Clock:
 # ----------------------------------------------------------------------------- model
 
 
-def new_model(label: str) -> Any:
+def new_model(label: str, config: Any | None = None) -> Any:
     from dltop.tui.core.run import RunModel
 
-    return RunModel(label)
+    return RunModel(label, config)
 
 
 def model_version(model: Any) -> int:
@@ -156,14 +161,29 @@ def window_of(model: Any, state: ViewState) -> tuple[int, int]:
     return panels.window(model.store, state)
 
 
-def window_around(model: Any, step: int) -> tuple[int, int] | None:
-    """A window centred on ``step``; ``None`` (the whole run) when the run is short."""
+def clamp_step(model: Any, step: int) -> tuple[int, str | None] | None:
+    """``step`` moved into the run's range, with a note for the person when it had to be;
+    ``None`` before the first point (there is nowhere to go yet)."""
     b = panels.bounds(model.store)
     if b is None:
         return None
     first, last = b
+    if step < first:
+        return first, f"step {step} is before the run (first step {first}): showing {first}"
+    if step > last:
+        return last, f"step {step} is past the run (last step {last}): showing {last}"
+    return step, None
+
+
+def window_around(model: Any, step: int) -> tuple[int, int] | None:
+    """A window centred on ``step`` (clamped to the run), ``None`` before any data."""
+    b = panels.bounds(model.store)
+    if b is None:
+        return None
+    first, last = b
+    step = min(last, max(first, step))
     half = max(25, (last - first) // 10)
-    return max(first, step - half), min(last, step + half) if step <= last else step + half
+    return max(first, step - half), min(last, step + half)
 
 
 def window_for_alert(model: Any, alert: Alert) -> tuple[int, int] | None:
@@ -196,15 +216,26 @@ def next_alert_key(alerts: list[Alert], selected: str | None) -> str | None:
 # ----------------------------------------------------------------------------- header
 
 
+_UNSET: Any = object()
+
+
 def header_info(
-    model: Any, now: float, state: ViewState, follow: bool, error: str | None = None
+    model: Any,
+    now: float,
+    state: ViewState,
+    follow: bool,
+    error: str | None = None,
+    *,
+    run_state: Any = _UNSET,
+    ranks: str = "",
 ) -> HeaderInfo:
-    """The header line: identity, status with the age of the last record, speed, counts."""
+    """The header line: identity, status with the age of the last record, speed, counts.
+    ``run_state``: the model's status when the caller has it already (one pid check)."""
     store = model.store
     meta = store.meta or {}
     engine = getattr(model, "engine", None)
     run = str(meta.get("run_id") or os.path.basename(str(model.label)))
-    st = model.status(now)
+    st = model.status(now) if run_state is _UNSET else run_state
     status = getattr(st, "status", "unknown") if st is not None else "unknown"
     age_s = getattr(st, "last_record_age", None) if st is not None else None
     if age_s is None and store.last_t is not None:
@@ -233,6 +264,10 @@ def header_info(
         mode.append("replay")
     if model.resets:
         mode.append(f"restarted ×{model.resets}")
+    if store.resumes:  # the log went back to an earlier step: the later records replaced
+        n = len(store.resumes)
+        mode.append(f"resumed at {store.resumes[-1]}" + (f" (×{n})" if n > 1 else ""))
+    gpu = gpu_na_reason(model)
     return HeaderInfo(
         run=run,
         host=str(meta.get("host") or ""),
@@ -244,31 +279,104 @@ def header_info(
         elapsed=elapsed,
         skipped=int(model.malformed),
         mode="  ".join(mode),
+        reason=str(getattr(st, "reason", "") or "") if st is not None else "",
+        dropped=int(getattr(store, "dropped", 0)),
+        gpu="GPU n/a" if gpu is not None and gpu != WAITING_FOR_SYS else "",
+        ranks=ranks,
     )
+
+
+def rank_note(files: list[Any], chosen: Any) -> str:
+    """'rank 0 of 4 files' for a directory source; '' for a single log."""
+    if not files or chosen is None:
+        return ""
+    rank = f"rank {chosen.rank}" if chosen.rank is not None else os.path.basename(chosen.path)
+    return f"{rank} of {len(files)} file{'s' if len(files) != 1 else ''}"
+
+
+def rank_lines(files: list[Any], chosen: Any) -> list[str]:
+    """One line per rank file (the shown one marked), for the help screen."""
+    out = []
+    for f in files:
+        mark = "▶" if chosen is not None and f.path == chosen.path else " "
+        rank = f"rank {f.rank}" if f.rank is not None else "rank ?"
+        out.append(f"{mark} {rank:<8} {os.path.basename(f.path)}  {_size(f.size)}")
+    return out
+
+
+def _size(n: int) -> str:
+    from dltop.tui.core.chartdata import format_bytes
+
+    return format_bytes(float(n))
 
 
 # ----------------------------------------------------------------------------- crash, GPU
 
 
-def crash_info(model: Any) -> CrashInfo | None:
-    """The crash banner's content, when the log records an exception, OOM or fatal signal."""
-    store = model.store
-    ev = None
+_FATAL = ("exception", "oom", "signal")
+SIGNAL_HELP = {
+    "SIGTERM": "a scheduler (time limit, preemption) or a kill asked the run to stop",
+    "SIGHUP": "the terminal or ssh session that started the run went away",
+    "SIGINT": "interrupted from the keyboard (Ctrl-C)",
+}
+VANISHED_HELP = (
+    "no exception and no exit record: SIGKILL or the kernel's OOM killer leave no trace "
+    "(check dmesg and the scheduler's log)"
+)
+
+
+def _fatal_event(store: Any) -> dict[str, Any] | None:
+    """The last event that ended the run: an exception, an OOM, or a signal other than an
+    interrupt (Ctrl-C is the person's choice, not a crash), unless steps followed it."""
     for e in reversed(store.events):
-        if e.get("type") in ("exception", "oom"):
-            ev = e
-            break
-    if ev is None:
-        return None
-    exc = str(ev.get("exc_type") or ev.get("type") or "error")
-    msg = str(ev.get("message") or "").strip().splitlines()
-    text = f"{exc}: {msg[0][:300]}" if msg else exc
-    step = ev.get("step") if type(ev.get("step")) is int else store.last_step
+        kind = e.get("type")
+        if kind not in _FATAL:
+            continue
+        if e.get("interrupted") is True or str(e.get("exc_type") or "").endswith(
+            "KeyboardInterrupt"
+        ):
+            return None
+        if kind == "signal":
+            if e.get("signal") == "SIGINT":
+                return None
+            at, last = e.get("step"), store.last_step
+            if type(at) is int and last is not None and last > at:
+                return None  # the run handled it and went on training
+        return e
+    return None
+
+
+def _last_values(store: Any) -> str:
     last: list[str] = []
     for name, unit in (("loss", ""), ("grad_norm", ""), ("lr", ""), ("mem_allocated", "B")):
         v = store.latest(name)
         if v is not None:
             last.append(f"{name} {format_value(v, unit)}")
+    return "  ".join(last)
+
+
+def crash_info(model: Any, run_state: Any = None) -> CrashInfo | None:
+    """The crash banner's content: an exception or OOM event (with its diagnosis), a fatal
+    signal, or a run the status calls crashed without either (a vanished process)."""
+    store = model.store
+    ev = _fatal_event(store)
+    crashed = getattr(run_state, "status", None) == "crashed"
+    if ev is None and not crashed:
+        return None
+    last = _last_values(store)
+    if ev is None:  # crashed, but the log says nothing: the status's reason is all we know
+        reason = str(getattr(run_state, "reason", "") or "the run crashed")
+        return CrashInfo(reason, store.last_step, last, "process gone", VANISHED_HELP)
+    step = ev.get("step") if type(ev.get("step")) is int else store.last_step
+    if ev.get("type") == "signal":
+        sig = str(ev.get("signal") or "a signal")
+        why = SIGNAL_HELP.get(sig, "the process was sent a fatal signal")
+        return CrashInfo(
+            f"terminated by {sig}", step, last, "stopped from outside", why, "", "KILLED"
+        )
+    exc = str(ev.get("exc_type") or ev.get("type") or "error")
+    msg = str(ev.get("message") or "").strip().splitlines()
+    text = f"{exc}: {msg[0][:300]}" if msg else exc
     diagnosis = summary = ""
     hint = ""
     try:
@@ -282,12 +390,11 @@ def crash_info(model: Any) -> CrashInfo | None:
             hint = f"raised at {frame}"
     except Exception:  # a damaged catalogue must not take the banner down
         pass
-    hint = (
-        (hint + "  — press a for the checklist").strip(" —")
-        if hint
-        else "press a for the checklist"
-    )
-    return CrashInfo(text, step, "  ".join(last), diagnosis, summary, hint)
+    hint = f"{hint}  — press a for the checklist" if hint else "press a for the checklist"
+    return CrashInfo(text, step, last, diagnosis, summary, hint)
+
+
+WAITING_FOR_SYS = "waiting for system samples"
 
 
 def gpu_na_reason(model: Any) -> str | None:
@@ -304,7 +411,7 @@ def gpu_na_reason(model: Any) -> str | None:
         return "CUDA device, but no NVML readings in the log yet"
     if store.kinds.get("sys", 0) or devices:
         return "no NVIDIA GPU in this run (CPU): utilisation and GPU memory are N/A"
-    return "waiting for system samples"
+    return WAITING_FOR_SYS
 
 
 def checklist_view(model: Any, alert: Alert, lang: str) -> tuple[str, list[Any]]:
