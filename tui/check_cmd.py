@@ -18,8 +18,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from dltop.probe.schema import LineDecoder, sanitize
+from dltop.tui import thresholds_args
 from dltop.tui.core.alerts import SEVERITY_RANK, Alert
-from dltop.tui.core.rules import Config, ConfigError, RuleEngine, parse_override
+from dltop.tui.core.rules import Config, ConfigError, RuleEngine
 from dltop.tui.core.status import RunState, local_pid_alive
 
 EXIT_OK, EXIT_WARN, EXIT_CRIT, EXIT_UNREADABLE = 0, 1, 2, 3
@@ -52,16 +53,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--json", action="store_true", help="print one JSON object instead of the report"
     )
-    parser.add_argument(
-        "--config", metavar="FILE", help="a TOML file of alert thresholds (see docs/alerts.md)"
-    )
-    parser.add_argument(
-        "--set",
-        metavar="SECTION.KEY=VALUE",
-        action="append",
-        default=[],
-        help="override one threshold, e.g. --set data_bound.warn=0.15 (repeatable)",
-    )
+    thresholds_args.add_arguments(parser)
     parser.add_argument("--lang", default="en", help="checklist language (en, zh)")
     parser.add_argument(
         "--print-config",
@@ -72,9 +64,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     try:
-        config = Config.load(args.config, dict(parse_override(s) for s in args.set))
+        config = thresholds_args.load(args)
     except ConfigError as exc:
-        return _fail(str(exc), "see docs/alerts.md for the keys, or `dltop check --print-config`")
+        return _fail(str(exc), thresholds_args.HINT)
     if args.print_config:
         sys.stdout.write(config.to_toml())
         return EXIT_OK

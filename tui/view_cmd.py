@@ -14,6 +14,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from dltop.tui import thresholds_args
+
 EXIT_NO_SOURCE = 3
 RUNS_DIR = "dltop-runs"
 START_HINT = (
@@ -54,16 +56,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--replay", action="store_true", help="read the log once, do not follow it")
     parser.add_argument("--lang", default="en", help="checklist language (default en)")
-    parser.add_argument(
-        "--config", metavar="FILE", help="a TOML file of alert thresholds (see docs/alerts.md)"
-    )
-    parser.add_argument(
-        "--set",
-        metavar="SECTION.KEY=VALUE",
-        action="append",
-        default=[],
-        help="override one threshold, e.g. --set data_bound.warn=0.15 (repeatable)",
-    )
+    thresholds_args.add_arguments(parser)
 
 
 class SourceError(Exception):
@@ -146,14 +139,12 @@ def resolve_source(source: str | None, cwd: Path | None = None) -> Path | str:
 
 def _thresholds(args: argparse.Namespace) -> Any:
     """The same thresholds as `dltop check` with the same flags, so the viewer and CI agree."""
-    from dltop.tui.core.rules import Config, ConfigError, parse_override
+    from dltop.tui.core.rules import ConfigError
 
     try:
-        return Config.load(args.config, dict(parse_override(s) for s in args.set))
+        return thresholds_args.load(args)
     except ConfigError as e:
-        raise SourceError(
-            f"{e} (hint: see docs/alerts.md, or `dltop check --print-config`)"
-        ) from None
+        raise SourceError(f"{e} (hint: {thresholds_args.HINT})") from None
 
 
 def run(args: argparse.Namespace) -> int:

@@ -1,0 +1,33 @@
+"""The ``--config FILE`` / ``--set SECTION.KEY=VALUE`` flags, shared by ``dltop check`` and
+the viewer so that a threshold set for CI gives the same alerts on screen."""
+
+from __future__ import annotations
+
+import argparse
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from dltop.tui.core.rules import Config
+
+HINT = "see docs/alerts.md for the keys, or `dltop check --print-config`"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--config", metavar="FILE", help="a TOML file of alert thresholds (see docs/alerts.md)"
+    )
+    parser.add_argument(
+        "--set",
+        metavar="SECTION.KEY=VALUE",
+        action="append",
+        default=[],
+        help="override one threshold, e.g. --set data_bound.warn=0.15 (repeatable)",
+    )
+
+
+def load(args: argparse.Namespace) -> Config:
+    """The thresholds the flags ask for; raises ``ConfigError`` (one line) when they are wrong.
+    The rules package loads here, not at import: ``dltop --help`` stays instant."""
+    from dltop.tui.core.rules import Config, parse_override
+
+    return Config.load(args.config, dict(parse_override(s) for s in args.set))
