@@ -95,6 +95,7 @@ def bench_tensorboard(n: int, tmp: str) -> tuple[float, float] | str:
 
 
 def bench_wandb(n: int, tmp: str) -> tuple[float, float] | str:
+    os.environ.setdefault("WANDB_SILENT", "true")  # its run summary would bury our table
     try:
         import wandb
     except ImportError:
