@@ -11,8 +11,8 @@ import time
 from pathlib import Path
 
 import pytest
-from dltop.probe.schema import encode_record
-from dltop.tui.core import backfill
+from dltop.probe.schema import LineDecoder, encode_record
+from dltop.tui.core import backfill, sources
 from dltop.tui.core.run import RunModel
 from dltop.tui.core.sources import (
     DirectorySource,
@@ -229,6 +229,50 @@ def test_tail_first_ends_identical_to_a_plain_replay(tmp_path: Path) -> None:
         assert [repr(v) for v in a.ys] == [repr(v) for v in b.ys], name  # NaN == NaN here
     assert plain.records == tailed.records and plain.store.events == tailed.store.events
     if plain.engine is not None:
+        assert [(x.id, x.step) for x in plain.alerts()] == [(x.id, x.step) for x in tailed.alerts()]
+
+
+def test_backfill_reads_in_few_big_blocks_and_parses_in_small_pieces(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every read releases the GIL and takes it straight back, which starves the UI's event
+    loop when reads come every millisecond (CPython's convoy effect): a backfill reads
+    ``READ_BLOCK`` bytes per ``os.pread`` and parses them ``chunk_size`` at a time, and
+    ends identical to a plain replay read in small chunks."""
+    path = tmp_path / "big.jsonl"
+    write(path, [meta()] + [step(i, grad_norm=1.0 + (i % 5)) for i in range(6000)])
+    size = path.stat().st_size
+    block, chunk = 64 << 10, 4096
+    monkeypatch.setattr(sources, "READ_BLOCK", block)
+    reads: list[int] = []
+    fed: list[int] = []
+    real_pread, real_feed = os.pread, LineDecoder.feed
+
+    def pread(fd: int, n: int, off: int) -> bytes:
+        reads.append(n)
+        return real_pread(fd, n, off)
+
+    def feed(self: LineDecoder, data: bytes) -> list[dict]:
+        fed.append(len(data))
+        return real_feed(self, data)
+
+    monkeypatch.setattr(os, "pread", pread)
+    monkeypatch.setattr(LineDecoder, "feed", feed)
+    tailed = RunModel("x")
+    FileSource(
+        path, tailed, follow=False, tail_first=20_000, tail_bytes=9_000, chunk_size=chunk
+    ).run()
+    passes = 2 if tailed.engine is not None else 1  # the charts, then the rules
+    # the backfill's blocks (two passes), the tail, the head lines, the end-of-file reads
+    assert len(reads) <= passes * (size // block + 2) + 10, reads
+    assert max(fed) <= chunk and len(fed) >= passes * size // chunk
+    monkeypatch.setattr(os, "pread", real_pread)
+    plain = RunModel("x")
+    FileSource(path, plain, follow=False, tail_first=None, chunk_size=1000).run()
+    assert steps_of(tailed) == steps_of(plain) == list(range(6000))
+    assert list(tailed.store.series("grad_norm").ys) == list(plain.store.series("grad_norm").ys)
+    if plain.engine is not None:
+        assert tailed.engine.steps == plain.engine.steps == 6000
         assert [(x.id, x.step) for x in plain.alerts()] == [(x.id, x.step) for x in tailed.alerts()]
 
 

@@ -44,7 +44,7 @@ class TailFirst:
     _fd: int
     _dec: LineDecoder
     _stop: threading.Event
-    # and FileSource's _notify(), _read_chunk(), _check_file(), _remember_head()
+    # and FileSource's _notify(), _read_chunk(), _pieces(), _check_file(), _remember_head()
 
     def _tail_first(self, size: int) -> None:
         """Show the last ``tail_bytes`` at once, then build the whole run off-lock and swap.
@@ -73,12 +73,11 @@ class TailFirst:
         live_dec = LineDecoder()
         staged = self.model.staging(rules=False)
         last = time.monotonic()
-        while not self._stop.is_set():
-            data = os.pread(self._fd, self.chunk_size, self.offset)
-            if not data:
-                break
-            self.offset += len(data)
-            staged.ingest(self._dec.feed(data))
+        for off, piece in self._pieces(self._fd, self.offset):  # few reads: see READ_BLOCK
+            if self._stop.is_set():
+                return
+            self.offset = off
+            staged.ingest(self._dec.feed(piece))
             now = time.monotonic()
             if now - last >= PROGRESS:  # progress and live records, not one message per chunk
                 last = now
@@ -108,16 +107,14 @@ class TailFirst:
         fd = os.dup(self._fd)  # the follow loop may reopen the path (rotation) meanwhile
         try:
             dec = LineDecoder()
-            off = 0
             last = time.monotonic()
-            while off < upto and error is None:
+            # ends early if the log was truncated under us: the follow loop restarts the run
+            for off, piece in self._pieces(fd, 0, upto):
                 if self._stop.is_set():
                     return
-                data = os.pread(fd, min(self.chunk_size, upto - off), off)
-                if not data:
-                    break  # truncated under us: the follow loop restarts the run
-                off += len(data)
-                error = feed_engine(engine, dec.feed(data))
+                error = feed_engine(engine, dec.feed(piece))
+                if error is not None:
+                    break
                 now = time.monotonic()
                 if now - last >= PROGRESS:
                     last = now
@@ -133,10 +130,7 @@ class TailFirst:
 
     def _follow_a_little(self) -> None:
         """One bounded round of the follow loop (new records, truncation, rotation)."""
-        budget = CHUNK_LIVE
-        while budget > 0 and self._read_chunk():
-            budget -= self.chunk_size
-        if budget == CHUNK_LIVE:
+        if not self._read_chunk(CHUNK_LIVE):
             self._check_file()
 
     # -- end-of-file checks ----------------------------------------------------------------

@@ -28,7 +28,7 @@ import contextlib
 import os
 import threading
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from dltop.probe.schema import META, LineDecoder, decode_line
@@ -49,6 +49,13 @@ __all__ = [
 # 64 KB 2.7 s / 110 MB, 256 KB 3.0 s / 114 MB, 1 MB 3.6 s / 135 MB, 4 MB slower still:
 # small chunks keep the freshly parsed dicts in cache and few of them alive at once.
 CHUNK = 64 << 10
+# Bytes per ``os.pread``, parsed ``CHUNK`` at a time. Few reads, not small ones: a read
+# releases the GIL and takes it straight back, and a thread waiting for the GIL (the UI's
+# event loop, back from ``select``) only asks for it after a whole switch interval (5 ms)
+# with no GIL hand-over meanwhile. A reader doing a 64 KB read every ~1 ms so starved the
+# event loop: 200-500 ms stalls while a big log loaded (CPython's "convoy effect"; see
+# docs/viewer.md, "Speed").
+READ_BLOCK = 4 << 20
 SLICE = 4096  # records per lock hold, so the UI never waits long for the lock
 POLL = 0.2  # seconds between polls at end of file
 TAIL_FIRST = 16 << 20  # logs bigger than this show their tail first (~65 k steps; see benchmark)
@@ -173,16 +180,31 @@ class FileSource(TailFirst):
             os.close(self._fd)
             self._fd = -1
 
-    def _read_chunk(self) -> bool:
-        """Read, parse and deliver one chunk; False at end of file."""
-        data = os.pread(self._fd, self.chunk_size, self.offset)
-        if not data:
-            return False
-        self.offset += len(data)
-        if self._head is None:
-            self._remember_head()
-        self._deliver(self._dec.feed(data))
-        return True
+    def _read_chunk(self, limit: int = READ_BLOCK) -> bool:
+        """Read up to ``limit`` bytes (one read), parse and deliver them a chunk at a time;
+        False at end of file."""
+        got = False
+        for off, piece in self._pieces(self._fd, self.offset, self.offset + limit):
+            self.offset = off
+            if not got:
+                got = True
+                if self._head is None:
+                    self._remember_head()
+            self._deliver(self._dec.feed(piece))
+        return got
+
+    def _pieces(self, fd: int, off: int, upto: int | None = None) -> Iterator[tuple[int, bytes]]:
+        """The file's bytes from ``off`` to ``upto`` (None: to its end, as it grows) in
+        ``chunk_size`` pieces, each with the offset just past it, read ``READ_BLOCK`` bytes
+        per ``os.pread`` (see READ_BLOCK)."""
+        while upto is None or off < upto:
+            data = os.pread(fd, READ_BLOCK if upto is None else min(READ_BLOCK, upto - off), off)
+            if not data:
+                return
+            for i in range(0, len(data), self.chunk_size):
+                piece = data[i : i + self.chunk_size]
+                off += len(piece)
+                yield off, piece
 
     def _deliver(self, records: list[dict[str, Any]]) -> None:
         model = self.model
