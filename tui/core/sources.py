@@ -138,7 +138,9 @@ class FileSource(TailFirst):
             if self.tail_first and size > self.tail_first:
                 self._tail_first(size)
             while not self._stop.is_set():
-                if self._read_chunk():
+                # a backlog in big reads (see READ_BLOCK); once caught up, what a poll finds
+                # a chunk per read: measured, that keeps a live run's event-loop lag lower
+                if self._read_chunk(self.chunk_size if self.caught_up.is_set() else READ_BLOCK):
                     continue
                 self.caught_up.set()
                 if not self.follow:
