@@ -216,3 +216,21 @@ def test_goto_steps_are_clamped_to_the_run(tmp_path: Path) -> None:
     assert step == 299 and note is not None and "past the run" in note
     assert vm.window_around(model, 5000) == (270, 299)
     assert vm.clamp_step(RunModel("empty"), 3) is None
+
+
+def test_the_checklist_that_opens_by_itself_is_the_first_critical_alert() -> None:
+    from dltop.tui.core.alerts import Alert
+
+    def alert(aid: str, step: int | None, severity: str) -> Alert:
+        return Alert(id=aid, severity=severity, step=step, title=aid, message=aid)
+
+    assert vm.alert_to_explain([]) is None
+    assert vm.alert_to_explain([alert("loss_spike", 5, "warning")]) is None  # warnings wait
+    alerts = [
+        alert("nan_loss", 129, "critical"),
+        alert("loss_spike", 100, "warning"),
+        alert("grad_explosion", 116, "critical"),
+        alert("nan_grad", 125, "critical"),
+    ]
+    assert vm.alert_to_explain(alerts) == "grad_explosion@116"
+    assert vm.alert_to_explain(list(reversed(alerts))) == "grad_explosion@116"  # order-free

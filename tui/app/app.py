@@ -102,6 +102,7 @@ class DltopApp(App[int]):
         self.ended = False
         self._drawn: dict[str, Any] = {}
         self._pane_user: bool | None = None  # None: follow the selection
+        self._auto_explained = False  # the first critical alert's checklist was opened
         self._zoomed: str | None = None
         self.last_screenshot: str | None = None  # path of the latest `e` screenshot
 
@@ -199,6 +200,7 @@ class DltopApp(App[int]):
         self.state = vm.ViewState(smoothing=self.state.smoothing, log_loss=self.state.log_loss)
         self._drawn.clear()
         self._pane_user = None
+        self._auto_explained = False
         self.notify(f"new run: {message.reason}", severity="warning", timeout=6)
 
     def on_source_failed(self, message: SourceFailed) -> None:
@@ -252,6 +254,7 @@ class DltopApp(App[int]):
             charts_due = changed_state or (new_data and not self.state.paused)
             if info_due:
                 alerts = vm.alerts_of(model)
+                self._explain_first_critical(alerts)
                 crash = vm.crash_info(model, run_state)
                 gpu_na = vm.gpu_na_reason(model)
                 checklist = self._checklist_view(alerts) if self._pane_shown() else None
@@ -294,6 +297,19 @@ class DltopApp(App[int]):
             return None, "", []
         title, steps = vm.checklist_view(self.model, alert, self.lang)
         return alert, title, steps
+
+    def _explain_first_critical(self, alerts: list[Any]) -> None:
+        """Open the checklist of the first critical alert, once per run, unless the person
+        already chose an alert or closed the pane, or the terminal is small: the diagnosis
+        is on screen without a key, and the window keeps following the run."""
+        if self._auto_explained or self.state.selected is not None or self._pane_user is not None:
+            return
+        if self.screen.has_class("-compact"):
+            return  # at 80x24 the pane would take the charts' room: the badge and `a` suffice
+        key = vm.alert_to_explain(alerts)
+        if key is not None:
+            self._auto_explained = True
+            self.state = vm.replace_state(self.state, selected=key)
 
     def _pane_shown(self) -> bool:
         if self._pane_user is not None:

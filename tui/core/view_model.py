@@ -95,6 +95,18 @@ def alert_window(alert: Alert, first: int, last: int) -> tuple[int, int]:
     return max(first, s - pad), min(last, max(e + pad, s + 1))
 
 
+def alert_to_explain(alerts: list[Alert]) -> str | None:
+    """The alert whose checklist opens by itself: the first to go critical (earliest
+    step), since what broke first usually explains what followed (an explosion before the
+    NaN, an OOM before the crash). ``None`` while nothing is critical: warnings wait for
+    the person to choose. Deterministic, so a replay opens what the live view opened."""
+    critical = [a for a in alerts if a.severity == CRITICAL]
+    if not critical:
+        return None
+    first = min(critical, key=lambda a: (a.step if a.step is not None else 1 << 62, a.t or 0.0))
+    return alert_key(first)
+
+
 def find_alert(alerts: list[Alert], key: str | None) -> Alert | None:
     for a in alerts:
         if alert_key(a) == key:
