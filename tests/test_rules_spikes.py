@@ -134,3 +134,20 @@ def test_lr_checklist_step_reads_the_lr_at_the_alert_not_at_the_end() -> None:
     assert eng.facts()["lr_last"].value < 1e-3
     marks = {c.step.id: c for c in evaluate(checklist_for(a), eng.facts(), a)}
     assert marks["lr_high"].mark == "yes" and marks["lr_high"].evidence == "lr = 0.1 at step 600"
+
+
+def test_divergence_checklist_judges_the_rise_at_the_alert_not_the_last_finite_losses() -> None:
+    """A run that diverges and ends in NaN: the last *finite* losses may be low again, but
+    the rise the alert measured is what the first step must answer."""
+    from dltop.tui.core.checklists import checklist_for, evaluate
+
+    def blow_up(i: int, x: float) -> float:
+        if i >= 700:
+            return float("nan")
+        return x * 1.05 ** (i - 600) if i >= 600 else x
+
+    eng = run_engine(Run(steps=800, loss_at=blow_up))
+    (a,) = [x for x in alerts_of(eng, "divergence") if x.severity == "critical"]
+    marks = {c.step.id: c for c in evaluate(checklist_for(a), eng.facts(), a)}
+    assert marks["loss_rise"].mark == "yes", marks["loss_rise"]
+    assert marks["loss_rise"].evidence.startswith("ratio = ") and "×" in marks["loss_rise"].evidence
