@@ -234,3 +234,19 @@ def test_the_checklist_that_opens_by_itself_is_the_first_critical_alert() -> Non
     ]
     assert vm.alert_to_explain(alerts) == "grad_explosion@116"
     assert vm.alert_to_explain(list(reversed(alerts))) == "grad_explosion@116"  # order-free
+
+
+def test_checklist_title_is_not_said_twice() -> None:
+    """A crash alert and its checklist can share a title; the pane says it once."""
+    import tempfile
+
+    from dltop.tui.core.run import RunModel
+    from test_app_support import write_log
+
+    with tempfile.TemporaryDirectory() as tmp:
+        log = write_log(Path(tmp) / "crashed.jsonl", "crashed", 60)
+        model = RunModel("crashed")
+        model.ingest(read_records(str(log))[0])
+        (alert,) = [a for a in model.alerts() if a.id == "crash"]
+        title, steps = vm.checklist_view(model, alert, "en")
+        assert steps and title.count(alert.title) == 1, title

@@ -433,7 +433,8 @@ def checklist_view(model: Any, alert: Alert, lang: str) -> tuple[str, list[Any]]
     checklist = checklist_for(alert, lang)
     facts = model.engine.facts() if getattr(model, "engine", None) is not None else {}
     steps = evaluate(checklist, facts, alert)
-    title = f"{alert.title} — {checklist.title}" if checklist.title else alert.title
+    same = checklist.title.strip().lower() == alert.title.strip().lower()
+    title = f"{alert.title} — {checklist.title}" if checklist.title and not same else alert.title
     if checklist.error:
         title += f" ({checklist.error})"
     return title, list(steps)
