@@ -9,14 +9,11 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import signal
 import socket
 import subprocess
 import sys
 import textwrap
-import time
-from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -24,26 +21,9 @@ from dltop.probe import Probe, rendezvous
 from dltop.probe.schema import LineDecoder, encode_record, read_records
 from dltop.probe.socket_server import SocketServer
 from dltop.tui.core.stream import parse_address, peek
+from waiting import wait_for
 
 META = encode_record({"kind": "meta", "v": 1, "run_id": "r1", "t": 1.0})
-
-
-def wait_for(cond: Callable[[], bool], timeout: float = 30.0) -> bool:
-    """Poll ``cond`` until it holds; a bound on a hang, never a timing assertion."""
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        if cond():
-            return True
-        time.sleep(0.02)
-    return cond()
-
-
-@pytest.fixture
-def short_dir() -> Iterator[Path]:
-    d = Path("/tmp") / f"dltop-lc-{os.getpid()}-{time.monotonic_ns()}"
-    d.mkdir(mode=0o700)
-    yield d
-    shutil.rmtree(d, ignore_errors=True)
 
 
 @pytest.fixture

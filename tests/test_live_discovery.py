@@ -24,14 +24,6 @@ from dltop.tui.core import discover
 
 
 @pytest.fixture
-def short_dir() -> Iterator[Path]:
-    d = Path("/tmp") / f"dltop-ld-{os.getpid()}-{time.monotonic_ns()}"
-    d.mkdir(mode=0o700)
-    yield d
-    shutil.rmtree(d, ignore_errors=True)
-
-
-@pytest.fixture
 def run_dir(short_dir: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.setenv("XDG_RUNTIME_DIR", str(short_dir))
     return rendezvous.runtime_dir()

@@ -21,6 +21,7 @@ from dltop.tui.core.sources import (
     list_rank_files,
     open_source,
 )
+from waiting import wait_for
 
 POLL = 0.02
 
@@ -41,15 +42,6 @@ def write(path: Path, records: list[dict], mode: str = "ab") -> None:
 def steps_of(model: RunModel) -> list[int]:
     with model.lock:
         return list(model.store.step_x)
-
-
-def wait_for(cond, timeout: float = 10.0) -> bool:
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        if cond():
-            return True
-        time.sleep(0.01)
-    return cond()
 
 
 @pytest.fixture

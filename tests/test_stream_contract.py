@@ -15,7 +15,6 @@ figures (pinned CPUs, rounds, ratios) are ``benchmarks/stream.py``'s.
 from __future__ import annotations
 
 import os
-import shutil
 import signal
 import socket
 import subprocess
@@ -32,6 +31,7 @@ from dltop.probe.schema import LineDecoder, encode_record, read_records
 from dltop.probe.socket_server import SocketServer
 from dltop.tui.core.run import RunModel
 from dltop.tui.core.stream import SocketSource
+from waiting import wait_for
 
 
 def step(i: int) -> bytes:
@@ -41,24 +41,6 @@ def step(i: int) -> bytes:
 def steps_of(model: RunModel) -> list[int]:
     with model.lock:
         return list(model.store.step_x)
-
-
-def wait_for(cond: Callable[[], bool], timeout: float = 10.0) -> bool:
-    """Poll ``cond`` until it holds; a bound on a hang, never a timing assertion."""
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        if cond():
-            return True
-        time.sleep(0.01)
-    return cond()
-
-
-@pytest.fixture
-def short_dir() -> Iterator[Path]:
-    d = Path("/tmp") / f"dltop-tc-{os.getpid()}-{time.monotonic_ns()}"
-    d.mkdir(mode=0o700)
-    yield d
-    shutil.rmtree(d, ignore_errors=True)
 
 
 @pytest.fixture

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
 import socket
 import subprocess
@@ -18,7 +17,7 @@ import sys
 import textwrap
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -28,6 +27,7 @@ from dltop.probe.socket_server import SocketServer
 from dltop.tui import view_cmd
 from dltop.tui.core.run import RunModel
 from dltop.tui.core.stream import SocketSource, StreamError, parse_address, peek
+from waiting import wait_for
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -46,25 +46,6 @@ def step(i: int, t: float | None = None) -> bytes:
 def steps_of(model: RunModel) -> list[int]:
     with model.lock:
         return list(model.store.step_x)
-
-
-def wait_for(cond: Callable[[], bool], timeout: float = 10.0) -> bool:
-    """Poll ``cond`` until it holds; a bound on a hang, never a timing assertion."""
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        if cond():
-            return True
-        time.sleep(0.01)
-    return cond()
-
-
-@pytest.fixture
-def short_dir() -> Iterator[Path]:
-    """A private dir with a short path (AF_UNIX paths are limited to ~107 bytes)."""
-    d = Path("/tmp") / f"dltop-ts-{os.getpid()}-{time.monotonic_ns()}"
-    d.mkdir(mode=0o700)
-    yield d
-    shutil.rmtree(d, ignore_errors=True)
 
 
 @pytest.fixture
