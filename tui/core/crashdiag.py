@@ -10,6 +10,12 @@ broad ones. ``docs/checklists.md`` and ``tui/data/README.md`` describe the forma
 The rules engine turns the diagnosis into an ``oom`` or ``crash`` alert; this module
 never raises on a strange event or a damaged catalogue, since it runs while feeding
 records: a damaged catalogue yields the fallback diagnosis with the error in details.
+
+A log may be crafted, so its size must not decide how long diagnosis takes: a regex sees
+at most the first ``TEXT_HEAD`` and the last ``TEXT_TAIL`` characters of a message (each
+searched on its own, so no match spans the cut), an exception type's last ``TYPE_CHARS``,
+a traceback's last ``TRACEBACK_CHARS`` / ``TRACEBACK_ITEMS``; and every repetition in the
+catalogue is bounded (see its header). ``benchmarks/crash_match.py`` measures the result.
 """
 
 from __future__ import annotations
@@ -24,6 +30,14 @@ from dltop.tui.core.checklists import Root, data_root, format_bytes, unreadable
 ALERT_IDS = ("oom", "crash")
 DETAIL_TYPES = ("int", "float", "bytes", "text", "dtype")
 MAX_CAUSES = 4  # how deep a chain of causes ("raise X from Y") is followed
+# What the regexes see of untrusted text (see the module docstring). The probe keeps 4096
+# characters of a message, torch's longest (a state_dict listing every missing key) fit
+# in the head, and what a crash says last (the innermost frame, a wrapped error) in the tail.
+TEXT_HEAD = 32 << 10
+TEXT_TAIL = 8 << 10
+TYPE_CHARS = 256  # an exception type is a dotted name; its end is what the patterns test
+TRACEBACK_CHARS = 64 << 10  # the innermost frames are at the end
+TRACEBACK_ITEMS = 256
 _PATTERN_KEYS = {
     "id",
     "alert",
@@ -50,7 +64,7 @@ _UNITS = {
     "tib": 2**40,
 }
 _BYTES_RE = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*([A-Za-z]*)\s*$")
-_FRAME_RE = re.compile(r'File "([^"]+)", line (\d+), in (\S+)')
+_FRAME_RE = re.compile(r'File "([^"\n]{1,4096})", line (\d{1,12}), in (\S{1,256})')
 _LIBRARY_PARTS = (
     "site-packages",
     "dist-packages",
@@ -246,9 +260,9 @@ def diagnose(event: dict[str, Any], *, root: Root | None = None) -> CrashDiagnos
     if ev_type not in ("exception", "oom"):
         return None
     exc_type = _as_text(event.get("exc_type") or event.get("exception"))
-    if _NOT_A_CRASH.search(exc_type):
+    if _NOT_A_CRASH.search(exc_type[-TYPE_CHARS:]):
         return None
-    message = _as_text(event.get("message"))
+    message = windows(_as_text(event.get("message")))
     try:
         catalogue = load_catalogue(root)
     except CatalogueError as exc:
@@ -272,7 +286,7 @@ def diagnose(event: dict[str, Any], *, root: Root | None = None) -> CrashDiagnos
     return _diagnosis(catalogue.fallback, None, exc_type, message, event)
 
 
-def _causes(event: dict[str, Any]) -> list[tuple[str, str]]:
+def _causes(event: dict[str, Any]) -> list[tuple[str, tuple[str, ...]]]:
     """(type, message) of each recorded cause, nearest first: ``event["cause"]``, its own
     ``cause``, and so on (bounded; a malformed entry ends the chain)."""
     out: list[tuple[str, str]] = []
@@ -280,22 +294,46 @@ def _causes(event: dict[str, Any]) -> list[tuple[str, str]]:
     while isinstance(cause, dict) and len(out) < MAX_CAUSES:
         out.append((_as_text(cause.get("exc_type")), _as_text(cause.get("message"))))
         cause = cause.get("cause")
-    return out
+    return [(t, windows(m)) for t, m in out]
 
 
 def _as_text(value: Any) -> str:
-    return value if isinstance(value, str) else "" if value is None else str(value)
+    if isinstance(value, str):
+        return value
+    if isinstance(value, (int, float)):  # not text, but say what it was; never a container
+        try:
+            return str(value)
+        except ValueError:  # an int past sys.get_int_max_str_digits()
+            return ""
+    return ""
+
+
+def windows(text: str) -> tuple[str, ...]:
+    """The parts of ``text`` a regex sees: all of it when short, else its first
+    ``TEXT_HEAD`` and last ``TEXT_TAIL`` characters, each searched on its own."""
+    if len(text) <= TEXT_HEAD + TEXT_TAIL:
+        return (text,)
+    return (text[:TEXT_HEAD], text[-TEXT_TAIL:])
+
+
+def _search(regex: re.Pattern[str], texts: tuple[str, ...]) -> re.Match[str] | None:
+    for text in texts:
+        found = regex.search(text)
+        if found:
+            return found
+    return None
 
 
 def _matches(
-    pattern: CrashPattern, ev_type: str, exc_type: str, message: str
+    pattern: CrashPattern, ev_type: str, exc_type: str, message: tuple[str, ...]
 ) -> tuple[re.Match[str] | None, _Match | None] | None:
     """(the message match and its entry, when there is one) if the pattern applies."""
     for m in pattern.match:
-        found = m.regex.search(message)
+        found = _search(m.regex, message)
         if found:
             return found, m
-    if exc_type and any(r.search(exc_type) for r in pattern.exc_type):
+    tail = exc_type[-TYPE_CHARS:]
+    if tail and any(r.search(tail) for r in pattern.exc_type):
         return None, None
     if ev_type in pattern.event_type:
         return None, None
@@ -306,14 +344,14 @@ def _diagnosis(
     pattern: CrashPattern,
     hit: tuple[re.Match[str] | None, _Match | None] | None,
     exc_type: str,
-    message: str,
+    message: tuple[str, ...],
     event: dict[str, Any],
 ) -> CrashDiagnosis:
     details: dict[str, Any] = {}
     if exc_type:
         details["exc_type"] = exc_type
     for regex in pattern.extract:
-        found = regex.search(message)
+        found = _search(regex, message)
         if found:
             details.update({k: v for k, v in found.groupdict().items() if v is not None})
     found, entry = hit if hit else (None, None)
@@ -408,17 +446,22 @@ def last_user_frame(traceback: Any) -> str | None:
     """
     frames: list[tuple[str, str, str]] = []
     if isinstance(traceback, str):
-        frames = _FRAME_RE.findall(traceback)
+        frames = _FRAME_RE.findall(traceback[-TRACEBACK_CHARS:])
     elif isinstance(traceback, list):
-        for item in traceback:
+        budget = TRACEBACK_CHARS  # of text read in all, from the innermost item outwards
+        for item in reversed(traceback[-TRACEBACK_ITEMS:]):
+            if budget <= 0:
+                break
             if isinstance(item, str):
-                frames.extend(_FRAME_RE.findall(item))
+                frames[:0] = _FRAME_RE.findall(item[-budget:])
+                budget -= len(item)
             elif isinstance(item, dict):
-                file = item.get("file") or item.get("filename")
-                line = item.get("line") or item.get("lineno")
-                name = item.get("name") or item.get("func") or "?"
+                file = _as_text(item.get("file") or item.get("filename"))[-1024:]
+                line = _as_text(item.get("line") or item.get("lineno"))[:24]
+                name = _as_text(item.get("name") or item.get("func"))[:256]
                 if file:
-                    frames.append((str(file), str(line or "?"), str(name)))
+                    frames.insert(0, (file, line or "?", name or "?"))
+                budget -= len(file) + len(line) + len(name)
     if not frames:
         return None
     user = [f for f in frames if not any(part in f[0] for part in _LIBRARY_PARTS)]

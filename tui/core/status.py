@@ -65,7 +65,7 @@ def run_state(e: RuleEngine, now: float | None = None, pid_alive: bool | None = 
     ex = crashes.exception
     what = ""
     if ex is not None:
-        msg = str(ex.get("message") or "").strip().splitlines()
+        msg = str(ex.get("message") or "").strip()[:1024].splitlines()
         what = f"{ex.get('exc_type') or 'exception'}" + (f": {msg[0][:120]}" if msg else "")
     sig = crashes.signal
     exit_status = crashes.exit_status

@@ -387,7 +387,7 @@ def crash_info(model: Any, run_state: Any = None) -> CrashInfo | None:
             f"terminated by {sig}", step, last, "stopped from outside", why, "", "KILLED"
         )
     exc = str(ev.get("exc_type") or ev.get("type") or "error")
-    msg = str(ev.get("message") or "").strip().splitlines()
+    msg = str(ev.get("message") or "").strip()[:1024].splitlines()
     text = f"{exc}: {msg[0][:300]}" if msg else exc
     diagnosis = summary = ""
     hint = ""

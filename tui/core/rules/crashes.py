@@ -107,7 +107,7 @@ class Crashes(Rule):
             summary, checklist, pattern, details = message, None, "unknown", {}
         if not (self.oom_on if alert_id == "oom" else self.crash_on):
             return
-        short = message.strip().splitlines()[0][:200] if message.strip() else ""
+        short = message.strip()[:1024].splitlines()[0][:200] if message.strip() else ""
         ev: dict[str, Any] = {
             "pattern": pattern,
             "exc_type": exc_type,
