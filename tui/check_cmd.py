@@ -21,6 +21,7 @@ from dltop.probe.schema import LineDecoder, sanitize
 from dltop.tui import thresholds_args
 from dltop.tui.core.alerts import SEVERITY_RANK, Alert
 from dltop.tui.core.rules import Config, ConfigError, RuleEngine
+from dltop.tui.core.sourcefiles import SourceError, is_missing, open_log
 from dltop.tui.core.status import RunState, local_pid_alive
 
 EXIT_OK, EXIT_WARN, EXIT_CRIT, EXIT_UNREADABLE = 0, 1, 2, 3
@@ -115,13 +116,22 @@ def _log_files(source: str) -> list[str]:
         raise CheckError(f"{source} is a live socket; `dltop check` reads log files")
     if os.path.isdir(source):
         files = sorted(os.path.join(source, n) for n in os.listdir(source) if n.endswith(".jsonl"))
-        files = [f for f in files if os.path.isfile(f)]
+        files = [f for f in files if not os.path.isdir(f)]  # a FIFO there: skipped with a note
         if not files:
             raise CheckError(f"directory {source} holds no .jsonl log")
         return files
-    if not os.path.exists(source):
+    if is_missing(source):
         raise CheckError(f"{source}: no such file or directory")
     return [source]
+
+
+def _open_log(path: str) -> int:
+    """A regular file's descriptor; a FIFO, device or symlink loop is a CheckError, never
+    a read that blocks or never ends (sourcefiles.open_log)."""
+    try:
+        return open_log(path)
+    except SourceError as exc:
+        raise CheckError(str(exc)) from None
 
 
 def check_file(path: str, config: Config) -> FileResult:
@@ -129,7 +139,7 @@ def check_file(path: str, config: Config) -> FileResult:
     dec = LineDecoder()
     engine = RuleEngine(config)
     try:
-        with open(path, "rb") as f:
+        with os.fdopen(_open_log(path), "rb") as f:
             while chunk := f.read(1 << 20):
                 engine.feed_many(dec.feed(chunk))
     except IsADirectoryError:

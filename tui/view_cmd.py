@@ -120,7 +120,9 @@ def resolve_source(source: str | None, cwd: Path | None = None) -> Path | str:
         if not any(path.glob("*.jsonl")):
             raise SourceError(f"{source}: directory has no *.jsonl logs (hint: pass the log file)")
         return path
-    if not path.exists():
+    from dltop.tui.core.sourcefiles import is_missing
+
+    if is_missing(str(path)):  # a symlink loop or no permission: named by check_log_file
         hint = ""
         if not source.endswith(".jsonl"):
             hint = " (hint: a log path ends in .jsonl)"

@@ -3,12 +3,20 @@
 Errors a user can cause (a typo in the path, a file they cannot read, a file that is not
 a dltop log) must end as one line the CLI prints without a traceback, so they are raised
 here, synchronously, as :class:`SourceError`.
+
+Only a regular file is ever read as a log (:func:`open_log`): a FIFO blocks its reader
+until a writer comes, ``/dev/zero`` never ends, a socket cannot be opened, and opening a
+device can act on it (a tape rewinds). Such a path is refused from its ``stat`` without
+being opened, and what is opened is ``fstat``-ed again, so a file swapped in between cannot
+block us either.
 """
 
 from __future__ import annotations
 
+import errno
 import os
 import re
+import stat
 from dataclasses import dataclass
 
 from dltop.probe.schema import META, decode_line
@@ -21,6 +29,95 @@ class SourceError(Exception):
     """A source that cannot be opened; ``str()`` is one line with a hint."""
 
 
+# O_NONBLOCK: opening a FIFO swapped in after our stat returns at once instead of waiting
+# for a writer; on a regular file it changes nothing. O_NOCTTY: a terminal never becomes ours.
+_OPEN_FLAGS = os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | getattr(os, "O_CLOEXEC", 0)
+_PASS_LOG = "pass the .jsonl file the probe writes"
+_NOT_A_FILE = (
+    (stat.S_ISDIR, "a directory", "pass it as the source to list its rank files"),
+    (stat.S_ISFIFO, "a FIFO (named pipe)", f"a pipe would block the reader; {_PASS_LOG}"),
+    (stat.S_ISCHR, "a character device", f"a device is never read as a log; {_PASS_LOG}"),
+    (stat.S_ISBLK, "a block device", f"a device is never read as a log; {_PASS_LOG}"),
+    (stat.S_ISSOCK, "a socket file", f"a live run's socket is watched as unix:PATH; {_PASS_LOG}"),
+)
+_MISSING_HINT = "check the path or run `dltop ls` to list runs and logs"
+
+
+def special_file(mode: int) -> tuple[str, str] | None:
+    """(what it is, a hint) for anything but a regular file; None for one."""
+    if stat.S_ISREG(mode):
+        return None
+    for test, what, why in _NOT_A_FILE:
+        if test(mode):
+            return what, why
+    return "not a regular file", f"only a regular file is read as a log; {_PASS_LOG}"
+
+
+def _refuse_special(path: str, mode: int) -> None:
+    found = special_file(mode)
+    if found is not None:
+        what, hint = found
+        raise SourceError(f"{path} is {what}, not a log file — {hint}")
+
+
+def stat_log(path: str) -> os.stat_result:
+    """``os.stat(path)``, its failure a one-line :class:`SourceError` that names the cause:
+    a symlink loop is not "no such file"."""
+    try:
+        return os.stat(path)
+    except FileNotFoundError:
+        if os.path.islink(path):
+            raise SourceError(
+                f"no such file: {path} is a symlink to a missing file — {_MISSING_HINT}"
+            ) from None
+        raise SourceError(f"no such file: {path} — {_MISSING_HINT}") from None
+    except PermissionError:
+        raise SourceError(f"permission denied: {path} — the viewer needs read access") from None
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise SourceError(
+                f"symlink loop: {path} — a symbolic link on this path leads back to itself; "
+                "fix or remove the link (`ls -l` shows where each points)"
+            ) from None
+        raise SourceError(f"cannot read {path}: {exc.strerror or exc}") from None
+
+
+def is_missing(path: str) -> bool:
+    """True when nothing is at ``path`` (or a symlink there points nowhere); False for a
+    path that exists or fails for another reason (a loop, no permission): those are named
+    by :func:`stat_log`, not called missing."""
+    try:
+        os.stat(path)
+    except FileNotFoundError:
+        return True
+    except (OSError, ValueError):
+        return False
+    return False
+
+
+def open_log(path: str) -> int:
+    """A read-only descriptor on the regular file at ``path``, else :class:`SourceError`.
+
+    Never blocks and never opens a FIFO, device or socket (see the module docstring). The
+    descriptor stays non-blocking: nothing changes for a regular file, and a procfs-like
+    file that would block answers EAGAIN instead. The caller closes it.
+    """
+    _refuse_special(path, stat_log(path).st_mode)
+    try:
+        fd = os.open(path, _OPEN_FLAGS)
+    except PermissionError:
+        raise SourceError(f"permission denied: {path} — the viewer needs read access") from None
+    except OSError:
+        stat_log(path)  # gone or looped meanwhile: say which
+        raise
+    try:
+        _refuse_special(path, os.fstat(fd).st_mode)  # swapped in after the stat
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
 def check_log_file(path: str) -> None:
     """Raise :class:`SourceError` unless ``path`` is a readable file that could be a log.
 
@@ -28,16 +125,12 @@ def check_log_file(path: str) -> None:
     starting). A file is "not a log" when none of its first complete lines is a JSON record
     with a ``kind``, or when it has no complete line and holds binary data.
     """
-    if not os.path.exists(path):
-        hint = "check the path or run `dltop ls` to list runs and logs"
-        raise SourceError(f"no such file: {path} — {hint}")
-    if os.path.isdir(path):
-        raise SourceError(f"{path} is a directory — pass it as the source to list its rank files")
     try:
-        with open(path, "rb") as f:
-            head = f.read(_PROBE)
-    except PermissionError:
-        raise SourceError(f"permission denied: {path} — the viewer needs read access") from None
+        fd = open_log(path)
+        try:
+            head = os.pread(fd, _PROBE, 0)
+        finally:
+            os.close(fd)
     except OSError as exc:
         raise SourceError(f"cannot read {path}: {exc.strerror or exc}") from None
     lines = [ln for ln in head.split(b"\n")[:-1] if ln.strip()][:20]  # complete lines only
@@ -61,9 +154,12 @@ class RankFile:
 
 def _rank_of(path: str) -> int | None:
     try:
-        with open(path, "rb") as f:
-            head = f.read(_PROBE)
-    except OSError:
+        fd = open_log(path)
+        try:
+            head = os.pread(fd, _PROBE, 0)
+        finally:
+            os.close(fd)
+    except (OSError, SourceError):
         return None
     nl = head.find(b"\n")
     rec = decode_line(head[:nl]) if nl >= 0 else None
@@ -73,8 +169,11 @@ def _rank_of(path: str) -> int | None:
     return int(m.group(1)) if m else None
 
 
-def list_rank_files(directory: str) -> list[RankFile]:
-    """The ``*.jsonl`` files directly in ``directory``: by rank, then newest first."""
+def list_rank_files(directory: str, skipped: list[str] | None = None) -> list[RankFile]:
+    """The ``*.jsonl`` files directly in ``directory``: by rank, then newest first.
+
+    A ``*.jsonl`` that is not a regular file (a FIFO, a device, a symlink loop) is left
+    out, with a one-line note appended to ``skipped`` when it is given."""
     try:
         names = os.listdir(directory)
     except FileNotFoundError:
@@ -87,10 +186,11 @@ def list_rank_files(directory: str) -> list[RankFile]:
             continue
         path = os.path.join(directory, name)
         try:
-            st = os.stat(path)
-        except OSError:
-            continue
-        if not os.path.isfile(path):
+            st = stat_log(path)
+            _refuse_special(path, st.st_mode)
+        except SourceError as exc:
+            if skipped is not None:
+                skipped.append(f"skipped {exc}")
             continue
         out.append(RankFile(path, _rank_of(path), st.st_size, st.st_mtime))
     out.sort(key=lambda r: (r.rank is None, r.rank if r.rank is not None else 0, -r.mtime))

@@ -34,7 +34,13 @@ from typing import Any
 from dltop.probe.schema import META, LineDecoder, decode_line
 from dltop.tui.core.backfill import TailFirst
 from dltop.tui.core.run import RunModel
-from dltop.tui.core.sourcefiles import SourceError, check_log_file, list_rank_files, pick_rank_file
+from dltop.tui.core.sourcefiles import (
+    SourceError,
+    check_log_file,
+    list_rank_files,
+    open_log,
+    pick_rank_file,
+)
 
 __all__ = [
     "SourceError",
@@ -163,12 +169,7 @@ class FileSource(TailFirst):
 
     # -- reading -------------------------------------------------------------------------
     def _open(self) -> None:
-        try:
-            fd = os.open(self.path, os.O_RDONLY)
-        except FileNotFoundError:
-            raise SourceError(f"no such file: {self.path}") from None
-        except PermissionError:
-            raise SourceError(f"permission denied: {self.path}") from None
+        fd = open_log(self.path)  # a regular file only: a FIFO or device never blocks us
         self._close()
         self._fd = fd
         st = os.fstat(fd)
@@ -268,8 +269,8 @@ class FileSource(TailFirst):
         if not old_gone:
             # rotated: a new run only if the new file starts with another run's meta
             try:
-                fd = os.open(self.path, os.O_RDONLY)
-            except OSError:
+                fd = open_log(self.path)
+            except (OSError, SourceError):
                 return False
             try:
                 blob = os.pread(fd, 1 << 16, 0)
@@ -307,7 +308,8 @@ class DirectorySource(FileSource):
 
     def __init__(self, directory: str | os.PathLike[str], model: RunModel, **kwargs: Any) -> None:
         self.directory = os.fspath(directory)
-        self.files = list_rank_files(self.directory)
+        self.skipped: list[str] = []  # *.jsonl that are not regular files, one note each
+        self.files = list_rank_files(self.directory, self.skipped)
         if not self.files:
             raise SourceError(f"no .jsonl logs in {self.directory}")
         self.chosen = pick_rank_file(self.files)
