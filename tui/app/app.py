@@ -137,6 +137,8 @@ class DltopApp(App[int]):
         self._apply_size_classes()
         if self.source is not None and self.reader is None:
             self._start_source(self.source)
+        if self.ticks.error:  # a bad sidecar, said once; toggles say their own errors
+            self.notify(self.ticks.error, severity="warning", timeout=8)
         self.set_interval(1.0 / self.refresh_hz, self.redraw, name="redraw")
         self.redraw()
 
@@ -173,6 +175,8 @@ class DltopApp(App[int]):
         chosen = getattr(reader, "chosen", None)  # a directory: ticks go next to the rank shown
         if chosen is not None:
             self.ticks = Ticks(chosen.path)
+        if getattr(reader, "skipped", None):  # rank files that are FIFOs, devices, loops
+            self.notify("; ".join(reader.skipped), severity="warning", timeout=8)  # type: ignore[union-attr]
 
         def read() -> None:  # on the worker thread
             try:
