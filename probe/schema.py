@@ -90,6 +90,8 @@ def sanitize(value: Any) -> Any:
     """
     if isinstance(value, float):  # float subclasses too: numpy.float64 NaN must not become null
         return value if math.isfinite(value) else _finite_or_marker(value)
+    if type(value) is int:
+        return value if _INT_MIN <= value <= _INT_MAX else _big_int(value)
     if isinstance(value, dict):
         for v in value.values():
             if _needs_sanitizing(v):
@@ -102,9 +104,25 @@ def sanitize(value: Any) -> Any:
     return value
 
 
+# Integers a reader's int64 and float columns hold; a user value beyond them (a loss of
+# 10**400 from integer arithmetic, say) is written as the float it stands for, and as
+# "Infinity"/"-Infinity" beyond the float range: the contract's encoding, not 400 digits.
+_INT_MAX = (1 << 63) - 1
+_INT_MIN = -(1 << 63)
+
+
+def _big_int(value: int) -> float | str:
+    try:
+        return float(value)
+    except OverflowError:
+        return "Infinity" if value > 0 else "-Infinity"
+
+
 def _needs_sanitizing(v: Any) -> bool:
     if isinstance(v, float):
         return not math.isfinite(v)
+    if type(v) is int:
+        return not _INT_MIN <= v <= _INT_MAX
     if isinstance(v, (dict, list, tuple)):
         return sanitize(v) is not v
     return False
@@ -236,6 +254,67 @@ def _get_decoder() -> Callable[[bytes], Any]:
     return _decoder
 
 
+# The shape readers may rely on in the two rare record kinds whose fields they use as
+# text, lists and ids. Everything else a reader takes from a record goes through
+# ``as_float``/``as_step``. A field of the wrong type is dropped where the record enters
+# (``normalize``), so no consumer meets a list of notes that is a float, a pid of 400
+# digits, a message that is a dict.
+_META_SHAPE: dict[str, type | tuple[str, type]] = {
+    "run_id": str, "host": str, "cwd": str, "python": str, "platform": str, "dltop": str,
+    "torch": str, "cuda": str, "job": str, "socket": str,
+    "v": int, "pid": int, "rank": int, "local_rank": int, "world_size": int, "restart": int,
+    "t": float, "started": float,
+    "argv": ("list", str), "notes": ("list", str), "devices": ("list", dict),
+}  # fmt: skip
+_EVENT_TEXT = ("type", "message", "exc_type", "signal", "status", "name", "state", "text")
+_NORMALIZED = frozenset((META, EVENT))
+_MAX_ID = 1 << 62  # pids, ranks, world sizes and versions are small; anything beyond is junk
+
+
+def _fits(value: Any, want: type) -> bool:
+    if want is float:
+        f = as_float(value)
+        return f is not None and math.isfinite(f)
+    if want is int:
+        return type(value) is int and -_MAX_ID < value < _MAX_ID
+    return isinstance(value, want)
+
+
+def normalize(record: dict[str, Any]) -> dict[str, Any]:
+    """Drop the fields of a ``meta`` or ``event`` record whose type no reader can use
+    (and list items of the wrong type); other kinds are returned as they are. In place."""
+    kind = record.get("kind")
+    if kind == META:
+        for key, want in _META_SHAPE.items():
+            if key not in record:
+                continue
+            value = record[key]
+            if isinstance(want, tuple):
+                if not isinstance(value, list):
+                    del record[key]
+                elif not all(isinstance(x, want[1]) for x in value):
+                    record[key] = [x for x in value if isinstance(x, want[1])]
+            elif not _fits(value, want):
+                del record[key]
+    elif kind == EVENT:
+        for key in _EVENT_TEXT:
+            if key in record and not isinstance(record[key], str):
+                del record[key]
+        tb = record.get("traceback")
+        if tb is not None and not isinstance(tb, str):
+            if isinstance(tb, list):
+                record["traceback"] = [x for x in tb if isinstance(x, (str, dict))]  # frames
+            else:
+                del record["traceback"]
+        for key in ("step", "t"):
+            if key in record and (f := as_float(record[key])) is not None and math.isfinite(f):
+                continue
+            record.pop(key, None)
+        if "step" in record and as_step(record["step"]) is None:
+            del record["step"]
+    return record
+
+
 def decode_line(line: bytes | str) -> dict[str, Any] | None:
     """One line to a record, or ``None`` when it is not a JSON object with a ``kind``."""
     if isinstance(line, str):
@@ -251,6 +330,8 @@ def decode_line(line: bytes | str) -> dict[str, Any] | None:
         return None
     if any(m in line for m in _NONFINITE_MARKERS):
         obj = restore(obj)
+    if obj["kind"] in _NORMALIZED:
+        normalize(obj)
     return obj
 
 
@@ -345,6 +426,8 @@ class LineDecoder:
                 continue
             if fix and any(m in line for m in _NONFINITE_MARKERS):
                 obj = restore(obj)
+            if obj["kind"] in _NORMALIZED:
+                normalize(obj)
             append(obj)
         self.records += len(out)
         return out
@@ -374,11 +457,33 @@ def read_records(path: str, chunk_size: int = 1 << 20) -> tuple[list[dict[str, A
 
 
 def as_float(value: Any) -> float | None:
-    """A record value as a float, ``None`` when absent or not numeric (bools excluded)."""
+    """A record value as a float, ``None`` when absent or not numeric (bools excluded).
+
+    An integer beyond the float range (JSON allows ``1e400`` written out as 401 digits)
+    is ±infinity, the value a float would have overflowed to: never an exception.
+    """
     if type(value) is float:
         return value
     if type(value) is int:
-        return float(value)
+        try:
+            return float(value)
+        except OverflowError:
+            return math.inf if value > 0 else -math.inf
     if isinstance(value, str):
         return _NONFINITE_IN.get(value)
+    return None
+
+
+# Steps the viewer can hold: its step axis is int64 and it adds to steps; a log's step
+# beyond this is not a step (nobody trains for 2**62 steps) and is treated as absent.
+MAX_STEP = 1 << 62
+
+
+def as_step(value: Any) -> int | None:
+    """A record's ``step`` as an int, ``None`` when absent, not a whole number, or beyond
+    ±:data:`MAX_STEP`. Whole floats (``12.0``, written by some tools) count."""
+    if type(value) is int:
+        return value if -MAX_STEP < value < MAX_STEP else None
+    if type(value) is float and value.is_integer() and -MAX_STEP < value < MAX_STEP:
+        return int(value)
     return None

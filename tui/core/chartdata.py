@@ -61,6 +61,9 @@ def transform(value: float, log: bool) -> float | None:
     return math.log10(value) if value > 0 else None
 
 
+_EDGE = 1e300
+
+
 def y_range(data: ChartData) -> tuple[float, float] | None:
     """The padded (low, high) of every drawable value, in chart space."""
     lo = math.inf
@@ -83,6 +86,9 @@ def y_range(data: ChartData) -> tuple[float, float] | None:
         hi = max(hi, floor)
     if lo == math.inf:
         return None
+    # values near the float limit (1e308 from a hostile or broken log) would make the
+    # span, the padding and the drawing scale overflow: they are drawn at the edge instead
+    lo, hi = max(lo, -_EDGE), min(hi, _EDGE)
     pad = (abs(hi) * 0.1 if hi else 1.0) if hi - lo < 1e-12 else (hi - lo) * 0.05
     # a floor (0 B, 0 s) is a real bound: never pad below it into impossible values
     bottom = lo if floor is not None and lo >= floor else lo - pad
@@ -90,7 +96,7 @@ def y_range(data: ChartData) -> tuple[float, float] | None:
 
 
 def untransform(value: float, log: bool) -> float:
-    return 10.0**value if log else value
+    return 10.0 ** min(value, 308.0) if log else value  # an axis padded past 1e308 stays finite
 
 
 def step_to_column(step: float, start: int, end: int, columns: int) -> int | None:

@@ -23,6 +23,7 @@ Thread model: the reader thread calls :meth:`Store.ingest` and the UI reads, bot
 
 from __future__ import annotations
 
+import math
 from array import array
 from bisect import bisect_left
 from collections import Counter
@@ -157,11 +158,9 @@ class Store:
         nsteps = kinds.count(schema.STEP)
         self._first_step_hint = self.first_step
         if self._first_step_hint is None and nsteps:
-            self._first_step_hint = next(
-                (r.get("step") for r in records if r.get("kind") == schema.STEP), None
+            self._first_step_hint = schema.as_step(
+                next((r.get("step") for r in records if r.get("kind") == schema.STEP), None)
             )
-            if type(self._first_step_hint) is not int:
-                self._first_step_hint = None
         step_recs = (
             records
             if nsteps == len(records)
@@ -188,20 +187,21 @@ class Store:
         return v
 
     def _step_column(self, batch: list[dict[str, Any]]) -> array:
+        """The batch's steps as int64; a step that is absent or unusable (``schema.as_step``:
+        not a whole number, beyond ±2**62) takes the previous step + 1."""
         raw = list(map(dict.get, batch, repeat("step")))
         try:
             steps = array("q", raw)
-            if bool in set(map(type, raw)):
+            if bool in set(map(type, raw)) or not (
+                min(steps) > -schema.MAX_STEP and max(steps) < schema.MAX_STEP
+            ):
                 raise TypeError
         except (TypeError, OverflowError):
             steps = array("q")
             prev = self.last_step if self.last_step is not None else -1
             for s in raw:
-                prev = (
-                    s
-                    if type(s) is int
-                    else (int(s) if type(s) is float and s.is_integer() else prev + 1)
-                )
+                step = schema.as_step(s)
+                prev = step if step is not None else min(prev + 1, schema.MAX_STEP - 1)
                 steps.append(prev)
         return steps
 
@@ -256,8 +256,8 @@ class Store:
         scanned = 0
         for i in others:
             for j in range(i - 1, scanned - 1, -1):  # each record scanned at most once
-                st = records[j].get("step")
-                if kinds[j] == schema.STEP and type(st) is int:
+                st = schema.as_step(records[j].get("step"))
+                if kinds[j] == schema.STEP and st is not None:
                     last = st
                     break
             scanned = i + 1
@@ -269,9 +269,9 @@ class Store:
         self._extended = set()
         base = len(self.step_x)
         self.step_x.extend(steps)
-        t = batch[-1].get("t")
-        if type(t) is float or type(t) is int:
-            self.last_t = float(t)
+        t = schema.as_float(batch[-1].get("t"))
+        if t is not None and math.isfinite(t):
+            self.last_t = t
         keys = set().union(*batch) - _SKIP
         for k in keys:
             if not isinstance(k, str):
@@ -339,12 +339,13 @@ class Store:
 
     def _ingest_other(self, rec: dict[str, Any], kind: Any, last_step: int | None, v: int) -> None:
         self.kinds[kind if isinstance(kind, str) else "?"] += 1
-        t = rec.get("t")
-        if type(t) is float or type(t) is int:
-            self.last_t = float(t)
+        t = schema.as_float(rec.get("t"))
+        if t is not None and math.isfinite(t):
+            self.last_t = t
         if kind == schema.EVAL or kind == schema.SYS:
-            st = rec.get("step")
-            x = st if type(st) is int else last_step
+            x = schema.as_step(rec.get("step"))
+            if x is None:
+                x = last_step
             if x is None:  # before the first step record: pin to the first step we know
                 x = self._first_step_hint if self._first_step_hint is not None else 0
             for name, val in _flatten(kind, rec):
@@ -361,8 +362,8 @@ class Store:
         elif kind == schema.LAYERS:
             self.layers = rec
             self.events_version = v
-        elif kind == schema.HEARTBEAT and type(t) in (float, int):
-            self.last_heartbeat = float(t)
+        elif kind == schema.HEARTBEAT and t is not None and math.isfinite(t):
+            self.last_heartbeat = t
 
     def _append_point(self, name: str, kind: str, x: int, val: float, v: int) -> None:
         s = self._series.get(name)
