@@ -84,6 +84,9 @@ class Run:
         }
         next_hb = t + self.heartbeat_every
         names = [f"layer{j}.weight" for j in range(4)] + ["head.bias"]
+        # time since the previous step's end that the next step_time includes, as the
+        # probe measures it (monotonic): pauses and undeclared evals, not declared phases
+        carry = 0.0
         for i in range(self.steps):
             step_time = self.dt * (1 + 0.1 * r.random())
             t += step_time
@@ -104,10 +107,11 @@ class Run:
                 "loss": loss,
                 "grad_norm": gn,
                 "lr": self.lr(i) if self.lr else None,
-                "step_time": step_time,
+                "step_time": step_time + carry,
                 "data_time": share * step_time,
                 "batch_size": 32,
             }
+            carry = 0.0
             if self.gn0 is None:
                 del rec["grad_norm"]
             if self.lr is None:
@@ -139,6 +143,8 @@ class Run:
                         "step": i,
                     }
                 t += self.eval_seconds
+                if not self.eval_phase:
+                    carry += self.eval_seconds
                 while next_hb <= t:
                     yield {"kind": "heartbeat", "t": next_hb, "step": i}
                     next_hb += self.heartbeat_every
@@ -161,6 +167,7 @@ class Run:
                     if self.pause_heartbeats:
                         yield {"kind": "heartbeat", "t": next_hb, "step": i}
                     next_hb += self.heartbeat_every
+                carry += end - t
                 t = end
             yield from self.extra_records.get(i, [])
         if self.end is not None:

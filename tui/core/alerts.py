@@ -31,6 +31,7 @@ ALERT_IDS = (
     "stall",
     "crash",
     "straggler",
+    "mixed_runs",  # several processes append to one log at once (rules/segments.py)
 )
 
 

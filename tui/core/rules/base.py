@@ -119,6 +119,14 @@ class Tracker:
         if self.alert is not None and self.alert.active and step is not None:
             self.alert.last_step = step
 
+    def retract(self) -> None:
+        """Withdraw the alert up now: later records proved it wrong (not merely over)."""
+        a = self.alert
+        if a is not None:
+            alerts = self.e._alerts
+            del alerts[next(i for i, x in enumerate(alerts) if x is a)]
+            self.alert, self.cleared_at = None, None
+
     def clear(self, step: int | None) -> None:
         if self.alert is not None and self.alert.active:
             self.alert.active = False

@@ -88,6 +88,8 @@ DEFAULTS: dict[str, dict[str, Any]] = {
         "checks": 2,
     },
     "overfitting": {"enabled": True, "patience": 3, "tolerance": 0.01, "noise_factor": 3.0},
+    # two writers in one file: >= `jumps` backward steps within `window` step records
+    "mixed_runs": {"enabled": True, "window": 64, "jumps": 3},
     "data_bound": {
         "enabled": True,
         "warn": 0.10,

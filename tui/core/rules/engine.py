@@ -17,8 +17,9 @@ from typing import Any
 from dltop.probe.schema import as_float
 from dltop.tui.core.alerts import Alert
 from dltop.tui.core.facts import Fact
-from dltop.tui.core.rules.base import Rule
+from dltop.tui.core.rules.base import Rule, Tracker
 from dltop.tui.core.rules.config import Config
+from dltop.tui.core.rules.segments import Segments
 from dltop.tui.core.rules.window import Block, log_spread, median_of
 
 _HOOKS = ("on_block", "on_eval", "on_layers", "on_event", "on_sys", "on_time")
@@ -39,6 +40,9 @@ class RuleEngine:
         )
 
         self.config = config or Config()
+        self.segments = Segments(
+            self.config.section("mixed_runs")
+        )  # kept across segment resets (see _new_segment)
         g = self.config.section("general")
         self.warmup_steps = int(g["warmup_steps"])
         self.lr_jump_ratio = float(g["lr_jump_ratio"])
@@ -209,7 +213,9 @@ class RuleEngine:
                 self._close_block()  # the run is ending: judge its last steps now
             for h in self._event_hooks:
                 h(self, record)
-        elif kind == "meta" and self.meta is None:
+        elif kind == "meta" and self.segments.on_meta(record):
+            if self.meta is not None:  # another run took over the file: a new segment
+                self._new_segment(None, "a new run (meta record) in the same file")
             self.meta = record
             devs = record.get("devices")
             if isinstance(devs, list) and devs and isinstance(devs[0], dict):
@@ -233,6 +239,19 @@ class RuleEngine:
         step = rec.get("step")
         if type(step) is not int:
             step = 0 if self.last_step is None else self.last_step + 1
+        if self.last_step is not None:
+            went_back = step < self.last_step
+            seg = self.segments
+            if seg.watching and seg.on_step(went_back):
+                seg.raise_mixed(self, step)
+            if seg.mixed is not None:  # two writers: count, judge nothing
+                self.steps += 1
+                self.last_step = step
+                if t is not None:
+                    self.last_step_t = t
+                return
+            if went_back:  # a rewind to a checkpoint: judge the new part on its own
+                self._new_segment(step, "the steps went back (a checkpoint was reloaded)")
         self.steps += 1
         self.step = step
         self.rec = rec
@@ -344,6 +363,29 @@ class RuleEngine:
         """
         if self.blk.steps:
             self._close_block()
+
+    # what a new segment keeps: counts, identity, the file's clock, alerts already raised,
+    # and the facts of the first NaN (its checklist must still read them after a restart)
+    _KEPT_ACROSS_SEGMENTS = (
+        "_alerts", "segments", "steps", "records", "meta", "device", "first_t", "last_t",
+        "last_step_t", "first_nonfinite_step", "lr_at_first_nonfinite", "gn_before_nonfinite",
+        "gn_before_nonfinite_ratio", "gn_max_seen", "loss_max_jump_ratio", "lr_max",
+    )  # fmt: skip
+
+    def _new_segment(self, step: int | None, why: str) -> None:
+        """Judge what is buffered, then start the rules afresh, keeping what the file as a
+        whole is known by (see ``_KEPT_ACROSS_SEGMENTS``)."""
+        if self.blk.steps:
+            self._close_block()
+        for r in self.rules:  # an episode still up belongs to the part that ended
+            for tr in vars(r).values():
+                if isinstance(tr, Tracker) and tr.active:
+                    tr.clear(self.last_step)
+        kept = {name: getattr(self, name) for name in self._KEPT_ACROSS_SEGMENTS}
+        self.__init__(self.config)  # type: ignore[misc]
+        for name, value in kept.items():
+            setattr(self, name, value)
+        self.segments.starts.append((step, why))
 
     def _close_block(self) -> None:
         b = self.blk

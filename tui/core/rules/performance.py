@@ -318,6 +318,9 @@ class Stall(Rule):
         ):
             # the common case, without a Python loop per step
             gaps = [b - a for a, b in zip([prev, *ts[:-1]], ts, strict=True)]  # type: ignore[operator]
+            if max(gaps) >= self.thresholds()[0]:  # rare: a long gap, or the wall clock jumped
+                self._clock_jumped(e, blk.recs[max(range(len(gaps)), key=gaps.__getitem__)])
+                gaps = [_monotonic_gap(g, r) for g, r in zip(gaps, blk.recs, strict=True)]
             self.intervals.extend(gaps)
             resumed_at = blk.steps[0]
             if max(gaps) >= self.thresholds()[0] and self.on and not self.explained_by_eval:
@@ -333,11 +336,14 @@ class Stall(Rule):
             self.prev_step = blk.steps[-1]
             return
         warn = self.thresholds()[0]
-        for step, t, ok in zip(blk.steps, blk.t, blk.timing, strict=True):
+        for step, t, ok, rec in zip(blk.steps, blk.t, blk.timing, blk.recs, strict=True):
             if t is None:
                 continue
             if prev is not None and ok:
-                gap = t - max(prev, self.pause_end or prev)
+                raw = t - max(prev, self.pause_end or prev)
+                if raw >= warn:
+                    self._clock_jumped(e, rec)
+                gap = _monotonic_gap(raw, rec)
                 if gap >= 0:
                     if gap >= warn and self.on and not self.explained_by_eval:
                         self._fire(e, self.prev_step, gap, t, resumed=True)
@@ -348,6 +354,17 @@ class Stall(Rule):
                 self.tr.clear(step)
                 self.explained_by_eval = False
         self.prev_t = prev
+
+    def _clock_jumped(self, e: RuleEngine, rec: dict[str, Any]) -> None:
+        """A stall raised from heartbeats while no step came, withdrawn when the step that
+        ends the wait shows (its monotonic ``step_time``) that hardly any time passed: the
+        wall clock jumped forward (NTP, a suspended VM), training never stopped."""
+        a = self.tr.alert
+        st = as_float(rec.get("step_time"))
+        if a is None or not a.active or self.phase_alert or st is None or not st >= 0:
+            return
+        if a.evidence.get("resumed") is False and st < self.thresholds()[0]:
+            self.tr.retract()
 
     def on_event(self, e: RuleEngine, rec: dict[str, Any]) -> None:
         if rec.get("type") != "phase":
@@ -464,3 +481,14 @@ class Stall(Rule):
         a = self.tr.fire(e.last_step, sev, title, msg, ev, t=t, refresh=True)
         self.phase_alert = True
         return a
+
+
+def _monotonic_gap(gap: float, rec: dict[str, Any]) -> float:
+    """The time between two steps: the gap of their wall-clock stamps ``t``, unless the
+    later step's ``step_time`` (the probe measures it on a monotonic clock, from the end of
+    the previous step) says less passed: then the wall clock jumped and ``step_time`` is
+    the truth. Logs without ``step_time`` (other tools) keep the wall-clock gap."""
+    st = rec.get("step_time")
+    if (type(st) is float or type(st) is int) and 0 <= st < gap:
+        return float(st)
+    return gap

@@ -243,18 +243,24 @@ def _swings(xs: list[float], rel: float, floor: float) -> int:
     for x in xs[1:]:
         if direction == 0:
             hi, lo = max(hi, x), min(lo, x)
-            if hi - lo >= max(rel * abs(lo), floor):
+            if _moved(hi - lo, rel * abs(lo), floor):
                 direction, extreme = (1, x) if x == hi else (-1, x)
         elif direction == 1:
             if x > extreme:
                 extreme = x
-            elif extreme - x >= max(rel * abs(x), floor):
+            elif _moved(extreme - x, rel * abs(x), floor):
                 count, direction, extreme = count + 1, -1, x
         elif x < extreme:
             extreme = x
-        elif x - extreme >= max(rel * abs(extreme), floor):
+        elif _moved(x - extreme, rel * abs(extreme), floor):
             count, direction, extreme = count + 1, 1, x
     return count
+
+
+def _moved(move: float, rel: float, floor: float) -> bool:
+    """A move clears both bars, and is a move at all: a loss that is exactly constant (0,
+    or any value, noise 0) makes both bars 0 and must not count every step as a swing."""
+    return move > 0 and move >= max(rel, floor)
 
 
 class Overfitting(Rule):

@@ -1,0 +1,155 @@
+"""Right words for odd runs: rewinds, restarts, two writers, clock jumps, a constant loss.
+
+Each of these once gave a confident wrong diagnosis (a critical divergence for a
+checkpoint reload or for two runs sharing a path, a critical stall for an NTP jump,
+"oscillation, range 0 .. 0" for a loss of exactly zero).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from dltop.probe.schema import read_records
+from dltop.tui.core.rules import Config, RuleEngine
+from rulekit import Run, alerts_of, noisy, run_engine
+
+
+def _engine(records: list[dict[str, Any]]) -> RuleEngine:
+    eng = RuleEngine(Config.load())
+    eng.feed_many(records)
+    eng.finish()
+    return eng
+
+
+def _shift(records: list[dict[str, Any]], seconds: float) -> None:
+    for r in records:
+        if "t" in r:
+            r["t"] += seconds
+
+
+def test_a_constant_loss_is_not_oscillation() -> None:
+    for level in (0.0, 1.5):
+        eng = run_engine(Run(loss_at=lambda i, x, v=level: v, noise=0.0, end="ok"))
+        assert alerts_of(eng, "oscillation") == [], level
+
+
+def _rewound(back_to: int) -> list[dict[str, Any]]:
+    """600 steps, then the job reloads the checkpoint of step ``back_to`` and trains on."""
+    first = list(Run(steps=600, seed=1).records())
+    again = [
+        r
+        for r in Run(steps=900, seed=2, end="ok").records()
+        if r["kind"] != "meta" and r.get("step", back_to) >= back_to
+    ]
+    t_end = max(r["t"] for r in first if "t" in r)
+    _shift(again, t_end + 5 - min(r["t"] for r in again if "t" in r))
+    return first + again
+
+
+def test_a_rewind_to_a_checkpoint_is_not_divergence() -> None:
+    for back_to in (50, 100, 200):
+        eng = _engine(_rewound(back_to))
+        assert noisy(eng) == [], (back_to, noisy(eng))
+        assert eng.segments.starts and eng.segments.starts[0][0] == back_to
+
+
+def test_alerts_before_a_rewind_stay_and_the_nan_facts_too() -> None:
+    records = list(Run(steps=300, loss_at=lambda i, x: x if i < 250 else float("nan")).records())
+    records += [r for r in Run(steps=600, seed=3, end="ok").records() if r["kind"] != "meta"]
+    eng = _engine(records)
+    (nan,) = alerts_of(eng, "nan_loss")
+    assert nan.step == 250 and nan.severity == "critical"
+    assert eng.first_nonfinite_step == 250, "the checklist of the NaN still reads its facts"
+    assert eng.status(now=time.time(), pid_alive=False).status == "finished"
+
+
+def test_a_restart_appended_to_the_log_is_a_new_segment_not_a_stall() -> None:
+    first = list(Run(steps=400, end="exception").records())
+    second = list(Run(steps=400, seed=5, end="ok").records())
+    second[0] = {**second[0], "pid": 9999}
+    _shift(second, max(r["t"] for r in first if "t" in r) + 1800 - second[0]["t"])  # 30 min later
+    eng = _engine(first + second)
+    assert alerts_of(eng, "stall") == [] and alerts_of(eng, "mixed_runs") == []
+    assert [why for _, why in eng.segments.starts] == ["a new run (meta record) in the same file"]
+    assert eng.status(now=time.time(), pid_alive=False).status == "finished"
+
+
+def _jumped(run: Run, at: int, seconds: float) -> list[dict[str, Any]]:
+    """The wall clock jumps forward by ``seconds`` right after step ``at - 1``."""
+    records = list(run.records())
+    k = next(i for i, r in enumerate(records) if r["kind"] == "step" and r["step"] == at)
+    before = next(i for i in range(k - 1, -1, -1) if records[i]["kind"] == "step")
+    _shift(records[before + 1 :], seconds)
+    return records
+
+
+def test_a_forward_jump_of_the_clock_is_not_a_stall() -> None:
+    eng = _engine(_jumped(Run(steps=600, end="ok"), 300, 3600.0))
+    assert alerts_of(eng, "stall") == [], noisy(eng)
+
+
+def test_a_clock_jump_seen_live_is_withdrawn_when_the_next_step_comes() -> None:
+    records = _jumped(Run(steps=600, end="ok"), 300, 3600.0)
+    k = next(i for i, r in enumerate(records) if r["kind"] == "step" and r["step"] == 300)
+    t_prev = max(r["t"] for r in records[:k] if r["kind"] == "step")
+    # heartbeats at the new wall clock before step 300 arrives: a live viewer sees a stall
+    hbs = [{"kind": "heartbeat", "t": t_prev + 3600 + i * 0.01, "step": 299} for i in range(3)]
+    eng = RuleEngine(Config.load())
+    eng.feed_many(records[:k] + hbs)
+    assert alerts_of(eng, "stall"), "from the heartbeats alone it looks like a stall"
+    eng.feed_many(records[k:])
+    eng.finish()
+    assert alerts_of(eng, "stall") == [], noisy(eng)
+
+
+def test_a_real_stall_is_still_a_stall() -> None:
+    records = list(Run(steps=600, end="ok").records())
+    for r in records:
+        if r["kind"] == "step" and r["step"] >= 300:
+            r["t"] += 600
+            if r["step"] == 300:
+                r["step_time"] += 600  # the probe's monotonic step time saw the wait too
+    (stall,) = alerts_of(_engine(records), "stall")
+    assert stall.severity == "critical" and stall.step == 299
+
+
+TWO_WRITERS = """
+import math, random, sys, time
+from dltop.probe import Probe
+seed = int(sys.argv[2])
+rng = random.Random(seed)
+with Probe(path=sys.argv[1], socket=False, system=False) as probe:
+    for i in range(300):
+        level = 3.0 if seed else 0.05  # two very different trainings
+        probe.step(loss=level * math.exp(-i / 100) * (1 + 0.05 * rng.random()))
+        time.sleep(0.005)
+"""
+
+
+def test_two_probes_on_one_path_are_named_not_called_divergence(tmp_path: Path) -> None:
+    log = tmp_path / "shared.jsonl"
+    procs = [
+        subprocess.Popen([sys.executable, "-c", TWO_WRITERS, str(log), str(seed)])
+        for seed in (0, 1)
+    ]
+    for p in procs:
+        assert p.wait(timeout=120) == 0
+    records, _ = read_records(str(log))
+    assert sum(r["kind"] == "meta" for r in records) == 2
+    done = subprocess.run(
+        [sys.executable, "-m", "dltop.tui", "check", str(log), "--json"],
+        capture_output=True, text=True, timeout=120, env={**os.environ, "TERM": "dumb"},
+    )  # fmt: skip
+    out = json.loads(done.stdout)
+    ids = [a["id"] for a in out["alerts"]]
+    assert "mixed_runs" in ids and "divergence" not in ids and "oscillation" not in ids, ids
+    assert done.returncode == 1
+    (mixed,) = [a for a in out["alerts"] if a["id"] == "mixed_runs"]
+    assert mixed["evidence"]["runs"] == 2 and len(set(mixed["evidence"]["pids"])) == 2
+    assert mixed["checklist"], "its checklist says what to do"
