@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pytest
 from dltop.probe.schema import read_records
 from dltop.tui.core.rules import Config, RuleEngine
 from rulekit import Run, alerts_of, noisy, run_engine
@@ -153,3 +154,84 @@ def test_two_probes_on_one_path_are_named_not_called_divergence(tmp_path: Path) 
     (mixed,) = [a for a in out["alerts"] if a["id"] == "mixed_runs"]
     assert mixed["evidence"]["runs"] == 2 and len(set(mixed["evidence"]["pids"])) == 2
     assert mixed["checklist"], "its checklist says what to do"
+
+
+SLOW_PROBE = """
+import sys, time
+from dltop.probe import Probe
+with Probe(path=sys.argv[1], socket=False, system=False, heartbeat_every=0.2) as probe:
+    for i in range(int(sys.argv[2])):
+        probe.step(loss=1.0 / (i + 1))
+        time.sleep(0.01)
+"""
+
+
+def test_a_log_deleted_mid_run_is_said_and_still_read(tmp_path: Path) -> None:
+    from dltop.tui.core import view_model as vm
+    from dltop.tui.core.run import RunModel
+    from dltop.tui.core.sources import open_source
+    from waiting import wait_for
+
+    log = tmp_path / "run.jsonl"
+    proc = subprocess.Popen([sys.executable, "-c", SLOW_PROBE, str(log), "400"])
+    try:
+        assert wait_for(log.exists, timeout=60)
+        model = RunModel(log.name)
+        src = open_source(log, model, None, poll_interval=0.02).start()
+        assert wait_for(lambda: model.store.steps >= 20, timeout=60)
+        assert not model.log_deleted
+        log.unlink()  # someone cleans up the runs folder while the job trains
+        assert wait_for(lambda: model.log_deleted, timeout=30)
+        info = vm.header_info(model, time.time(), vm.ViewState(), follow=True)
+        assert "log file deleted" in info.mode
+        assert proc.wait(timeout=120) == 0
+        assert wait_for(lambda: model.store.steps == 400, timeout=30), "the rest is still read"
+    finally:
+        proc.kill()
+        src.stop()
+
+
+FILLER = """
+import sys
+from dltop.probe import Probe
+with Probe(path=sys.argv[1], socket=False, system=False) as probe:
+    for i in range(int(sys.argv[2])):
+        probe.step(loss=1.0 / (i + 1), note_padding="x" * 200)
+print("trained", flush=True)
+"""
+
+
+@pytest.fixture
+def tiny_disk(tmp_path: Path):
+    """A 256 KiB tmpfs: a real full disk (needs mount rights: root in CI; else skipped)."""
+    mnt = tmp_path / "disk"
+    mnt.mkdir()
+    done = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", str(mnt)],
+        capture_output=True, text=True,
+    )  # fmt: skip
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount a small tmpfs here: {done.stderr.strip()[:100]}")
+    yield mnt
+    subprocess.run(["umount", "-l", str(mnt)], capture_output=True)
+
+
+def test_a_log_cut_by_a_full_disk_is_named_not_called_a_kill(tiny_disk: Path) -> None:
+    log = tiny_disk / "run.jsonl"
+    train = subprocess.run(
+        [sys.executable, "-c", FILLER, str(log), "5000"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert train.returncode == 0 and "trained" in train.stdout, "training went on"
+    assert "dltop: warning" in train.stderr, "the probe said it could not write"
+    records, _ = read_records(str(log))
+    assert records[-1]["kind"] == "step", "no exit record reached the full disk"
+    done = subprocess.run(
+        [sys.executable, "-m", "dltop.tui", "check", str(log), "--json"],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    out = json.loads(done.stdout)
+    assert out["status"] == "unknown", out["reason"]
+    assert "disk is full" in out["reason"] and "SIGKILL" not in out["reason"]

@@ -235,6 +235,11 @@ def test_socket_gone_follows_the_log_file_with_full_history(
     assert wait_for(lambda: len(steps_of(model)) == 200)
     assert steps_of(model) == list(range(200))
     assert not model.restarted, "the same run with fuller history is not a restart"
+    assert model.resets == 0, "nor counted as one (the header said 'restarted x1')"
+    from dltop.tui.core import view_model as vm
+
+    info = vm.header_info(model, time.time(), vm.ViewState(), follow=True)
+    assert "restarted" not in info.mode
     with open(log, "ab") as f:  # and the file is followed from here on
         f.write(step(200))
     assert wait_for(lambda: len(steps_of(model)) == 201)

@@ -22,7 +22,7 @@ from dltop.tui import thresholds_args
 from dltop.tui.core.alerts import SEVERITY_RANK, Alert
 from dltop.tui.core.rules import Config, ConfigError, RuleEngine
 from dltop.tui.core.sourcefiles import SourceError, is_missing, open_log
-from dltop.tui.core.status import RunState, local_pid_alive
+from dltop.tui.core.status import RunState, explain_unrecorded_end, local_pid_alive
 
 EXIT_OK, EXIT_WARN, EXIT_CRIT, EXIT_UNREADABLE = 0, 1, 2, 3
 # argparse exits 2 on a usage error, which this command's contract reserves for "a
@@ -152,6 +152,7 @@ def check_file(path: str, config: Config) -> FileResult:
         what = "is empty" if dec.bytes == 0 else 'is not a dltop log (no JSON record with a "kind")'
         raise CheckError(f"{path} {what}")
     state = engine.status(now=time.time(), pid_alive=local_pid_alive(engine.meta))
+    state = explain_unrecorded_end(state, path)
     rank = (engine.meta or {}).get("rank")
     return FileResult(path, engine, state, dec.malformed, rank if isinstance(rank, int) else None)
 

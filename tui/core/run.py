@@ -21,7 +21,7 @@ import time
 from typing import Any
 
 from dltop.tui.core.rules import RuleEngine
-from dltop.tui.core.status import local_pid_alive
+from dltop.tui.core.status import explain_unrecorded_end, local_pid_alive
 from dltop.tui.core.store import Store
 
 
@@ -90,6 +90,10 @@ class RunModel:
         self.diagnosing: float | None = None
         self._backlog: list[dict[str, Any]] | None = None
         self.source_error: str | None = None  # a one-line problem the reader thread hit
+        # the followed log was deleted while open: the reader goes on from its descriptor,
+        # but once this viewer closes, nothing of the run is left on disk: say so
+        self.log_deleted = False
+        self.log_path: str | None = None  # the file a FileSource follows (for its disk's state)
         self.engine_error: str | None = engine_error  # why there is no diagnosis (a rule raised)
         self._pid_cache: tuple[float, Any, bool | None] = (0.0, None, None)
         self._judged_engine: Any = None  # the engine whose last partial block was judged
@@ -111,8 +115,13 @@ class RunModel:
                 self.malformed = malformed
                 self._bump()
 
-    def reset(self, reason: str = "the log was truncated or replaced") -> None:
-        """Start over as a new run (truncation / replacement), keeping the restart visible."""
+    def reset(
+        self, reason: str = "the log was truncated or replaced", restart: bool = True
+    ) -> None:
+        """Start over as a new run (truncation / replacement), keeping the restart visible.
+
+        ``restart=False``: the same run read again from a fuller source (the live socket
+        closed, its log file follows): the history is rebuilt, nothing is flagged."""
         with self.lock:
             self._bump()
             self.store = Store(version=self.version)
@@ -120,13 +129,20 @@ class RunModel:
             self.engine, self.engine_error = make_engine(self.config)
             self.records = 0
             self.malformed = 0
-            self.resets += 1
-            self.restarted = True
+            if restart:
+                self.resets += 1
+                self.restarted = True
             self.reset_reason = reason
             self.loading = None
             self.preview_from = None
             self.diagnosing = None
             self._backlog = None
+
+    def set_log_deleted(self, deleted: bool) -> None:
+        with self.lock:
+            if deleted != self.log_deleted:
+                self.log_deleted = deleted
+                self._bump()
 
     def acknowledge_restart(self) -> None:
         with self.lock:
@@ -235,7 +251,9 @@ class RunModel:
         with self.lock:
             if self.engine is None:
                 return None
-            state = self.engine.status(now, self.pid_alive(now))
+            state = explain_unrecorded_end(
+                self.engine.status(now, self.pid_alive(now)), self.log_path
+            )
             if state.status == "crashed" and self._judged_engine is not self.engine:
                 self._judged_engine = self.engine
                 if self.engine_error is None and self._backlog is None:

@@ -174,6 +174,7 @@ class FileSource(TailFirst):
         self._fd = fd
         st = os.fstat(fd)
         self._ident = (st.st_dev, st.st_ino)
+        self.model.log_path = self.path
         self.offset = 0
         self._head = None
         self.missing = False
@@ -250,7 +251,11 @@ class FileSource(TailFirst):
             st = os.stat(self.path)
         except FileNotFoundError:
             self.missing = True  # rotated away; keep the old descriptor until it reappears
+            # ...or deleted: no other name left for what we still read (st_nlink 0)
+            self.model.set_log_deleted(os.fstat(self._fd).st_nlink == 0)
             return False
+        if self.missing:
+            self.model.set_log_deleted(False)
         self.missing = False
         if (st.st_dev, st.st_ino) != self._ident:
             return self._switch_file(st.st_size)

@@ -11,8 +11,9 @@ same ones the ``stall`` alert uses.
 
 from __future__ import annotations
 
+import os
 import socket
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from dltop.tui.core.facts import format_number as fmt
@@ -35,6 +36,9 @@ class RunState:
     steps: int = 0
     pid: int | None = None
     pid_alive: bool | None = None
+    # the log stops without an exit record (the process is gone, or silent for long): how
+    # the run ended is not in the log, see :func:`explain_unrecorded_end`
+    unrecorded_end: bool = False
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -58,8 +62,10 @@ def run_state(e: RuleEngine, now: float | None = None, pid_alive: bool | None = 
     since = stall.since(e)
     step_age = ref - since if ref is not None and since is not None else None
 
-    def state(status: str, reason: str) -> RunState:
-        return RunState(status, reason, rec_age, step_age, e.last_step, e.steps, pid, pid_alive)
+    def state(status: str, reason: str, unrecorded: bool = False) -> RunState:
+        return RunState(
+            status, reason, rec_age, step_age, e.last_step, e.steps, pid, pid_alive, unrecorded
+        )
 
     at = f" at step {e.last_step}" if e.last_step is not None else ""
     ex = crashes.exception
@@ -91,6 +97,7 @@ def run_state(e: RuleEngine, now: float | None = None, pid_alive: bool | None = 
         return state(
             "crashed",
             f"process {pid} is gone without an exit record{at} (killed? SIGKILL or the OOM killer leave no trace)",
+            unrecorded=True,
         )
     silent = float(e.config.section("stall")["silent_s"])
     if rec_age is not None and rec_age > silent:
@@ -100,7 +107,9 @@ def run_state(e: RuleEngine, now: float | None = None, pid_alive: bool | None = 
                 f"process {pid} is alive but wrote nothing for {fmt(rec_age)} s (even heartbeats stopped)",
             )
         return state(
-            "unknown", f"no record for {fmt(rec_age)} s and no exit record; the process may be gone"
+            "unknown",
+            f"no record for {fmt(rec_age)} s and no exit record; the process may be gone",
+            unrecorded=True,
         )
     if e.phase is not None:
         started = stall.in_phase_since
@@ -158,3 +167,38 @@ def local_pid_alive(meta: dict[str, Any] | None) -> bool | None:
     t0 = meta.get("t")
     # a process started after the run began is a recycled pid, not the run
     return not (isinstance(t0, (int, float)) and started > t0 + 2.0)
+
+
+# Free space below which a log that stops without an exit record is taken to have been
+# cut by a full disk: the probe warns once on stderr and trains on, but nothing more
+# reaches the file, not even its exit record. A few log lines' worth is not "full".
+DISK_FULL_BYTES = 1 << 20
+
+
+def free_bytes(path: str) -> int | None:
+    """Bytes free to this user on the filesystem holding ``path``; None if unknown."""
+    try:
+        st = os.statvfs(os.path.dirname(os.path.abspath(path)) or ".")
+    except (OSError, ValueError):
+        return None
+    return st.f_bavail * st.f_frsize
+
+
+def explain_unrecorded_end(state: RunState, log_path: str | None) -> RunState:
+    """A log that stops without an exit record on a full disk: the disk, not a SIGKILL or
+    the OOM killer, is the likely reason the log stops; how the run ended is unknown."""
+    if not state.unrecorded_end or not log_path:
+        return state
+    free = free_bytes(log_path)
+    if free is None or free >= DISK_FULL_BYTES:
+        return state
+    at = f" at step {state.last_step}" if state.last_step is not None else ""
+    return replace(
+        state,
+        status="unknown",
+        reason=(
+            f"the log stops{at} without an exit record and its disk is full ({free} bytes "
+            "free): the probe could not write more (it warned on stderr); how the run ended "
+            "is not in the log"
+        ),
+    )

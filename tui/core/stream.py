@@ -307,8 +307,8 @@ class SocketSource:
             source = FileSource(path, self.model, self.on_update)
         except SourceError:
             return False
-        self.model.reset(f"the run's socket closed; following its log {path}")
-        self.model.acknowledge_restart()  # same run, fuller history: not a restart to flag
+        # the same run with its fuller history: not a restart to flag ("restarted x1")
+        self.model.reset(f"the run's socket closed; following its log {path}", restart=False)
         self.file_source = source
         self.caught_up.set()
         source.run()

@@ -276,6 +276,8 @@ def header_info(
         mode.append("replay")
     if model.resets:
         mode.append(f"restarted ×{model.resets}")
+    if getattr(model, "log_deleted", False):
+        mode.append("log file deleted: this viewer holds the only copy")
     if store.resumes:  # the log went back to an earlier step: the later records replaced
         n = len(store.resumes)
         mode.append(f"resumed at {store.resumes[-1]}" + (f" (×{n})" if n > 1 else ""))
