@@ -26,7 +26,7 @@ from typing import Any
 
 from dltop.probe import rendezvous
 from dltop.probe.schema import encode_record
-from dltop.probe.socket_server import SocketServer, is_loopback
+from dltop.probe.socket_server import SocketServer, is_loopback, mask_secret
 
 TOKEN_ENV = "DLTOP_TOKEN"
 
@@ -57,6 +57,7 @@ class LiveSink:
     ) -> None:
         self.key = key  # unique per process: two runs may share a log name
         self.token: str | None = None
+        self._token_from_env = False
         self.path: str | None = None
         self._dir: Path | None = None
         self._registered = False
@@ -100,8 +101,27 @@ class LiveSink:
                 self.server.close(timeout=0.2)  # an unannounced socket is of no use
                 raise
         if served is not None:
-            query = f"?token={self.token}" if self.token else ""
-            sys.stderr.write(f"dltop: serving this run on tcp://{served}{query}\n")
+            sys.stderr.write(f"dltop: serving this run on tcp://{served}{self._token_note()}\n")
+
+    def _token_note(self) -> str:
+        """Where the viewer gets the token: never the token itself on a terminal or in a
+        log (stderr often lands in a shared job log). A generated one goes to a 0600 file
+        in the private run directory; one from ``$DLTOP_TOKEN`` the user already has."""
+        if not self.token:
+            return ""
+        if self._token_from_env:
+            return f" (token from ${TOKEN_ENV}: {mask_secret(self.token)})"
+        if self._dir is not None:
+            try:
+                path = rendezvous.write_token(self.key, self.token, self._dir)
+            except OSError as exc:
+                _warn(f"could not write the token file ({exc})")
+            else:
+                return f" (token {mask_secret(self.token)} in {path}; view with: dltop tcp://HOST:PORT?token=$(cat {path}))"
+        return (
+            f" (generated token {mask_secret(self.token)}, not shown: set ${TOKEN_ENV} "
+            "before the run to choose one)"
+        )
 
     def _tcp_address(self, tcp: str | None, unix: bool) -> tuple[str, int] | None:
         """The TCP bind address and its token; a bad spec costs the TCP listener only."""
@@ -117,6 +137,7 @@ class LiveSink:
         # a token set explicitly is enforced on any address, loopback included; without
         # one, loopback needs none and any other address gets a generated one
         self.token = os.environ.get(TOKEN_ENV) or None
+        self._token_from_env = self.token is not None
         if self.token is None and not is_loopback(address[0]):
             self.token = secrets.token_urlsafe(16)
         return address

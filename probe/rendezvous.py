@@ -99,6 +99,17 @@ def register(key: str, info: dict[str, Any], directory: Path | None = None) -> P
     return target
 
 
+def write_token(key: str, token: str, directory: Path | None = None) -> Path:
+    """The run's generated TCP token in a 0600 file beside its socket (the directory is
+    0700): the way to hand it to a viewer without printing it. Removed with the entry."""
+    d = directory or runtime_dir()
+    target = d / f"{entry_name(key, d)}.token"
+    fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(token + "\n")
+    return target
+
+
 def unregister(key: str, directory: Path | None = None) -> None:
     """Remove the run's socket and ``.json``; missing files are fine."""
     d = directory or runtime_dir(create=False)
@@ -107,7 +118,7 @@ def unregister(key: str, directory: Path | None = None) -> None:
 
 def _remove(d: Path, name: str) -> None:
     _OWN.pop(str(d / f"{name}.json"), None)
-    for suffix in (".sock", ".json"):
+    for suffix in (".sock", ".json", ".token"):
         try:
             (d / f"{name}{suffix}").unlink()
         except OSError:
@@ -128,7 +139,7 @@ def remove_own() -> None:
         if owner != pid:
             continue
         _OWN.pop(meta, None)
-        for path in (sock, meta):
+        for path in (sock, meta, meta[: -len(".json")] + ".token"):
             try:
                 os.unlink(path)
             except OSError:

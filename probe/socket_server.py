@@ -15,6 +15,9 @@ the server's own thread with non-blocking sockets and a selector:
   for a loopback bind is required too (loopback TCP is open to every local user);
   without one, loopback needs none. The probe passes ``$DLTOP_TOKEN`` when it is set,
   for any bind address, and generates a token for a non-loopback one without it;
+- the hello is read before the viewer is trusted: at most ``HELLO_MAX`` bytes within
+  ``HELLO_TIMEOUT`` seconds, refused if nested (``parse_hello``); an unexpected error
+  while serving one connection drops that connection only (``connection_errors``);
 - a failure stays contained: a start that cannot bind everything it was asked to
   closes (and removes) what it had bound before raising; a server thread that dies
   marks the server dead (``error``) and ``write`` becomes a no-op, so nothing piles up
@@ -40,9 +43,32 @@ from dataclasses import dataclass, field
 from dltop.probe.schema import encode_record
 
 HELLO_TIMEOUT = 3.0  # seconds a TCP viewer has to present its token
+HELLO_MAX = 4096  # bytes of hello read before a verdict: a longer one is refused
 EV_DROPPED = "dropped"
 EV_REFUSED = "refused"
 CLOSE_GRACE = 0.5  # seconds reading viewers get at close to receive the last records
+
+
+def mask_secret(secret: str) -> str:
+    """How a token may appear in any message: its first 4 characters and its length."""
+    return f"{secret[:4]}…({len(secret)} chars)" if len(secret) > 8 else f"…({len(secret)} chars)"
+
+
+def parse_hello(line: bytes) -> bytes | None:
+    """The token of a viewer's hello line ``{"token": "..."}``, or None for anything else.
+
+    Read before the viewer is trusted, so it must not be crashable: the line is capped by
+    the caller, and nesting is refused before the JSON parser sees it (a line of 3000
+    ``[`` made ``json.loads`` raise RecursionError and took the whole server down).
+    """
+    if len(line) > HELLO_MAX or line.count(b"{") + line.count(b"[") > 1:
+        return None
+    try:
+        obj = json.loads(line)
+    except Exception:
+        return None
+    token = obj.get("token") if isinstance(obj, dict) else None
+    return token.encode() if isinstance(token, str) else None
 
 
 def is_loopback(host: str) -> bool:
@@ -109,6 +135,9 @@ class SocketServer:
         self.total_dropped = 0
         self.served = 0  # viewers accepted over the server's life
         self.error: BaseException | None = None  # why the server thread died, if it did
+        # unexpected errors contained to one connection (that connection was dropped)
+        self.connection_errors = 0
+        self.first_connection_error: Exception | None = None
         self.failed_on: str | None = None  # "unix" or "tcp": which bind a failed start hit
 
     # ---- called from other threads -------------------------------------------------
@@ -257,18 +286,12 @@ class SocketServer:
         try:
             while not self._closing.is_set():
                 for key, mask in self._sel.select(timeout=0.5):
-                    if key.data == "listen":
-                        self._accept(key.fileobj)  # type: ignore[arg-type]
-                    elif key.data == "wake":
-                        self._drain_wake()
-                    else:
-                        client = self._clients.get(key.fd)
-                        if client is None:
-                            continue
-                        if mask & selectors.EVENT_READ:
-                            self._on_readable(client)
-                        if mask & selectors.EVENT_WRITE and key.fd in self._clients:
-                            self._send(client)
+                    try:
+                        self._handle(key, mask)
+                    except Exception as exc:  # one connection's problem, never the server's
+                        if key.data != "client":
+                            raise  # the listener or the wake-up pipe: the server's own
+                        self._contain(key, exc)
                 self._distribute()
                 self._expire_hellos()
         except Exception as exc:  # the server must never take the training down
@@ -290,6 +313,33 @@ class SocketServer:
                     sock.close()
                 except OSError:
                     pass
+
+    def _handle(self, key: selectors.SelectorKey, mask: int) -> None:
+        if key.data == "listen":
+            self._accept(key.fileobj)  # type: ignore[arg-type]
+        elif key.data == "wake":
+            self._drain_wake()
+        else:
+            client = self._clients.get(key.fd)
+            if client is None:
+                return
+            if mask & selectors.EVENT_READ:
+                self._on_readable(client)
+            if mask & selectors.EVENT_WRITE and key.fd in self._clients:
+                self._send(client)
+
+    def _contain(self, key: selectors.SelectorKey, exc: Exception) -> None:
+        """An unexpected error while serving one connection: drop that connection, count
+        it, keep serving the others (the first such error is kept for the owner)."""
+        self.connection_errors += 1
+        if self.first_connection_error is None:
+            self.first_connection_error = exc
+        client = self._clients.get(key.fd)
+        if client is not None:
+            try:
+                self._drop_client(client)
+            except Exception:
+                self._clients.pop(key.fd, None)
 
     def _flush_at_close(self, deadline: float) -> None:
         """Give reading viewers a moment to receive the run's last records (its ``exit``
@@ -357,14 +407,14 @@ class SocketServer:
         if client.active:
             return  # viewers have nothing to say once streaming
         client.hello += data
-        if b"\n" not in client.hello and len(client.hello) < 4096:
+        if b"\n" not in client.hello and len(client.hello) < HELLO_MAX:
             return
-        line = client.hello.split(b"\n", 1)[0]
-        try:
-            given = str(json.loads(line).get("token", "")).encode()
-        except (ValueError, AttributeError):
-            given = b""
-        if self._token is not None and hmac.compare_digest(given, self._token):
+        given = parse_hello(client.hello.split(b"\n", 1)[0][:HELLO_MAX])
+        if (
+            self._token is not None
+            and given is not None
+            and hmac.compare_digest(given, self._token)
+        ):
             self._activate(client)
         else:
             self._refuse(client, "wrong or missing token: connect with tcp://HOST:PORT?token=...")

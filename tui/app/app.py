@@ -24,7 +24,7 @@ from dltop.tui.app.help import HelpScreen
 from dltop.tui.app.messages import Ingested, SourceEnded, SourceFailed, SourceReset
 from dltop.tui.core import view_model as vm
 from dltop.tui.core.sources import FileSource, SourceError, open_source
-from dltop.tui.core.stream import SocketSource, StreamError, is_stream_spec
+from dltop.tui.core.stream import SocketSource, StreamError, is_stream_spec, redact
 from dltop.tui.core.ticks import Ticks
 from textual import on
 from textual.app import App, ComposeResult
@@ -90,7 +90,8 @@ class DltopApp(App[int]):
         self.lang = lang
         fixed = now if now is not None else _env_float(FIXED_NOW_ENV)
         self.clock = vm.Clock(fixed)
-        self.model = model if model is not None else vm.new_model(source or "run", config)
+        label = redact(source) if source else "run"  # a tcp://...?token= never on screen
+        self.model = model if model is not None else vm.new_model(label, config)
         self.state = vm.ViewState()
         self.ticks = Ticks(source if source and os.path.isfile(source) else None)
         self.screenshot_dir = screenshot_dir

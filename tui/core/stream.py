@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import socket
 import threading
 import time
@@ -17,6 +18,7 @@ from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 from dltop.probe.schema import LineDecoder
+from dltop.probe.socket_server import mask_secret
 
 
 class StreamError(OSError):
@@ -38,6 +40,15 @@ class Address:
         return f"tcp://{host}:{self.port}"
 
 
+def redact(spec: str) -> str:
+    """``spec`` with any ``token=`` value masked: how an address may appear in a message,
+    a title or a header (a token is a password; screens are shared and recorded)."""
+    return _TOKEN_RE.sub(lambda m: m.group(1) + mask_secret(m.group(2)), spec)
+
+
+_TOKEN_RE = re.compile(r"(token=)([^&#\s]{1,4096})")
+
+
 def is_stream_spec(spec: str) -> bool:
     return spec.startswith(("unix:", "tcp://"))
 
@@ -56,12 +67,12 @@ def parse_address(spec: str) -> Address:
             port = parts.port  # ValueError on a port that is not a number, or too big
             host = parts.hostname
         except ValueError:
-            raise StreamError(f"bad address {spec!r}: {hint}") from None
+            raise StreamError(f"bad address {redact(spec)!r}: {hint}") from None
         if not host or not port:
-            raise StreamError(f"bad address {spec!r}: {hint}")
+            raise StreamError(f"bad address {redact(spec)!r}: {hint}")
         token = parse_qs(parts.query).get("token", [None])[0] or os.environ.get("DLTOP_TOKEN")
         return Address("tcp", host=host, port=port, token=token)
-    raise StreamError(f"not a stream address: {spec!r} (use unix:PATH or tcp://HOST:PORT)")
+    raise StreamError(f"not a stream address: {redact(spec)!r} (use unix:PATH or tcp://HOST:PORT)")
 
 
 def connect(addr: Address, timeout: float = 2.0) -> socket.socket:
