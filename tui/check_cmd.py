@@ -21,6 +21,7 @@ from dltop.probe.schema import LineDecoder, sanitize
 from dltop.tui import thresholds_args
 from dltop.tui.core.alerts import SEVERITY_RANK, Alert
 from dltop.tui.core.rules import Config, ConfigError, RuleEngine
+from dltop.tui.core.safetext import visible, visible_lines
 from dltop.tui.core.sourcefiles import SourceError, is_missing, open_log
 from dltop.tui.core.status import RunState, explain_unrecorded_end, local_pid_alive
 
@@ -97,9 +98,11 @@ def run(args: argparse.Namespace) -> int:
             out = _as_json(args.source, results)
             if skipped:
                 out["skipped_files"] = skipped
-            sys.stdout.write(json.dumps(sanitize(out), indent=2) + "\n")
+            # exact text, JSON-escaped; ensure_ascii: no control or bidi char reaches a terminal
+            sys.stdout.write(json.dumps(sanitize(out), indent=2, ensure_ascii=True) + "\n")
         else:
-            sys.stdout.write(_report(args.source, results, skipped))
+            # the report quotes the log (run ids, messages, file names): one boundary
+            sys.stdout.write(visible_lines(_report(args.source, results, skipped)))
         sys.stdout.flush()
     except BrokenPipeError:  # `dltop check x | head`
         pass
@@ -107,7 +110,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _fail(message: str, hint: str) -> int:
-    sys.stderr.write(f"dltop check: error: {message} (hint: {hint})\n")
+    sys.stderr.write(f"dltop check: error: {visible(message)} (hint: {hint})\n")
     return EXIT_UNREADABLE
 
 

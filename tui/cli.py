@@ -15,6 +15,8 @@ import sys
 from collections.abc import Sequence
 from typing import NoReturn
 
+from dltop.tui.core.safetext import visible
+
 # sub-command name -> module under dltop.tui implementing configure() and run()
 COMMANDS = {
     "check": "dltop.tui.check_cmd",
@@ -46,7 +48,8 @@ class _Parser(argparse.ArgumentParser):
 
     def error(self, message: str) -> NoReturn:
         hint = self.usage_hint or f"see {self.prog} --help"
-        self.exit(self.usage_exit, f"{self.prog}: error: {message} (hint: {hint})\n")
+        # the message may quote an argument: a crafted file name must not reach the terminal raw
+        self.exit(self.usage_exit, f"{self.prog}: error: {visible(message)} (hint: {hint})\n")
 
 
 def _base_parser(prog: str, description: str) -> argparse.ArgumentParser:

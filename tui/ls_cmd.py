@@ -23,6 +23,7 @@ from dltop.tui.core.discover import (
     live_runs,
     recent_logs,
 )
+from dltop.tui.core.safetext import visible
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -55,7 +56,10 @@ def run(args: argparse.Namespace) -> int:
         try:
             runs.append(describe_live(entry))
         except Exception as exc:  # one odd run must not hide the others
-            print(f"dltop ls: cannot describe {entry.get('socket')}: {exc}", file=sys.stderr)
+            print(
+                f"dltop ls: cannot describe {visible(entry.get('socket'))}: {visible(exc)}",
+                file=sys.stderr,
+            )
     logs: list[RunInfo] = []
     live_logs = {r.log_path for r in runs if r.log_path}
     for path in recent_logs(args.dir, limit=max(0, args.n)):
@@ -64,12 +68,15 @@ def run(args: argparse.Namespace) -> int:
         try:
             logs.append(describe_log(path))
         except OSError as exc:
-            print(f"dltop ls: cannot read {path}: {exc.strerror or exc}", file=sys.stderr)
+            print(
+                f"dltop ls: cannot read {visible(path)}: {visible(exc.strerror or exc)}",
+                file=sys.stderr,
+            )
         except Exception as exc:  # a log that is not what a probe writes
-            print(f"dltop ls: cannot read {path}: {exc}", file=sys.stderr)
+            print(f"dltop ls: cannot read {visible(path)}: {visible(exc)}", file=sys.stderr)
     if args.json:
         for info in runs + logs:
-            print(json.dumps(info.__dict__, default=str))
+            print(json.dumps(info.__dict__, default=str, ensure_ascii=True))
         return 0
     if not runs and not logs:
         print(f"no live runs, and no logs under ./{args.dir}")
@@ -94,4 +101,8 @@ def run(args: argparse.Namespace) -> int:
 def _print_row(r: RunInfo) -> None:
     step = "-" if r.step is None else str(r.step)
     pid = "-" if r.pid is None else str(r.pid)
-    print(f"{r.run_id[:28]:<28} {pid:>7} {_age(r.started):>10} {step:>8} {r.status:<9} {r.source}")
+    # run id and source come from other processes' files: escaped before any padding
+    run_id = visible(r.run_id, limit=27)
+    print(
+        f"{run_id:<28} {pid:>7} {_age(r.started):>10} {step:>8} {visible(r.status):<9} {visible(r.source)}"
+    )

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from dltop.tui import thresholds_args
+from dltop.tui.core.safetext import visible
 
 EXIT_NO_SOURCE = 3
 RUNS_DIR = "dltop-runs"
@@ -154,7 +155,7 @@ def run(args: argparse.Namespace) -> int:
         config = _thresholds(args)
         path = resolve_source(args.source)
     except SourceError as e:
-        print(f"dltop: {e}", file=sys.stderr)
+        print(f"dltop: {visible(e)}", file=sys.stderr)  # it may quote a crafted file name
         return EXIT_NO_SOURCE
     from dltop.tui.app.app import DltopApp  # Textual loads only when the UI starts
 

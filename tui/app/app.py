@@ -23,6 +23,7 @@ from dltop.tui.app.header import Header
 from dltop.tui.app.help import HelpScreen
 from dltop.tui.app.messages import Ingested, SourceEnded, SourceFailed, SourceReset
 from dltop.tui.core import view_model as vm
+from dltop.tui.core.safetext import visible
 from dltop.tui.core.sources import FileSource, SourceError, open_source
 from dltop.tui.core.stream import SocketSource, StreamError, is_stream_spec, redact
 from dltop.tui.core.ticks import Ticks
@@ -123,7 +124,7 @@ class DltopApp(App[int]):
                         widget = Chart(provider, id=f"panel-{spec.key}")
                     widget.add_class("panel")
                     widget.set_class(spec.minor, "-minor")
-                    widget.border_title = f"{i} {spec.title}"
+                    widget.border_title = f"{i} {visible(spec.title)}"
                     yield widget
             yield ChecklistPane(id="checklist")
         yield Input(
@@ -139,7 +140,7 @@ class DltopApp(App[int]):
         if self.source is not None and self.reader is None:
             self._start_source(self.source)
         if self.ticks.error:  # a bad sidecar, said once; toggles say their own errors
-            self.notify(self.ticks.error, severity="warning", timeout=8)
+            self.notify(visible(self.ticks.error), severity="warning", timeout=8)
         self.set_interval(1.0 / self.refresh_hz, self.redraw, name="redraw")
         self.redraw()
 
@@ -177,7 +178,7 @@ class DltopApp(App[int]):
         if chosen is not None:
             self.ticks = Ticks(chosen.path)
         if getattr(reader, "skipped", None):  # rank files that are FIFOs, devices, loops
-            self.notify("; ".join(reader.skipped), severity="warning", timeout=8)  # type: ignore[union-attr]
+            self.notify(visible("; ".join(reader.skipped)), severity="warning", timeout=8)  # type: ignore[union-attr]
 
         def read() -> None:  # on the worker thread
             try:
@@ -206,11 +207,11 @@ class DltopApp(App[int]):
         self._drawn.clear()
         self._pane_user = None
         self._auto_explained = False
-        self.notify(f"new run: {message.reason}", severity="warning", timeout=6)
+        self.notify(f"new run: {visible(message.reason)}", severity="warning", timeout=6)
 
     def on_source_failed(self, message: SourceFailed) -> None:
         self.source_error = message.text
-        self.notify(message.text, severity="error", timeout=10)
+        self.notify(visible(message.text), severity="error", timeout=10)
 
     def on_source_ended(self, message: SourceEnded) -> None:
         self.ended = True
@@ -448,7 +449,7 @@ class DltopApp(App[int]):
             return
         self.ticks.toggle(self.state.selected, event.step_id)
         if self.ticks.error:
-            self.notify(self.ticks.error, severity="warning", timeout=5)
+            self.notify(visible(self.ticks.error), severity="warning", timeout=5)
         self._drawn.pop("state", None)
         self.redraw()
 

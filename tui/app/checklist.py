@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from dltop.tui.core.alerts import Alert
+from dltop.tui.core.safetext import visible
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
@@ -72,7 +73,11 @@ class ChecklistPane(Vertical):
             return
         self._signature = sig
         self.query_one("#cl-title", Static).update(Text(title or "No alert selected"))
-        message = alert.message if alert is not None else "Select a badge (tab, enter) or press a."
+        message = (
+            visible(alert.message)
+            if alert is not None
+            else "Select a badge (tab, enter) or press a."
+        )
         self.query_one("#cl-message", Static).update(Text(message))
         option_list = self.query_one(StepList)
         keep = option_list.highlighted

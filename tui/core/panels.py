@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from dltop.tui.core.chartdata import ALT, ALT2, EMA, EVAL, RAW, ChartData, Trace, format_value
+from dltop.tui.core.safetext import visible
 
 if TYPE_CHECKING:
     from dltop.tui.core.view_model import ViewState
@@ -203,7 +204,7 @@ def panel_chart(model: Any, key: str, state: ViewState, buckets: int) -> ChartDa
         traces=tuple(traces),
         log=log,
         cursor=at,
-        legend=prefix + "  ".join(legend) + scale_note,
+        legend=visible(prefix + "  ".join(legend) + scale_note),  # metric names are the user's
         unit=spec.unit,
         empty_text=spec.empty,
         y_floor=None if log else spec.y_floor,

@@ -13,13 +13,14 @@ import math
 import os
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 from typing import Any
 
 from dltop.tui.core import panels
 from dltop.tui.core.alerts import CRITICAL, Alert
 from dltop.tui.core.chartdata import ChartData, format_value  # noqa: F401 - re-exported
 from dltop.tui.core.panels import PANELS, panel_chart, panel_signature  # noqa: F401 - re-exported
+from dltop.tui.core.safetext import visible, visible_lines
 
 
 @dataclass(frozen=True)
@@ -51,6 +52,9 @@ class HeaderInfo:
     gpu: str = ""  # "GPU n/a" on a run without NVML readings (shown where the panel is hidden)
     ranks: str = ""  # "rank 0 of 4 files" for a directory of rank logs
 
+    def __post_init__(self) -> None:  # every field may quote the log: escaped here, once
+        _escape_fields(self, multiline=())
+
 
 @dataclass(frozen=True)
 class CrashInfo:
@@ -61,6 +65,23 @@ class CrashInfo:
     summary: str
     hint: str = ""
     label: str = "CRASHED"  # "CRASHED", or "KILLED" for a fatal signal
+
+    def __post_init__(self) -> None:  # the exception's text is the log's: escaped here, once
+        _escape_fields(self, multiline=("exception", "summary", "diagnosis", "last_values"))
+
+
+def _cap(text: str, width: int) -> str:
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def _escape_fields(obj: Any, multiline: tuple[str, ...]) -> None:
+    """Every str field of a frozen display record, made terminal-safe (``safetext``)."""
+    for f in fields(obj):
+        value = getattr(obj, f.name)
+        if isinstance(value, str):
+            safe = visible_lines(value) if f.name in multiline else visible(value)
+            if safe is not value:
+                object.__setattr__(obj, f.name, safe)
 
 
 @contextlib.contextmanager
@@ -84,7 +105,7 @@ def alert_key(alert: Alert) -> str:
 def badge_label(alert: Alert) -> str:
     icon = "✖" if alert.severity == CRITICAL else ("▲" if alert.severity == "warning" else "●")
     at = f" @{alert.step}" if alert.step is not None else ""
-    return f"{icon} {alert.title}{at}"
+    return f"{icon} {visible(alert.title)}{at}"
 
 
 def alert_window(alert: Alert, first: int, last: int) -> tuple[int, int]:
@@ -283,8 +304,8 @@ def header_info(
         mode.append(f"resumed at {store.resumes[-1]}" + (f" (×{n})" if n > 1 else ""))
     gpu = gpu_na_reason(model)
     return HeaderInfo(
-        run=run,
-        host=str(meta.get("host") or ""),
+        run=_cap(visible(run), 40),  # a long (or hostile) id must not push the status away
+        host=_cap(visible(meta.get("host") or ""), 32),
         pid=str(meta.get("pid") or ""),
         status=status,
         age=f"last record {format_age(age_s)}" if age_s is not None else "",
@@ -304,7 +325,9 @@ def rank_note(files: list[Any], chosen: Any) -> str:
     """'rank 0 of 4 files' for a directory source; '' for a single log."""
     if not files or chosen is None:
         return ""
-    rank = f"rank {chosen.rank}" if chosen.rank is not None else os.path.basename(chosen.path)
+    rank = (
+        f"rank {chosen.rank}" if chosen.rank is not None else visible(os.path.basename(chosen.path))
+    )
     return f"{rank} of {len(files)} file{'s' if len(files) != 1 else ''}"
 
 
@@ -314,7 +337,7 @@ def rank_lines(files: list[Any], chosen: Any) -> list[str]:
     for f in files:
         mark = "▶" if chosen is not None and f.path == chosen.path else " "
         rank = f"rank {f.rank}" if f.rank is not None else "rank ?"
-        out.append(f"{mark} {rank:<8} {os.path.basename(f.path)}  {_size(f.size)}")
+        out.append(f"{mark} {rank:<8} {visible(os.path.basename(f.path))}  {_size(f.size)}")
     return out
 
 
@@ -419,7 +442,7 @@ def gpu_na_reason(model: Any) -> str | None:
     meta = store.meta or {}
     for note in meta.get("notes") or ():
         if "GPU" in str(note) or "NVML" in str(note):
-            return str(note)
+            return visible(note)
     devices = meta.get("devices") or []
     if any(isinstance(d, dict) and d.get("type") == "cuda" for d in devices):
         return "CUDA device, but no NVML readings in the log yet"
@@ -439,7 +462,9 @@ def checklist_view(model: Any, alert: Alert, lang: str) -> tuple[str, list[Any]]
     title = f"{alert.title} — {checklist.title}" if checklist.title and not same else alert.title
     if checklist.error:
         title += f" ({checklist.error})"
-    return title, list(steps)
+    # evidence quotes the run (an exception type, a signal name): escaped for the screen
+    shown = [replace(c, evidence=visible(c.evidence)) if c.evidence else c for c in steps]
+    return visible(title), shown
 
 
 def take_restart(model: Any) -> str | None:
@@ -447,6 +472,6 @@ def take_restart(model: Any) -> str | None:
     with locked(model):
         if not getattr(model, "restarted", False):
             return None
-        reason = str(model.reset_reason)
+        reason = visible(model.reset_reason)
     model.acknowledge_restart()
     return reason
