@@ -289,6 +289,8 @@ def normalize(record: dict[str, Any]) -> dict[str, Any]:
             if key not in record:
                 continue
             value = record[key]
+            if value is None:  # null is the log's "unknown" (torch/cuda without torch)
+                continue
             if isinstance(want, tuple):
                 if not isinstance(value, list):
                     del record[key]
