@@ -15,7 +15,10 @@ One run measures, on the same machine and in the same process:
     gradient accumulation (4 micro-batches per step: the probe's norm runs after each
     backward). The training thread's CPU is measured apart from the probes' background
     threads (writer, sampler, socket), whose CPU is reported on its own;
-(f) the cost of the post-accumulate-grad hooks per parameter and backward pass.
+(f) the cost of the post-accumulate-grad hooks per parameter and backward pass;
+(g) the probe under overload (benchmarks/probe_sustained.py): the sustained step rate
+    that keeps every record, with and without a live viewer, what is dropped and
+    counted above it, the longest ``step()`` call, and the memory of a full queue.
 
 Variants of (e) are interleaved in rounds, their order rotated each round, and
 compared by medians: the machines are shared and noisy. Ratios measured in one run
@@ -35,6 +38,7 @@ from collections.abc import Callable
 from typing import Any
 
 from dltop.probe import Probe
+from probe_sustained import run as run_sustained  # beside this script
 
 SCALARS = ("loss", "lr", "acc", "tokens_per_s", "grad_scale", "wd")
 
@@ -436,6 +440,8 @@ def main() -> None:
             if key != "none":
                 extra = f"   +{(hk[key] - hk['none']) * 1e6 / hk['params']:.2f} µs per parameter"
             print(f"  {label:<44} {hk[key] * 1e6:9.1f} µs{extra}")
+        print()
+    run_sustained(args.quick)
 
 
 if __name__ == "__main__":

@@ -64,6 +64,7 @@ class CrashRecorder:
         self._hook = self._excepthook  # one bound object, so identity checks work
         self._prev_handlers: dict[int, Any] = {}
         self._handler = self._on_signal
+        self._handling: int | None = None  # the signal whose handler is running
 
     # -- hooks ------------------------------------------------------------------------
 
@@ -127,21 +128,30 @@ class CrashRecorder:
         prev(exc_type, exc, tb)
 
     def _on_signal(self, signum: int, frame: Any) -> Any:
-        if self._active:
-            try:
-                name = signal.Signals(signum).name
-            except Exception:
-                name = str(signum)
-            event = {"kind": EVENT, "t": time.time(), "step": self._step(), "type": EV_SIGNAL}
-            self._write(event | {"signal": name})
-        prev = self._prev_handlers.get(signum, signal.SIG_DFL)
-        if callable(prev):  # the user's handler, or SIGINT's default_int_handler
-            return prev(signum, frame)
-        if prev == signal.SIG_DFL:  # die by the signal, exactly as without the probe
-            _forget_live_entries()  # no close will run: leave no socket of a dead run
-            signal.signal(signum, signal.SIG_DFL)
-            signal.raise_signal(signum)
-        return None
+        if self._handling == signum:
+            # the same signal again while this one is being recorded (a parent-death
+            # SIGTERM and a process-group SIGTERM arrive together): Python runs the
+            # handler nested, and the outer call still goes on to the default action
+            return None
+        self._handling = signum
+        try:
+            if self._active:
+                try:
+                    name = signal.Signals(signum).name
+                except Exception:
+                    name = str(signum)
+                event = {"kind": EVENT, "t": time.time(), "step": self._step(), "type": EV_SIGNAL}
+                self._write(event | {"signal": name})
+            prev = self._prev_handlers.get(signum, signal.SIG_DFL)
+            if callable(prev):  # the user's handler, or SIGINT's default_int_handler
+                return prev(signum, frame)
+            if prev == signal.SIG_DFL:  # die by the signal, exactly as without the probe
+                _forget_live_entries()  # no close will run: leave no socket of a dead run
+                signal.signal(signum, signal.SIG_DFL)
+                signal.raise_signal(signum)
+            return None
+        finally:
+            self._handling = None
 
     # -- records ----------------------------------------------------------------------
 

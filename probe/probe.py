@@ -149,6 +149,8 @@ class Probe:
         self._grad: GradNormTracker | None = None
         self._cuda: CudaStep | bool | None = None  # decided at the first step
         self._records = StepRecords()  # its builder runs on the writer thread
+        # the writer's indices of the builders (see Writer.register), set at start()
+        self._step_builder = self._layers_builder = self._lazy_builder = -1
         self._errors: set[str] = set()
         self._signal: str | None = None
         self._crashed = False
@@ -196,8 +198,11 @@ class Probe:
             sinks, heartbeat=self._heartbeat, heartbeat_every=self.heartbeat_every
         )
         self._put = w.put
+        self._step_builder = w.register(self._records.build)
+        self._layers_builder = w.register(build_layers)
+        self._lazy_builder = w.register(build_lazy)
         if meta is not None:
-            w.put(meta)
+            w.emit(meta)
         self._hook_gradients()
         w.start()
         if self._use_system:
@@ -240,16 +245,17 @@ class Probe:
         w = self._writer
         if w is None:
             return
-        w.put(
-            {
-                "kind": EVENT,
-                "type": EV_EXIT,
-                "t": time.time(),
-                "status": status,
-                "step": self._last_step,
-                "steps": self._steps,
-            }
-        )
+        exit_rec = {
+            "kind": EVENT,
+            "type": EV_EXIT,
+            "t": time.time(),
+            "status": status,
+            "step": self._last_step,
+            "steps": self._steps,
+        }
+        if w.dropped:  # the run's total, beside the per-gap ``dropped`` events
+            exit_rec["dropped"] = w.dropped
+        w.emit(exit_rec)
         w.close()
 
     def __enter__(self) -> Probe:
@@ -347,7 +353,7 @@ class Probe:
                     dev, mem = cu.step(now, dev)
             put(
                 (
-                    self._records.build,
+                    self._step_builder,
                     step,
                     time.time(),
                     loss,
@@ -357,7 +363,7 @@ class Probe:
                     dw,
                     st,
                     batch_size,
-                    extras,
+                    extras or None,  # an empty dict would keep the tuple GC-tracked
                     mem,
                     dev,
                 )
@@ -370,7 +376,7 @@ class Probe:
     def _queue_layers(self, step: int) -> None:
         taken = self._grad.take_layers() if self._grad is not None else None
         if taken is not None:
-            self._put((build_layers, step, time.time(), taken))
+            self._put((self._layers_builder, step, time.time(), taken))
 
     def _heartbeat(self) -> dict[str, Any]:
         return {
@@ -400,7 +406,7 @@ class Probe:
                     batch = DeviceBatch(tensors)
                 except Exception as e:
                     self._error("device read-back", e)
-            self._put((build_lazy, rec, keys, batch))
+            self._put((self._lazy_builder, rec, keys, batch))
             self._writer.wake()  # type: ignore[union-attr]
         except Exception as e:
             self._error("eval", e)

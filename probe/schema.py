@@ -64,7 +64,20 @@ EV_EXIT = "exit"  # the probe closed (``status``: "ok" | "exception" | "signal" 
 EV_PHASE = "phase"  # a declared phase (``name``: "eval", "checkpoint"...; ``state``: begin/end)
 EV_NOTE = "note"  # free text the probe or the user wants on record
 EV_WARNING = "warning"  # the probe degraded (e.g. could not write the file): ``message``
-EVENT_TYPES = (EV_EXCEPTION, EV_OOM, EV_SIGNAL, EV_EXIT, EV_PHASE, EV_NOTE, EV_WARNING)
+# records went missing: ``records`` (this gap), ``total`` (so far), ``scope``: "log" (the
+# probe's queue was full: the log itself lacks them) or "viewer" (one live viewer fell
+# behind and the socket skipped them for it only; the log has them)
+EV_DROPPED = "dropped"
+EVENT_TYPES = (
+    EV_EXCEPTION,
+    EV_OOM,
+    EV_SIGNAL,
+    EV_EXIT,
+    EV_PHASE,
+    EV_NOTE,
+    EV_WARNING,
+    EV_DROPPED,
+)
 
 # The longest line a reader accepts. The probe's longest records (a ``layers`` record of
 # a model with thousands of parameter tensors, a bounded traceback) are far below it;

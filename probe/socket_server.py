@@ -40,11 +40,10 @@ import time
 from collections import deque
 from dataclasses import dataclass, field
 
-from dltop.probe.schema import encode_record
+from dltop.probe.schema import EV_DROPPED, encode_record
 
 HELLO_TIMEOUT = 3.0  # seconds a TCP viewer has to present its token
 HELLO_MAX = 4096  # bytes of hello read before a verdict: a longer one is refused
-EV_DROPPED = "dropped"
 EV_REFUSED = "refused"
 CLOSE_GRACE = 0.5  # seconds reading viewers get at close to receive the last records
 
@@ -489,6 +488,7 @@ class SocketServer:
                     notice = {
                         "kind": "event",
                         "type": EV_DROPPED,
+                        "scope": "viewer",
                         "t": time.time(),
                         "records": client.unreported,
                         "total": client.dropped,

@@ -12,8 +12,11 @@ raises into the training thread.
 
 Queue items:
 - a ``dict``: a finished record;
-- a ``tuple`` whose first element is a builder ``f(item, force) -> dict | None``:
-  built here, off the training thread. ``None`` means "not ready yet" (a device
+- a ``tuple`` whose first element is the index of a builder ``f(item, force) -> dict |
+  None`` (see :meth:`Writer.register`): built here, off the training thread. An index,
+  not the function itself, so that a tuple of plain numbers is one the garbage
+  collector stops tracking: a full queue then costs a gen-2 collection (run on the
+  training thread) a few ms instead of tens. ``None`` means "not ready yet" (a device
   read-back still in flight): the item and everything after it wait for the next
   wake, so the log keeps its order. ``force`` (close, crash flush, or an item held
   too long) asks the builder to give up waiting and return what it has: it is then a
@@ -39,11 +42,14 @@ from collections.abc import Callable
 from typing import Any, Protocol, runtime_checkable
 
 from dltop.probe.readback import FORCE_WAIT_S, Deadline
-from dltop.probe.schema import EV_WARNING, EVENT, encode_record
+from dltop.probe.schema import EV_DROPPED, EV_WARNING, EVENT, encode_record
 
 WAKE_S = 0.05  # how often the thread looks at the queue
 HOLD_MAX_S = 5.0  # an item not ready for this long is forced (a hung device must not stop the log)
-QUEUE_MAX = 1 << 18  # records kept if the thread falls behind; the oldest are dropped beyond
+# records queued at most; beyond, new ones are dropped and counted. A burst of 262 144
+# steps (a loop doing nothing but step()) is kept whole; full, the queue holds ~80 MiB
+# (benchmarks/probe_overhead.py --sustained measures it)
+QUEUE_MAX = 1 << 18
 WRITE_MARGIN_S = 0.5  # of a flush's timeout, kept for encoding, writing and fsync after the waits
 
 
@@ -60,13 +66,26 @@ class Sink(Protocol):
     def close(self) -> None: ...
 
 
+class _Gap:
+    """Where the log lost records: queued (past the cap) at the first record dropped.
+
+    It travels in the queue like a record, so the ``dropped`` event lands exactly
+    between the last record kept before the gap and the first one kept after it.
+    """
+
+    __slots__ = ("records",)
+
+    def __init__(self) -> None:
+        self.records = 0
+
+
 class FileSink:
     """Append-only log file written with one ``os.write`` per batch (no user-space buffer).
 
     Because nothing is buffered in the process, a batch is on its way to disk as
     soon as it is written, and a SIGKILL loses at most what the writer had not
-    yet picked up. A batch cut short (file size limit, disk full) is truncated
-    away so the file never ends in a partial line. Before each write the
+    yet picked up. A batch cut short (file size limit, disk full) keeps the
+    complete lines that fitted and never ends in a partial line. Before each write the
     descriptor is checked to still be our file: user code that closes it (and
     perhaps opens something else on the same number) must not get our lines.
     """
@@ -106,9 +125,10 @@ class FileSink:
                 done += os.write(fd, view[done:])
         except OSError:
             if done:
-                # take back the partial line; lines already written stay intact
+                # take back the partial line; the complete lines that fitted stay
+                keep = batch.rfind(b"\n", 0, done) + 1
                 with contextlib.suppress(OSError):
-                    os.ftruncate(fd, start)
+                    os.ftruncate(fd, start + keep)
             raise
 
     def flush(self, fsync: bool = False) -> None:
@@ -171,10 +191,16 @@ class Writer:
         heartbeat: Callable[[], dict[str, Any]] | None = None,
         heartbeat_every: float = 2.0,
         wake_every: float = WAKE_S,
+        queue_max: int = QUEUE_MAX,
     ) -> None:
         self.sinks: list[Any] = list(sinks)
-        self._queue: deque[Any] = deque(maxlen=QUEUE_MAX)
-        self.put: Callable[[Any], None] = self._queue.append  # the training thread's only cost
+        self._builders: list[Callable[[Any, Any], dict[str, Any] | None]] = []
+        self._queue: deque[Any] = deque()
+        self._cap = max(1, int(queue_max))
+        self.put: Callable[[Any], None] = self._bounded_put()  # the training thread's only cost
+        self._gap: _Gap | None = None
+        self.dropped = 0  # records the full queue had no room for (the training outran us)
+        self.dropped_reported = 0  # of those, written in ``dropped`` events so far
         self._held: deque[Any] = deque()
         self._held_since: float | None = None
         self._heartbeat = heartbeat
@@ -198,10 +224,50 @@ class Writer:
         self.sinks = []
         self._queue.clear()
         self._held.clear()
+        self._gap = None
         self._flush_reqs.clear()
         self._thread = None
         self._lock = threading.Lock()  # the parent's thread may have held it at the fork
         self._stop = True
+
+    def register(self, builder: Callable[[Any, Any], dict[str, Any] | None]) -> int:
+        """The index to put first in a queued tuple that ``builder(item, force)`` builds."""
+        self._builders.append(builder)
+        return len(self._builders) - 1
+
+    # --- the training thread ----------------------------------------------------------
+    def _bounded_put(self) -> Callable[[Any], None]:
+        """``put``: append while the queue has room, else count the record as dropped.
+
+        Why drop the new record rather than block or grow: blocking would stall the
+        training on its own monitor, growing would trade a slow log for an OOM. The
+        memory is bounded by the cap, and the loss is said in the log itself.
+        """
+        queue, cap, append = self._queue, self._cap, self._queue.append
+        drop = self._drop
+
+        def put(item: Any) -> None:
+            if len(queue) < cap:
+                append(item)
+            else:
+                drop()
+
+        return put
+
+    def _drop(self) -> None:
+        # the same gap while nothing was queued after its marker; a record kept since
+        # (or the writer took the marker) means a new gap, marked where it begins
+        gap, queue = self._gap, self._queue
+        try:
+            same = gap is not None and queue[-1] is gap
+        except IndexError:  # the writer emptied the queue meanwhile
+            same = False
+        if not same:
+            gap = self._gap = _Gap()
+            queue.append(gap)  # one marker per gap, allowed past the cap
+        assert gap is not None
+        gap.records += 1
+        self.dropped += 1
 
     # --- any thread -----------------------------------------------------------------
     def start(self) -> None:
@@ -297,16 +363,19 @@ class Writer:
             held.clear()
             queue.clear()
             return
-        while queue:
+        cap = self._cap
+        while queue and len(held) < cap:  # a stuck read-back holds the rest in the queue
             held.append(queue.popleft())
         while held:
             item = held[0]
             if type(item) is dict:
                 rec: dict[str, Any] | None = item
+            elif type(item) is _Gap:
+                rec = self._gap_event(item)
             else:
                 missed = force.missed if force is not None else 0
                 try:
-                    rec = item[0](item, force)
+                    rec = self._builders[item[0]](item, force)
                 except Exception as e:
                     self._build_errors += 1
                     if self._build_errors == 1:
@@ -347,6 +416,27 @@ class Writer:
                         fl(True)
                     except Exception as e:
                         self._sink_failed(sink, e)
+
+    def _gap_event(self, gap: _Gap) -> dict[str, Any]:
+        """The ``dropped`` event for one gap; the first also goes to stderr once."""
+        n = gap.records
+        self.dropped_reported += n
+        message = (
+            f"the training outran the log writer: {n} record(s) were not recorded here "
+            f"(its queue of {self._cap} was full)"
+        )
+        if self.dropped_reported == n:
+            self.warnings.append(message)
+            _stderr(f"dltop: warning: {message}; the log marks each gap with a 'dropped' event")
+        return {
+            "kind": EVENT,
+            "type": EV_DROPPED,
+            "t": time.time(),
+            "scope": "log",
+            "records": n,
+            "total": self.dropped_reported,
+            "message": message,
+        }
 
     def _note_lost(self, lines: list[bytes], at: int, n: int) -> None:
         """A ``warning`` event right after the first record that lost its device values."""

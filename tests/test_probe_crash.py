@@ -342,6 +342,44 @@ def test_signal_is_recorded_then_the_previous_handler_runs() -> None:
         assert signal.getsignal(signal.SIGTERM) is theirs
 
 
+def test_a_second_sigterm_while_the_first_is_recorded_is_not_a_second_event() -> None:
+    """A demo whose `dltop demo` parent died gets SIGTERM twice at once (parent death and
+    its process group): the nested handler call must not record it again (it did, about
+    every other run of test_killing_the_demo_command_still_stops_the_demo)."""
+    got: list[int] = []
+    with Hooks():
+
+        def theirs(signum: int, frame: Any) -> None:
+            got.append(signum)
+
+        signal.signal(signal.SIGTERM, theirs)
+        sink = Sink(step=3)
+        rec = sink.recorder()
+        rec.install()
+        first_flush = sink.flush
+
+        def flush_then_signalled(fsync: bool) -> None:  # the second signal lands mid-flush
+            first_flush(fsync)
+            if len(sink.events) == 1 and not got:
+                os.kill(os.getpid(), signal.SIGTERM)
+                for _ in range(1000):
+                    pass
+
+        rec._flush = flush_then_signalled
+        os.kill(os.getpid(), signal.SIGTERM)
+        for _ in range(1000):
+            if got:
+                break
+        assert [e["signal"] for e in sink.events] == ["SIGTERM"]
+        assert got == [signal.SIGTERM], "the user's handler ran once, for the outer call"
+        os.kill(os.getpid(), signal.SIGTERM)  # a later, separate SIGTERM is recorded again
+        for _ in range(1000):
+            if len(got) == 2:
+                break
+        assert len(sink.events) == 2
+        rec.uninstall()
+
+
 def test_sigint_default_still_raises_keyboard_interrupt() -> None:
     with Hooks():
         signal.signal(signal.SIGINT, signal.default_int_handler)

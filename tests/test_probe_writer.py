@@ -232,9 +232,10 @@ def _stuck_writer(log: Path, n: int):
 
     w = Writer([FileSink(str(log))], heartbeat=None)
     w.start()
+    lazy = w.register(build_lazy)
     for i in range(n):
         rec = {"kind": "step", "step": i, "t": 0.0, "step_time": 0.1}
-        w.put((build_lazy, rec, ["loss"], _stuck_readback()))
+        w.put((lazy, rec, ["loss"], _stuck_readback()))
     return w
 
 

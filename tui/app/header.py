@@ -61,6 +61,11 @@ def render_header(info: HeaderInfo, compact: bool = False) -> Text:
             f"  {info.skipped} corrupt line{'s' if info.skipped != 1 else ''} skipped",
             style="bold yellow",
         )
+    if info.lost:
+        t.append(
+            f"  {info.lost} record{'s' if info.lost != 1 else ''} not in the log",
+            style="bold yellow",
+        )
     if info.dropped:
         t.append(
             f"  {info.dropped} record{'s' if info.dropped != 1 else ''} dropped",

@@ -32,6 +32,7 @@ ALERT_IDS = (
     "crash",
     "straggler",
     "mixed_runs",  # several processes append to one log at once (rules/segments.py)
+    "records_dropped",  # the probe's writer fell behind; the log lacks records (rules/dropped.py)
 )
 
 

@@ -64,7 +64,10 @@ class Store:
         self.version = version
         self.step_x = array("q")  # the step of every step record kept, sorted
         self.resumes: list[int] = []  # steps at which the log went backwards (resumed runs)
-        self.dropped = 0  # records a live socket skipped for this viewer (``dropped`` events)
+        # ``dropped`` events: records a live socket skipped for this viewer only, and
+        # records the probe could not write (scope "log": missing from the log itself)
+        self.dropped = 0
+        self.lost = 0
         self.meta: dict[str, Any] | None = None  # the first meta record
         self.events: list[dict[str, Any]] = []  # every event record, in order
         self.layers: dict[str, Any] | None = None  # the latest layers record
@@ -354,7 +357,11 @@ class Store:
             self.events.append(rec)
             self.events_version = v
             if rec.get("type") == "dropped" and type(rec.get("records")) is int:
-                self.dropped += max(0, rec["records"])
+                n = max(0, min(rec["records"], schema.MAX_STEP))
+                if rec.get("scope") == "log":
+                    self.lost += n
+                else:
+                    self.dropped += n
         elif kind == schema.META:
             if self.meta is None:
                 self.meta = rec

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
-from dltop.probe.schema import LineDecoder
+from dltop.probe.schema import LineDecoder, as_step
 from dltop.probe.socket_server import mask_secret
 
 
@@ -282,8 +282,12 @@ class SocketSource:
         if self._skipping:
             records = self._skip_replayed(records)
         for rec in records:
-            if rec.get("kind") == "event" and rec.get("type") == "dropped":
-                self.dropped += int(rec.get("records") or 0)
+            if (
+                rec.get("kind") == "event"
+                and rec.get("type") == "dropped"
+                and rec.get("scope") != "log"
+            ):
+                self.dropped += max(0, as_step(rec.get("records")) or 0)
                 continue  # the server's note to this viewer only: never in a backlog
             t = rec.get("t")
             if isinstance(t, (int, float)) and t > self._max_t:

@@ -49,6 +49,7 @@ class HeaderInfo:
     mode: str
     reason: str = ""  # why the status is what it is (the header's tooltip)
     dropped: int = 0  # records a live socket skipped for this viewer
+    lost: int = 0  # records the probe could not write: missing from the log itself
     gpu: str = ""  # "GPU n/a" on a run without NVML readings (shown where the panel is hidden)
     ranks: str = ""  # "rank 0 of 4 files" for a directory of rank logs
 
@@ -316,6 +317,7 @@ def header_info(
         mode="  ".join(mode),
         reason=str(getattr(st, "reason", "") or "") if st is not None else "",
         dropped=int(getattr(store, "dropped", 0)),
+        lost=int(getattr(store, "lost", 0)),
         gpu="GPU n/a" if gpu is not None and gpu != WAITING_FOR_SYS else "",
         ranks=ranks,
     )

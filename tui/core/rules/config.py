@@ -90,6 +90,7 @@ DEFAULTS: dict[str, dict[str, Any]] = {
     "overfitting": {"enabled": True, "patience": 3, "tolerance": 0.01, "noise_factor": 3.0},
     # two writers in one file: >= `jumps` backward steps within `window` step records
     "mixed_runs": {"enabled": True, "window": 64, "jumps": 3},
+    "records_dropped": {"enabled": True},  # `dropped` events of scope "log" (rules/dropped.py)
     "data_bound": {
         "enabled": True,
         "warn": 0.10,

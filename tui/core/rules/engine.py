@@ -32,6 +32,7 @@ class RuleEngine:
     def __init__(self, config: Config | None = None) -> None:
         from dltop.tui.core.rules import (  # noqa: PLC0415 - rule modules import this one
             crashes,
+            dropped,
             gradients,
             numeric,
             performance,
@@ -140,6 +141,7 @@ class RuleEngine:
             performance.MemoryGrowth(self),
             performance.Stall(self),
             crashes.Crashes(self),
+            dropped.RecordsDropped(self),
         ]
         self.by_name = {type(r).__name__: r for r in self.rules}
         self.nonfinite_rule = self.by_name["NonFinite"]
