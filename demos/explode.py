@@ -39,7 +39,9 @@ def main() -> None:
 
     metres = sensor_file(64 * 150, scale=1.0)
     millimetres = sensor_file(64 * 150, scale=1000.0)  # BUG: same sensor, different unit
-    data = torch.utils.data.ConcatDataset([metres, millimetres])
+    data: torch.utils.data.ConcatDataset[tuple[torch.Tensor, ...]] = torch.utils.data.ConcatDataset(
+        [metres, millimetres]
+    )
     loader = DataLoader(data, batch_size=64, shuffle=False)  # a time series: read in order
 
     model = nn.Sequential(

@@ -47,7 +47,7 @@ def main() -> None:
     model.to(device)
     opt = torch.optim.Adam(model.parameters(), lr=1e-3)
     criterion = nn.CrossEntropyLoss()
-    val_history = []  # for a plot at the end
+    val_history: list[torch.Tensor] = []  # for a plot at the end
     deadline, max_steps = time.monotonic() + 30, 1600  # a real run would go on until it dies
 
     with Probe(path=args.out, model=model, optimizer=opt) as probe:

@@ -33,7 +33,7 @@ def main() -> None:
         y = teacher(x).argmax(dim=1)
     loader = DataLoader(TensorDataset(x, y), batch_size=64, shuffle=True, drop_last=True)
 
-    layers = []
+    layers: list[nn.Module] = []
     for _ in range(20):  # BUG: deep sigmoid stack, no normalization, no residuals
         layers += [nn.Linear(64 if layers else 32, 64), nn.Sigmoid()]
     model = nn.Sequential(*layers, nn.Linear(64, 10)).to(device)

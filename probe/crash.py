@@ -241,7 +241,7 @@ def _interactive() -> bool:
 def qualified_name(cls: type) -> str:
     """``torch.OutOfMemoryError``, ``ValueError`` (builtins unqualified), ``mod.Outer.Inner``."""
     module = getattr(cls, "__module__", None) or ""
-    name = getattr(cls, "__qualname__", None) or getattr(cls, "__name__", "?")
+    name = str(getattr(cls, "__qualname__", None) or getattr(cls, "__name__", "?"))
     return name if module in ("builtins", "__main__", "") else f"{module}.{name}"
 
 
@@ -288,17 +288,17 @@ def traceback_frames(tb: TracebackType | None) -> tuple[list[dict[str, Any]], in
         src = ""
         with contextlib.suppress(Exception):
             src = linecache.getline(filename, line).strip()
-        frame = {
+        info = {
             "file": _bounded(filename, _PATH_CHARS, keep_end=True),
             "line": line,
             "func": _bounded(code.co_name, _CODE_CHARS),
             "code": _bounded(src, _CODE_CHARS),
         }
-        size = len(frame["file"]) + len(frame["func"]) + len(frame["code"]) + 40
+        size = len(info["file"]) + len(info["func"]) + len(info["code"]) + 40
         if frames and used + size > TRACEBACK_CHARS:
             break
         used += size
-        frames.append(frame)
+        frames.append(info)
     frames.reverse()  # outermost first, like Python prints it
     return frames, total - len(frames)
 

@@ -19,7 +19,7 @@ import sys
 import time
 from collections.abc import Iterable, Iterator
 from time import perf_counter
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 from dltop.probe.cudastep import CudaStep, cuda_step_for
 from dltop.probe.gradnorm import GradNormTracker
@@ -147,7 +147,7 @@ class Probe:
         self._loader_bs: int | None = None
         self._prev_end = perf_counter()
         self._grad: GradNormTracker | None = None
-        self._cuda: CudaStep | bool | None = None  # decided at the first step
+        self._cuda: CudaStep | Literal[False] | None = None  # decided at the first step
         self._records = StepRecords()  # its builder runs on the writer thread
         # the writer's indices of the builders (see Writer.register), set at start()
         self._step_builder = self._layers_builder = self._lazy_builder = -1
@@ -261,7 +261,7 @@ class Probe:
     def __enter__(self) -> Probe:
         return self.start()
 
-    def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> bool:
+    def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> Literal[False]:
         if exc is None:
             self.close("ok")
         elif isinstance(exc, KeyboardInterrupt):
@@ -336,9 +336,10 @@ class Probe:
                     if len(groups) > 1:
                         lrs = [g["lr"] for g in groups]
             dev = None
+            ex: dict[str, Any] | None = extras
             if extras or needs_conversion(loss, grad_norm, lr, lrs):
                 # tensors (loss, a tensor lr...) become numbers now, or one device read-back
-                loss, grad_norm, extras, dev, lr, lrs = convert_values(
+                loss, grad_norm, ex, dev, lr, lrs = convert_values(
                     loss, grad_norm, extras, self._error, lr, lrs
                 )
             if batch_size is None:
@@ -363,7 +364,7 @@ class Probe:
                     dw,
                     st,
                     batch_size,
-                    extras or None,  # an empty dict would keep the tuple GC-tracked
+                    ex or None,  # an empty dict would keep the tuple GC-tracked
                     mem,
                     dev,
                 )

@@ -71,6 +71,7 @@ class DeviceBatch:
         self._values: list[float] | None = None
         self._event: Any = None
         self.timing_event: Any = None
+        self._host: Any = None  # the host copy (a tensor) until its values are read
         if device.type == "cuda":
             self._host = flat.to("cpu", non_blocking=True)  # lands in pinned memory
             ev = torch.cuda.Event(enable_timing=timing)

@@ -25,6 +25,7 @@ LOSS: str | None = None
 GRAD_NORM = ""
 LR = ("lr",)
 LRS = "lrs"
+Key = str | tuple[str] | tuple[str, int] | None  # one of the above
 
 _NUMBER = (float, int)
 
@@ -90,7 +91,7 @@ def needs_conversion(loss: Any, grad_norm: Any, lr: Any, lrs: list[Any] | None) 
 
 
 def scalar(
-    name: str, v: Any, key: str | None, keys: list[Any], tensors: list[Any], on_error: OnError
+    name: str, v: Any, key: Key, keys: list[Any], tensors: list[Any], on_error: OnError
 ) -> Any:
     """One value: a number, or ``None`` with the device tensor appended to ``tensors``."""
     try:

@@ -390,6 +390,8 @@ class Writer:
                     lost_at = len(lines)
             held.popleft()
             self._held_since = None
+            if rec is None:  # a gap or a dict is never None; a builder said "ready"
+                continue
             try:
                 lines.append(encode_record(rec))
             except Exception as e:

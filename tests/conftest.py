@@ -1,14 +1,34 @@
-"""Fixtures shared by the tests that open Unix sockets."""
+"""Fixtures shared across test files: short socket dirs, the fault suite's quick runs."""
 
 from __future__ import annotations
 
 import os
 import shutil
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
+
+
+@pytest.fixture(scope="session")
+def quick_results(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """Every quick fault-suite scenario trained and diagnosed once, two at a time (real
+    trainings: shared by the suite's scoring and the same-answers test)."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from tests.faults.harness import plan, run_suite
+
+    logs = tmp_path_factory.mktemp("fault-logs")
+    results = run_suite(plan(quick=True), jobs=2, log_dir=str(logs))
+    return {r.scenario: r for r in results}
+
+
+@pytest.fixture(scope="session")
+def quick_fault_logs(quick_results: dict[str, Any]) -> list[Path]:
+    """The logs of the quick fault-suite runs that produced one."""
+    return [Path(r.log) for r in quick_results.values() if r.log and Path(r.log).is_file()]
 
 
 @pytest.fixture

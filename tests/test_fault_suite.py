@@ -24,14 +24,6 @@ from tests.faults.scenarios import SCENARIOS  # noqa: E402
 QUICK = [sc.name for sc, _ in plan(quick=True)]
 
 
-@pytest.fixture(scope="module")
-def quick_results(tmp_path_factory: pytest.TempPathFactory) -> dict[str, RunResult]:
-    """Every quick scenario trained and diagnosed once, two at a time."""
-    logs = tmp_path_factory.mktemp("fault-logs")
-    results = run_suite(plan(quick=True), jobs=2, log_dir=str(logs))
-    return {r.scenario: r for r in results}
-
-
 def _explain(r: RunResult) -> str:
     sc = SCENARIOS[r.scenario]
     if sc.healthy:

@@ -250,10 +250,10 @@ def _report(source: str, results: list[FileResult], skipped: list[str]) -> str:
     lines = [f"dltop check: {source}"]
     lines += [f"skipped: {why}" for why in skipped]
     lines.append(f"status:  {state.status} ({state.reason})")
-    skipped = sum(r.skipped for r in results)
+    malformed = sum(r.skipped for r in results)
     steps = max(r.engine.steps for r in results)
     lines.append(
-        f"steps:   {steps}" + (f"  ({skipped} malformed lines skipped)" if skipped else "")
+        f"steps:   {steps}" + (f"  ({malformed} malformed lines skipped)" if malformed else "")
     )
     multi = len(results) > 1
     if multi:

@@ -76,7 +76,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if argv and argv[0] in COMMANDS:
         name = argv[0]
         module = importlib.import_module(COMMANDS[name])
-        parser = _base_parser(f"dltop {name}", module.__doc__.strip().splitlines()[0])
+        parser = _base_parser(f"dltop {name}", (module.__doc__ or name).strip().splitlines()[0])
         parser.usage_exit = getattr(module, "USAGE_EXIT", 2)  # type: ignore[attr-defined]
         parser.usage_hint = getattr(module, "USAGE_HINT", None)  # type: ignore[attr-defined]
         module.configure(parser)

@@ -161,12 +161,12 @@ class DltopApp(App[int]):
         app: a failing source becomes a one-line error in the header."""
         try:
             if is_stream_spec(path):  # a live run's socket: same reader shape, no file
-                self.reader = SocketSource(path, self.model, self._on_update)
+                self.reader = SocketSource(path, self.model, self._records_arrived)
             else:
                 self.reader = open_source(
                     path,
                     self.model,
-                    self._on_update,
+                    self._records_arrived,
                     follow=self.follow,
                     poll_interval=self.poll_interval,
                 )
@@ -192,7 +192,7 @@ class DltopApp(App[int]):
 
         self.run_worker(read, thread=True, exit_on_error=False, name="reader", group="source")
 
-    def _on_update(self, records: int) -> None:
+    def _records_arrived(self, records: int) -> None:
         """The reader thread's callback, once per chunk: one thread-safe message, no drawing."""
         self.post_message(Ingested(records))
 

@@ -70,3 +70,24 @@ class Alert:
             "last_step": self.last_step,
             "checklist": self.checklist or self.id,
         }
+
+
+class AlertSink:
+    """Where rules report their alerts, in the order raised.
+
+    The one place alerts are kept: a rule's :class:`~dltop.tui.core.rules.base.Tracker`
+    adds and withdraws through it, the engine reads it, and it survives the engine's
+    segment resets (a rewind keeps what was already diagnosed).
+    """
+
+    __slots__ = ("alerts",)
+
+    def __init__(self) -> None:
+        self.alerts: list[Alert] = []
+
+    def add(self, alert: Alert) -> None:
+        self.alerts.append(alert)
+
+    def withdraw(self, alert: Alert) -> None:
+        """Take back an alert later records proved wrong (by identity: alerts compare by value)."""
+        self.alerts[:] = [a for a in self.alerts if a is not alert]

@@ -27,6 +27,7 @@ from dltop.tui.core.run import feed_engine, make_engine
 
 if TYPE_CHECKING:
     import threading
+    from collections.abc import Iterator
 
     from dltop.tui.core.run import RunModel
 
@@ -44,7 +45,22 @@ class TailFirst:
     _fd: int
     _dec: LineDecoder
     _stop: threading.Event
-    # and FileSource's _notify(), _read_chunk(), _pieces(), _check_file(), _remember_head()
+
+    # What FileSource provides (declared here so that the contract is checked, not a comment)
+    def _notify(self, n: int) -> None:
+        raise NotImplementedError
+
+    def _read_chunk(self, limit: int) -> bool:
+        raise NotImplementedError
+
+    def _pieces(self, fd: int, off: int, upto: int | None = None) -> Iterator[tuple[int, bytes]]:
+        raise NotImplementedError
+
+    def _check_file(self) -> bool:
+        raise NotImplementedError
+
+    def _remember_head(self) -> None:
+        raise NotImplementedError
 
     def _tail_first(self, size: int) -> None:
         """Show the last ``tail_bytes`` at once, then build the whole run off-lock and swap.

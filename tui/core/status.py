@@ -53,8 +53,8 @@ class RunState:
 
 def run_state(e: RuleEngine, now: float | None = None, pid_alive: bool | None = None) -> RunState:
     """The status of the run the engine has read; ``now=None`` judges at the latest record's time."""
-    crashes = e.rule("Crashes")
-    stall = e.rule("Stall")
+    crashes = e.crash_rule
+    stall = e.stall_rule
     pid = (e.meta or {}).get("pid")
     pid = pid if isinstance(pid, int) else None
     ref = now if now is not None else e.last_t

@@ -192,7 +192,7 @@ class Store:
     def _step_column(self, batch: list[dict[str, Any]]) -> array:
         """The batch's steps as int64; a step that is absent or unusable (``schema.as_step``:
         not a whole number, beyond ±2**62) takes the previous step + 1."""
-        raw = list(map(dict.get, batch, repeat("step")))
+        raw: list[Any] = list(map(dict.get, batch, repeat("step")))
         try:
             steps = array("q", raw)
             if bool in set(map(type, raw)) or not (
@@ -326,7 +326,7 @@ class Store:
         if not present:
             return
         if len(present) == len(vals):
-            self._extend_dense(name, array("d", vals), steps, base, v)  # type: ignore[arg-type]
+            self._extend_dense(name, array("d", vals), steps, base, v)
             return
         s = self._series.get(name)
         if s is None:
@@ -334,7 +334,7 @@ class Store:
             self._series[name] = s
         s.make_own()
         s.extend(
-            array("d", [vals[i] for i in present]),  # type: ignore[misc]
+            array("d", [vals[i] for i in present]),
             array("q", [steps[i] for i in present]),
             v,
         )

@@ -101,7 +101,7 @@ class Tracker:
             self.cleared_at = None
             self.raised_at = self.e.step if self.e.steps else None
             a.evidence["raised_at_step"] = self.raised_at
-            self.e._alerts.append(a)
+            self.e.sink.add(a)
             return a
         if step is not None:
             a.last_step = step
@@ -123,8 +123,7 @@ class Tracker:
         """Withdraw the alert up now: later records proved it wrong (not merely over)."""
         a = self.alert
         if a is not None:
-            alerts = self.e._alerts
-            del alerts[next(i for i, x in enumerate(alerts) if x is a)]
+            self.e.sink.withdraw(a)
             self.alert, self.cleared_at = None, None
 
     def clear(self, step: int | None) -> None:

@@ -12,15 +12,18 @@ from __future__ import annotations
 import math
 from collections import deque
 from collections.abc import Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from dltop.probe.schema import as_float
-from dltop.tui.core.alerts import Alert
+from dltop.tui.core.alerts import Alert, AlertSink
 from dltop.tui.core.facts import Fact
 from dltop.tui.core.rules.base import Rule, Tracker
 from dltop.tui.core.rules.config import Config
 from dltop.tui.core.rules.segments import Segments
 from dltop.tui.core.rules.window import Block, log_spread, median_of
+
+if TYPE_CHECKING:
+    from dltop.tui.core.status import RunState
 
 _HOOKS = ("on_block", "on_eval", "on_layers", "on_event", "on_sys", "on_time")
 GRAD_BEFORE_STEPS = 20  # how far back a NaN looks for the grad-norm blow-up that caused it
@@ -51,7 +54,7 @@ class RuleEngine:
         self.progress_block = max(2, int(g["progress_block"]))
         self.progress_min_gain = float(g["progress_min_gain"])
         self.progress_total_gain = float(g["progress_total_gain"])
-        self._alerts: list[Alert] = []
+        self.sink = AlertSink()  # every rule reports here (kept across segments)
 
         # counters and identity
         self.steps = 0
@@ -128,25 +131,36 @@ class RuleEngine:
         self.gpu_util: deque[float] = deque(maxlen=120)
         self.device: str | None = None
 
+        # Every rule, by a typed attribute: the per-step path, the run status and the facts
+        # read them as such (a renamed class is a type error, never a KeyError at run time).
+        self.nonfinite_rule = numeric.NonFinite(self)
+        self.spike_rule = spikes.LossSpike(self)
+        self.explosion_rule = spikes.GradExplosion(self)
+        self.divergence_rule = spikes.Divergence(self)
+        self.layers_rule = gradients.LayerGradients(self)
+        self.plateau_rule = progress.Plateau(self)
+        self.oscillation_rule = progress.Oscillation(self)
+        self.overfitting_rule = progress.Overfitting(self)
+        self.data_rule = performance.DataBound(self)
+        self.memory_rule = performance.MemoryGrowth(self)
+        self.stall_rule = performance.Stall(self)
+        self.crash_rule = crashes.Crashes(self)
+        self.dropped_rule = dropped.RecordsDropped(self)
         self.rules: list[Rule] = [
-            numeric.NonFinite(self),
-            spikes.LossSpike(self),
-            spikes.GradExplosion(self),
-            spikes.Divergence(self),
-            gradients.LayerGradients(self),
-            progress.Plateau(self),
-            progress.Oscillation(self),
-            progress.Overfitting(self),
-            performance.DataBound(self),
-            performance.MemoryGrowth(self),
-            performance.Stall(self),
-            crashes.Crashes(self),
-            dropped.RecordsDropped(self),
+            self.nonfinite_rule,
+            self.spike_rule,
+            self.explosion_rule,
+            self.divergence_rule,
+            self.layers_rule,
+            self.plateau_rule,
+            self.oscillation_rule,
+            self.overfitting_rule,
+            self.data_rule,
+            self.memory_rule,
+            self.stall_rule,
+            self.crash_rule,
+            self.dropped_rule,
         ]
-        self.by_name = {type(r).__name__: r for r in self.rules}
-        self.nonfinite_rule = self.by_name["NonFinite"]
-        self.spike_rule = self.by_name["LossSpike"]
-        self.explosion_rule = self.by_name["GradExplosion"]
         hooks: dict[str, list[Any]] = {}
         for name in _HOOKS:
             hooks[name] = [
@@ -258,15 +272,15 @@ class RuleEngine:
         self.step = step
         self.rec = rec
         self.t = t
-        loss = rec.get("loss")
+        loss: float | None = rec.get("loss")
         if type(loss) is not float:
             loss = as_float(loss)
         self.loss = loss
-        gn = rec.get("grad_norm")
+        gn: float | None = rec.get("grad_norm")
         if type(gn) is not float:
             gn = as_float(gn)
         self.gn = gn
-        lr = rec.get("lr")
+        lr: float | None = rec.get("lr")
         if type(lr) is not float:
             lr = as_float(lr)
         prev = self.lr
@@ -286,7 +300,8 @@ class RuleEngine:
                     self.grace_critical = not new_max
         self.lr_prev = prev
         self.lr = lr
-        if self.in_grace and step - self.lr_jump_step >= self.lr_grace_steps:  # type: ignore[operator]
+        jumped = self.lr_jump_step
+        if self.in_grace and jumped is not None and step - jumped >= self.lr_grace_steps:
             self.in_grace = False
 
         lf = loss is not None and loss - loss == 0.0
@@ -294,9 +309,9 @@ class RuleEngine:
         self.loss_finite, self.gn_finite = lf, gf
         if (loss is not None and not lf) or (gn is not None and not gf):
             self._nonfinite(step, loss, gn, lf, gf)
-        if lf and loss >= self.loss_hi and not self.in_grace:
+        if lf and loss is not None and loss >= self.loss_hi and not self.in_grace:
             self.spike_rule.spike(self)
-        if gf:
+        if gf and gn is not None:
             if gn >= self.gn_warn and (
                 not self.in_grace or (gn >= self.gn_hi and not self.grace_critical)
             ):
@@ -369,7 +384,7 @@ class RuleEngine:
     # what a new segment keeps: counts, identity, the file's clock, alerts already raised,
     # and the facts of the first NaN (its checklist must still read them after a restart)
     _KEPT_ACROSS_SEGMENTS = (
-        "_alerts", "segments", "steps", "records", "meta", "device", "first_t", "last_t",
+        "sink", "segments", "steps", "records", "meta", "device", "first_t", "last_t",
         "last_step_t", "first_nonfinite_step", "lr_at_first_nonfinite", "gn_before_nonfinite",
         "gn_before_nonfinite_ratio", "gn_max_seen", "loss_max_jump_ratio", "lr_max",
     )  # fmt: skip
@@ -459,20 +474,17 @@ class RuleEngine:
 
     def alerts(self) -> list[Alert]:
         """Every alert raised so far, active or not, in the order they were raised."""
-        return list(self._alerts)
+        return list(self.sink.alerts)
 
     def active_alerts(self) -> list[Alert]:
-        return [a for a in self._alerts if a.active]
+        return [a for a in self.sink.alerts if a.active]
 
     def facts(self) -> dict[str, Fact]:
         from dltop.tui.core.rules.facts import collect_facts  # noqa: PLC0415
 
         return collect_facts(self)
 
-    def status(self, now: float | None = None, pid_alive: bool | None = None) -> Any:
+    def status(self, now: float | None = None, pid_alive: bool | None = None) -> RunState:
         from dltop.tui.core.status import run_state  # noqa: PLC0415
 
         return run_state(self, now=now, pid_alive=pid_alive)
-
-    def rule(self, name: str) -> Any:
-        return self.by_name[name]

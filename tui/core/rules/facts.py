@@ -23,11 +23,11 @@ def _mib(v: float | None) -> str:
 
 
 def collect_facts(e: RuleEngine) -> dict[str, Fact]:
-    layers = e.rule("LayerGradients")
-    data = e.rule("DataBound")
-    mem = e.rule("MemoryGrowth")
-    stall = e.rule("Stall")
-    over = e.rule("Overfitting")
+    layers = e.layers_rule
+    data = e.data_rule
+    mem = e.memory_rule
+    stall = e.stall_rule
+    over = e.overfitting_rule
     sys_util = e.gpu_util
     last = e.last_step
     vals: dict[str, tuple[Any, int | None, str]] = {}

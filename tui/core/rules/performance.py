@@ -13,7 +13,7 @@ estimated from the window, not the later step where the rule became sure of it.
 from __future__ import annotations
 
 from collections import deque
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from dltop.probe.schema import as_float
 from dltop.tui.core.alerts import CRITICAL, INFO, WARNING
@@ -59,7 +59,8 @@ class DataBound(Rule):
         ):
             # the common case in one pass of comprehensions (non-finite values fail `x > 0`
             # or produce a share the min() clamps; NaN shares are filtered below)
-            shares = [min(1.0, d / st) for d, st in zip(dts, sts, strict=True)]
+            fdts, fsts = cast(list[float], dts), cast(list[float], sts)  # checked just above
+            shares = [min(1.0, d / st) for d, st in zip(fdts, fsts, strict=True)]
             if all(x == x and x >= 0 for x in shares):
                 self.share.extend(shares)
                 self.share_steps.extend(blk.steps)
@@ -317,7 +318,8 @@ class Stall(Rule):
             and (self.pause_end is None or self.pause_end <= prev)
         ):
             # the common case, without a Python loop per step
-            gaps = [b - a for a, b in zip([prev, *ts[:-1]], ts, strict=True)]  # type: ignore[operator]
+            fts = cast(list[float], ts)  # no None: checked just above
+            gaps = [b - a for a, b in zip([prev, *fts[:-1]], fts, strict=True)]
             if max(gaps) >= self.thresholds()[0]:  # rare: a long gap, or the wall clock jumped
                 self._clock_jumped(e, blk.recs[max(range(len(gaps)), key=gaps.__getitem__)])
                 gaps = [_monotonic_gap(g, r) for g, r in zip(gaps, blk.recs, strict=True)]
@@ -326,8 +328,8 @@ class Stall(Rule):
             if max(gaps) >= self.thresholds()[0] and self.on and not self.explained_by_eval:
                 i = max(range(len(gaps)), key=gaps.__getitem__)
                 self._fire(
-                    e, blk.steps[i - 1] if i else self.prev_step, gaps[i], ts[i], resumed=True
-                )  # type: ignore[arg-type]
+                    e, blk.steps[i - 1] if i else self.prev_step, gaps[i], fts[i], resumed=True
+                )
                 resumed_at = blk.steps[i]
             if self.tr.active:
                 self.tr.clear(resumed_at)

@@ -88,4 +88,4 @@ class Segments:
             last_step=step,
             t=e.t,
         )
-        e._alerts.append(self.mixed)
+        e.sink.add(self.mixed)
