@@ -23,6 +23,7 @@ that variant alone and no variant warms the page cache for the next more than th
 - ``msgspec``     a plain line-by-line msgspec decode to dicts
 - ``decoder``     the schema's ``LineDecoder`` over the source's chunks (what every reader uses)
 - ``store``       decoder + ``Store.ingest`` (columns, block summaries, EMA), no rules
+- ``check``       ``dltop check``'s work: decode + every rule + the run status
 - ``full``        ``FileSource`` (tail-first off) -> ``RunModel.ingest`` (store + rules
                   engine) -> a dashboard's worth of series decimated at 120 columns
 - ``tailfirst``   the viewer's path: tail preview -> dashboard decimated ("ready"), the
@@ -244,6 +245,15 @@ def v_full(path: str) -> dict[str, Any]:
     return out
 
 
+def v_check(path: str) -> dict[str, Any]:
+    """`dltop check`'s whole work on one log: decode, every rule, the run status."""
+    from dltop.tui.check_cmd import check_file
+    from dltop.tui.core.rules.config import Config
+
+    r = check_file(path, Config())
+    return {"steps": r.engine.steps, "alerts": len(r.engine.alerts()), "status": r.state.status}
+
+
 def v_tailfirst(path: str) -> dict[str, Any]:
     from dltop.tui.core.run import RunModel
     from dltop.tui.core.sources import FileSource
@@ -379,6 +389,7 @@ VARIANTS: dict[str, Callable[[str], dict[str, Any]]] = {
     "msgspec": v_msgspec,
     "decoder": v_decoder,
     "store": v_store,
+    "check": v_check,
     "full": v_full,
     "tailfirst": v_tailfirst,
     "resumed": v_resumed,
@@ -454,6 +465,15 @@ def report(results: dict[str, dict[str, Any]]) -> None:
         print(
             f"LineDecoder / plain msgspec line loop: {results['decoder']['seconds'] / plain:.2f}x"
         )
+    if "msgspec" in results and "seconds" in results["msgspec"]:
+        plain = results["msgspec"]["seconds"]
+        for name, target, what in (
+            ("check", 3, "dltop check end to end"),
+            ("full", 5, "the viewer's whole-run diagnosis (store + rules)"),
+        ):
+            if "seconds" in results.get(name, {}):
+                ratio = results[name]["seconds"] / plain
+                print(f"{what} / msgspec decode: {ratio:.1f}x (target <= {target}x)")
 
 
 def report_app(results: dict[str, dict[str, Any]]) -> None:

@@ -353,7 +353,7 @@ class Probe:
                 if cu:
                     dev, mem = cu.step(now, dev)
             put(
-                (
+                (  # the layout is records.STEP_ITEM
                     self._step_builder,
                     step,
                     time.time(),

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from typing import Any
 
 from dltop.probe.gradnorm import layers_record
-from dltop.probe.readback import DeviceBatch, elapsed_s, host_scalar, is_device
+from dltop.probe.readback import Deadline, DeviceBatch, elapsed_s, host_scalar, is_device
 from dltop.probe.schema import STEP
 
 OnError = Callable[[str, BaseException], None]
@@ -28,6 +28,26 @@ LRS = "lrs"
 Key = str | tuple[str] | tuple[str, int] | None  # one of the above
 
 _NUMBER = (float, int)
+
+# The queued step, one flat tuple of plain values (cheap to build on the training
+# thread, untracked by the garbage collector): its layout, in order. Probe.step packs it
+# as a literal in this order; StepRecords.build unpacks it; tests/test_overload.py
+# checks that a real queued step matches these names.
+STEP_ITEM = (
+    "builder",  # the writer's index of StepRecords.build (Writer.register)
+    "step",
+    "t",  # wall time of the call
+    "loss",
+    "grad_norm",
+    "lr",
+    "lrs",  # every group's lr, with more than one param group
+    "data_time",  # None without probe.loader()
+    "step_time",
+    "batch_size",
+    "extras",  # None or a dict of the user's extra values
+    "memory",  # None or (allocated, reserved, peak, limit)
+    "device",  # None or (DeviceBatch, keys): values read back on the writer thread
+)
 
 
 def convert_values(
@@ -130,8 +150,8 @@ class StepRecords:
     def __init__(self) -> None:
         self._prev_timing_ev: Any = None
 
-    def build(self, item: tuple[Any, ...], force: bool) -> dict[str, Any] | None:
-        _, step, t, loss, gn, lr, lrs, dw, st, bs, extras, mem, dev = item
+    def build(self, item: tuple[Any, ...], force: bool | Deadline) -> dict[str, Any] | None:
+        _, step, t, loss, gn, lr, lrs, dw, st, bs, extras, mem, dev = item  # see STEP_ITEM
         rec: dict[str, Any] = {"kind": STEP, "step": step, "t": t}
         device_time = None
         if dev is not None:
@@ -187,7 +207,7 @@ class StepRecords:
         return rec
 
 
-def build_lazy(item: tuple[Any, ...], force: bool) -> dict[str, Any] | None:
+def build_lazy(item: tuple[Any, ...], force: bool | Deadline) -> dict[str, Any] | None:
     """``(build_lazy, record, keys, batch_or_None)``: the record, its device values filled in."""
     _, rec, keys, batch = item
     if batch is not None:
@@ -199,7 +219,7 @@ def build_lazy(item: tuple[Any, ...], force: bool) -> dict[str, Any] | None:
     return rec
 
 
-def build_layers(item: tuple[Any, ...], force: bool) -> dict[str, Any] | None:
+def build_layers(item: tuple[Any, ...], force: bool | Deadline) -> dict[str, Any] | None:
     """``(build_layers, step, t, taken)``: see :func:`dltop.probe.gradnorm.layers_record`."""
     _, step, t, taken = item
     return layers_record(step, t, taken, force)

@@ -12,10 +12,10 @@ from dltop.tui.core.chartdata import (
     Trace,
     column_to_step,
     ema_buckets,
-    format_value,
     step_to_column,
     y_range,
 )
+from dltop.tui.core.fmt import compact as format_value
 from textual.app import App, ComposeResult
 
 

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 from dltop.probe.schema import read_records
+from dltop.tui.core import fmt
 from dltop.tui.core import view_model as vm
 from dltop.tui.core.alerts import Alert
 from dltop.tui.core.run import RunModel
@@ -126,9 +127,9 @@ def test_ticks_live_in_a_sidecar_and_survive_a_restart(tmp_path: Path) -> None:
 
 
 def test_formatting() -> None:
-    assert vm.format_duration(3725) == "1:02:05" and vm.format_duration(65) == "1:05"
-    assert vm.format_duration(3 * 86400 + 7200 + 5) == "3d 2h"
-    assert vm.format_age(2.4) == "2s ago" and vm.format_age(None) == ""
+    assert fmt.duration(3725) == "1:02:05" and fmt.duration(65) == "1:05"
+    assert fmt.duration(3 * 86400 + 7200 + 5) == "3d 2h"
+    assert fmt.age(2.4) == "2s ago" and fmt.age(None) == ""
 
 
 def test_throughput_from_step_time_redraws_when_step_time_changes(tmp_path: Path) -> None:

@@ -264,3 +264,22 @@ def test_sigkill_at_random_moments_always_leaves_a_log_that_parses(
         res = check_file(str(log), Config())
         assert res.state.status == "crashed", (trial, res.state.reason)
         assert "SIGKILL" in res.state.reason
+
+
+def test_a_queued_step_has_the_layout_records_declares(tmp_path: Path) -> None:
+    """Probe.step packs the tuple that StepRecords.build unpacks: one layout, STEP_ITEM."""
+    from dltop.probe.records import STEP_ITEM
+
+    with Probe(path=str(tmp_path / "r.jsonl"), system=False, socket=False) as probe:
+        w = probe._writer
+        assert w is not None
+        with w._lock:
+            probe.step(loss=1.5, lr=0.25, batch_size=8, step=7, acc=0.5)
+            (item,) = [x for x in w._queue if type(x) is tuple]
+    got = dict(zip(STEP_ITEM, item, strict=True))
+    assert got["builder"] == probe._step_builder and got["step"] == 7
+    assert got["loss"] == 1.5 and got["lr"] == 0.25 and got["batch_size"] == 8
+    assert got["extras"] == {"acc": 0.5} and got["grad_norm"] is None
+    assert got["step_time"] >= 0 and got["memory"] is None and got["device"] is None
+    rec = probe._records.build(item, False)
+    assert rec is not None and rec["step"] == 7 and rec["acc"] == 0.5 and rec["batch_size"] == 8

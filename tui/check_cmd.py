@@ -22,8 +22,9 @@ from dltop.tui import thresholds_args
 from dltop.tui.core.alerts import SEVERITY_RANK, Alert
 from dltop.tui.core.rules import Config, ConfigError, RuleEngine
 from dltop.tui.core.safetext import visible, visible_lines
-from dltop.tui.core.sourcefiles import SourceError, is_missing, open_log
+from dltop.tui.core.sourcefiles import SourceError, is_missing, list_rank_files, open_log
 from dltop.tui.core.status import RunState, explain_unrecorded_end, local_pid_alive
+from dltop.tui.core.stream import is_stream_spec
 
 EXIT_OK, EXIT_WARN, EXIT_CRIT, EXIT_UNREADABLE = 0, 1, 2, 3
 # argparse exits 2 on a usage error, which this command's contract reserves for "a
@@ -75,12 +76,12 @@ def run(args: argparse.Namespace) -> int:
     if not args.source:
         return _fail("no SOURCE given", "usage: dltop check RUN.jsonl [--json]")
     hint = "pass a .jsonl log written by dltop.probe, or a directory of them"
+    skipped: list[str] = []  # in a directory, one bad rank file must not hide the others
     try:
-        files = _log_files(args.source)
+        files = _log_files(args.source, skipped)
     except CheckError as exc:
         return _fail(str(exc), hint)
     results: list[FileResult] = []
-    skipped: list[str] = []  # in a directory, one bad rank file must not hide the others
     for path in files:
         try:
             results.append(check_file(path, config))
@@ -114,14 +115,20 @@ def _fail(message: str, hint: str) -> int:
     return EXIT_UNREADABLE
 
 
-def _log_files(source: str) -> list[str]:
-    if "://" in source or source.startswith("unix:"):
+def _log_files(source: str, skipped: list[str]) -> list[str]:
+    """The log, or a directory's rank files in rank order (the viewer's own list:
+    ``sourcefiles.list_rank_files``); special files there are left out with a note."""
+    if is_stream_spec(source):
         raise CheckError(f"{source} is a live socket; `dltop check` reads log files")
     if os.path.isdir(source):
-        files = sorted(os.path.join(source, n) for n in os.listdir(source) if n.endswith(".jsonl"))
-        files = [f for f in files if not os.path.isdir(f)]  # a FIFO there: skipped with a note
+        notes: list[str] = []
+        try:
+            files = [r.path for r in list_rank_files(source, notes)]
+        except SourceError as exc:
+            raise CheckError(str(exc)) from None
+        skipped.extend(n.removeprefix("skipped ") for n in notes)
         if not files:
-            raise CheckError(f"directory {source} holds no .jsonl log")
+            raise CheckError(skipped[0] if skipped else f"directory {source} holds no .jsonl log")
         return files
     if is_missing(source):
         raise CheckError(f"{source}: no such file or directory")
@@ -235,7 +242,7 @@ def _as_json(source: str, results: list[FileResult]) -> dict[str, Any]:
 
 
 def _evidence_line(ev: dict[str, Any]) -> str:
-    from dltop.tui.core.facts import format_number  # noqa: PLC0415
+    from dltop.tui.core.fmt import number as format_number  # noqa: PLC0415
 
     parts = []
     for k, v in ev.items():

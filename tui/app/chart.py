@@ -25,11 +25,11 @@ from typing import ClassVar
 from dltop.tui.core.chartdata import (
     ChartData,
     column_to_step,
-    format_value,
     step_to_column,
     untransform,
     y_range,
 )
+from dltop.tui.core.fmt import compact as format_value
 from rich.segment import Segment
 from rich.style import Style
 from textual.geometry import Size

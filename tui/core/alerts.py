@@ -7,11 +7,14 @@ them), ``dltop check`` (which prints them) and the app (which draws badges).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Final, Literal
 
-INFO, WARNING, CRITICAL = "info", "warning", "critical"
-SEVERITIES = (INFO, WARNING, CRITICAL)
-SEVERITY_RANK = {INFO: 0, WARNING: 1, CRITICAL: 2}
+Severity = Literal["info", "warning", "critical"]
+INFO: Final = "info"
+WARNING: Final = "warning"
+CRITICAL: Final = "critical"
+SEVERITIES: tuple[Severity, ...] = (INFO, WARNING, CRITICAL)
+SEVERITY_RANK: dict[str, int] = {INFO: 0, WARNING: 1, CRITICAL: 2}
 
 # The contract's alert ids. New ids may be added; none may be renamed.
 ALERT_IDS = (
@@ -47,7 +50,7 @@ class Alert:
     """
 
     id: str
-    severity: str
+    severity: Severity
     step: int | None
     title: str
     message: str

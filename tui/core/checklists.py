@@ -25,7 +25,9 @@ from pathlib import Path
 from typing import Any
 
 from dltop.tui.core.alerts import Alert
-from dltop.tui.core.facts import FACT_NAMES, Fact, format_number
+from dltop.tui.core.facts import FACT_NAMES, Fact
+from dltop.tui.core.fmt import number as format_number
+from dltop.tui.core.fmt import styled as format_value
 
 BASE_LANG = "en"
 GENERIC_ID = "generic"
@@ -430,28 +432,3 @@ def _compare(value: Any, op: str, threshold: Any) -> bool | None:
     if isinstance(value, bool) or not _is_number(value):
         return None  # ordering is for numbers only
     return bool(_ORDERING[op](value, threshold))
-
-
-def format_value(value: Any, fmt: str = "number") -> str:
-    """A value for people: "64 %", "1.5 GiB", "350 ms", or :func:`format_number`."""
-    if not _is_number(value) or (isinstance(value, float) and not math.isfinite(value)):
-        return format_number(value)
-    if fmt == "percent":
-        return f"{value * 100:.0f} %"
-    if fmt == "bytes":
-        return format_bytes(value)
-    if fmt == "ratio":
-        return f"{format_number(value)}×"
-    if fmt == "seconds":
-        return f"{value * 1000:.0f} ms" if abs(value) < 1 else f"{format_number(float(value))} s"
-    return format_number(value)
-
-
-def format_bytes(n: float) -> str:
-    """Binary units, the way allocators report them: 512 B, 20 MiB, 1.19 GiB."""
-    size = float(n)
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if abs(size) < 1024:
-            return f"{int(size)} B" if unit == "B" else f"{size:.3g} {unit}"
-        size /= 1024
-    return f"{size:.3g} TiB"

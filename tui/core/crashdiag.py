@@ -25,7 +25,9 @@ import tomllib
 from dataclasses import dataclass, field
 from typing import Any
 
-from dltop.tui.core.checklists import Root, data_root, format_bytes, unreadable
+from dltop.tui.core.checklists import Root, data_root, unreadable
+from dltop.tui.core.ending import is_fatal
+from dltop.tui.core.fmt import nbytes as format_bytes
 
 ALERT_IDS = ("oom", "crash")
 DETAIL_TYPES = ("int", "float", "bytes", "text", "dtype")
@@ -73,7 +75,6 @@ _LIBRARY_PARTS = (
     "/lib/python",
     "<frozen",
 )
-_NOT_A_CRASH = re.compile(r"(^|\.)KeyboardInterrupt$")
 # torch spells one dtype many ways: "Double", "double", "torch.float64", "torch.DoubleTensor",
 # "torch.cuda.DoubleTensor", "c10::Double", "CUDADoubleType"; checklists compare one name
 _DTYPE_PREFIX = re.compile(r"^(torch\.)?(cuda\.)?(c10::)?(CUDA|CPU)?")
@@ -253,15 +254,14 @@ def _parse_pattern(raw: Any, where: str, is_fallback: bool = False) -> CrashPatt
 
 
 def diagnose(event: dict[str, Any], *, root: Root | None = None) -> CrashDiagnosis | None:
-    """Diagnose an exception/oom event record; None for an interrupt or a non-crash event."""
-    if not isinstance(event, dict) or event.get("interrupted") is True:
+    """Diagnose an exception/oom event record; None for an interrupt, ``sys.exit(0)`` or a
+    non-crash event (:func:`dltop.tui.core.ending.is_fatal`)."""
+    if not isinstance(event, dict) or event.get("type") not in ("exception", "oom"):
         return None
-    ev_type = event.get("type")
-    if ev_type not in ("exception", "oom"):
+    if not is_fatal(event):  # an interrupt or sys.exit(0): no crash to diagnose
         return None
+    ev_type = event["type"]
     exc_type = _as_text(event.get("exc_type") or event.get("exception"))
-    if _NOT_A_CRASH.search(exc_type[-TYPE_CHARS:]):
-        return None
     message = windows(_as_text(event.get("message")))
     try:
         catalogue = load_catalogue(root)

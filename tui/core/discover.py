@@ -21,11 +21,12 @@ from pathlib import Path
 from typing import Any
 
 from dltop.probe import rendezvous
-from dltop.probe.schema import EV_EXCEPTION, EV_EXIT, EV_OOM, EVENT, STEP, LineDecoder
+from dltop.probe.schema import EV_EXCEPTION, EV_EXIT, EV_OOM, EV_SIGNAL, EVENT, STEP, LineDecoder
+from dltop.tui.core.ending import RunEnding
 from dltop.tui.core.stream import Address, StreamError, parse_address, peek
 
 DEFAULT_LOG_DIR = "dltop-runs"
-_ENDINGS = (EV_EXIT, EV_EXCEPTION, EV_OOM)
+_ENDINGS = (EV_EXIT, EV_EXCEPTION, EV_OOM, EV_SIGNAL)
 STATUS_TAIL = 2000  # records of a live run's backlog judged for its status (~20 ms)
 
 
@@ -157,18 +158,18 @@ def _step_and_status(
 ) -> tuple[int | None, str]:
     """Latest step and a status from a run's most recent records (no full replay)."""
     step = None
-    ended = None
+    ending = RunEnding()
+    exited = False
     for rec in records:
         kind = rec.get("kind")
         if kind == STEP and isinstance(rec.get("step"), int):
             step = rec["step"]
         elif kind == EVENT and rec.get("type") in _ENDINGS:
-            ended = rec
-    if ended is not None:
-        if ended.get("type") == EV_EXIT:
-            return step, "finished" if ended.get("status") in ("ok", "interrupted") else "crashed"
-        if not ended.get("interrupted"):
-            return step, "crashed"
+            ending.see(rec)
+            exited = exited or rec.get("type") == EV_EXIT
+    end = ending.ending
+    if end is not None and (exited or end.status == "crashed"):
+        return step, end.status
     if alive:
         return step, "running"
     if mtime is not None and now - mtime < 10:

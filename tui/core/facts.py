@@ -11,6 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from dltop.tui.core.fmt import number
+
 
 @dataclass(frozen=True)
 class Fact:
@@ -25,23 +27,7 @@ class Fact:
         if self.text:
             return self.text
         at = f" at step {self.step}" if self.step is not None else ""
-        return f"{self.name} = {format_number(self.value)}{at}"
-
-
-def format_number(value: Any) -> str:
-    """Numbers the way a person reads them in a terminal: 3.1e+04, 0.0012, 64 %."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return str(value)
-    if isinstance(value, int):
-        return str(value)
-    if value != value:
-        return "NaN"
-    if value in (float("inf"), float("-inf")):
-        return "Inf" if value > 0 else "-Inf"
-    a = abs(value)
-    if a != 0 and (a >= 1e4 or a < 1e-3):
-        return f"{value:.2g}" if a < 1e-3 else f"{value:.3g}"
-    return f"{value:.4g}"
+        return f"{self.name} = {number(self.value)}{at}"
 
 
 # The vocabulary. The engine must provide every name here (value None when the log

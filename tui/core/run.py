@@ -20,12 +20,14 @@ import threading
 import time
 from typing import Any
 
-from dltop.tui.core.rules import RuleEngine
-from dltop.tui.core.status import explain_unrecorded_end, local_pid_alive
+from dltop.tui.core.alerts import Alert
+from dltop.tui.core.facts import Fact
+from dltop.tui.core.rules import Config, RuleEngine
+from dltop.tui.core.status import RunState, explain_unrecorded_end, local_pid_alive
 from dltop.tui.core.store import Store
 
 
-def make_engine(config: Any | None = None) -> tuple[Any | None, str | None]:
+def make_engine(config: Config | None = None) -> tuple[RuleEngine | None, str | None]:
     """A fresh RuleEngine and ``None``, or ``None`` and why there is none (its constructor
     failed: the charts must work regardless). ``config``: the rule thresholds
     (``rules.Config``, from ``--config``/``--set``); ``None``: the defaults."""
@@ -35,7 +37,7 @@ def make_engine(config: Any | None = None) -> tuple[Any | None, str | None]:
         return None, f"rules engine failed to start: {type(exc).__name__}: {exc}"
 
 
-def feed_engine(engine: Any | None, records: list[dict[str, Any]]) -> str | None:
+def feed_engine(engine: RuleEngine | None, records: list[dict[str, Any]]) -> str | None:
     """Feed the rules; a failing rule must not stop the charts, so its error is returned
     (the caller keeps it as ``engine_error`` and stops feeding) instead of raised."""
     if engine is None:
@@ -50,7 +52,7 @@ def feed_engine(engine: Any | None, records: list[dict[str, Any]]) -> str | None
 class Staging:
     """A store (and engine, unless ``rules`` is False) built off-lock, adopted in one swap."""
 
-    def __init__(self, version: int, rules: bool = True, config: Any | None = None) -> None:
+    def __init__(self, version: int, rules: bool = True, config: Config | None = None) -> None:
         self.store = Store(version=version)
         self.engine, self.engine_error = make_engine(config) if rules else (None, None)
         self.rules = rules
@@ -69,7 +71,7 @@ class RunModel:
     ``config`` (a ``rules.Config``) sets the rule thresholds of every engine this model
     builds: now, after a reset, and in a backfill (``make_engine(model.config)``)."""
 
-    def __init__(self, label: str, config: Any | None = None) -> None:
+    def __init__(self, label: str, config: Config | None = None) -> None:
         self.label = label
         self.config = config
         self.lock = threading.RLock()
@@ -207,7 +209,7 @@ class RunModel:
         with self.lock:
             self.diagnosing = min(1.0, max(0.0, fraction))
 
-    def adopt_engine(self, engine: Any | None, error: str | None) -> None:
+    def adopt_engine(self, engine: RuleEngine | None, error: str | None) -> None:
         """Swap in an engine that has seen the run up to where live ingestion began; it
         takes the queued records first, so it has seen every record once, in order."""
         with self.lock:
@@ -242,7 +244,7 @@ class RunModel:
         self._pid_cache = (now, meta, alive)
         return alive
 
-    def status(self, now: float | None = None) -> Any:
+    def status(self, now: float | None = None) -> RunState | None:
         """The engine's RunState (running / stalled / finished / crashed / unknown).
 
         A run seen crashed (its process gone without an exit record: SIGKILL, the kernel's
@@ -264,10 +266,10 @@ class RunModel:
                     self._bump()
             return state
 
-    def alerts(self) -> list[Any]:
+    def alerts(self) -> list[Alert]:
         with self.lock:
             return self.engine.alerts() if self.engine is not None else []
 
-    def facts(self) -> dict[str, Any]:
+    def facts(self) -> dict[str, Fact]:
         with self.lock:
             return self.engine.facts() if self.engine is not None else {}

@@ -18,6 +18,7 @@ either.
 from __future__ import annotations
 
 import re
+from dataclasses import fields
 from typing import Any
 
 # C0 controls (tab and newline too: a one-line field shows them), DEL, C1 controls,
@@ -66,3 +67,13 @@ def visible_lines(value: Any, limit: int | None = None) -> str:
 def is_safe(text: str) -> bool:
     """True when ``text`` holds nothing a terminal would act on (newlines allowed)."""
     return _UNSAFE_KEEP_NL.search(text) is None
+
+
+def escape_fields(obj: Any, multiline: tuple[str, ...]) -> None:
+    """Every str field of a frozen display record, made terminal-safe (``safetext``)."""
+    for f in fields(obj):
+        value = getattr(obj, f.name)
+        if isinstance(value, str):
+            safe = visible_lines(value) if f.name in multiline else visible(value)
+            if safe is not value:
+                object.__setattr__(obj, f.name, safe)

@@ -14,21 +14,23 @@ from __future__ import annotations
 import os
 import socket
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
-from dltop.tui.core.facts import format_number as fmt
+from dltop.tui.core.ending import Ending
+from dltop.tui.core.fmt import number as fmt
 
 if TYPE_CHECKING:
     from dltop.tui.core.rules.engine import RuleEngine
 
-STATUSES = ("running", "stalled", "finished", "crashed", "unknown")
+Status = Literal["running", "stalled", "finished", "crashed", "unknown"]
+STATUSES: tuple[Status, ...] = ("running", "stalled", "finished", "crashed", "unknown")
 
 
 @dataclass(frozen=True)
 class RunState:
     """Where a run stands. Ages are in seconds against ``now`` (the wall clock when live)."""
 
-    status: str
+    status: Status
     reason: str
     last_record_age: float | None = None
     last_step_age: float | None = None
@@ -62,7 +64,7 @@ def run_state(e: RuleEngine, now: float | None = None, pid_alive: bool | None = 
     since = stall.since(e)
     step_age = ref - since if ref is not None and since is not None else None
 
-    def state(status: str, reason: str, unrecorded: bool = False) -> RunState:
+    def state(status: Status, reason: str, unrecorded: bool = False) -> RunState:
         return RunState(
             status, reason, rec_age, step_age, e.last_step, e.steps, pid, pid_alive, unrecorded
         )
@@ -73,24 +75,15 @@ def run_state(e: RuleEngine, now: float | None = None, pid_alive: bool | None = 
     if ex is not None:
         msg = str(ex.get("message") or "").strip()[:1024].splitlines()
         what = f"{ex.get('exc_type') or 'exception'}" + (f": {msg[0][:120]}" if msg else "")
-    sig = crashes.signal
-    exit_status = crashes.exit_status
-    if exit_status is not None:
-        if exit_status == "interrupted" or (exit_status == "signal" and sig == "SIGINT"):
-            return state("finished", f"interrupted by the user{at}")
-        if exit_status == "exception" or (
-            exit_status == "ok" and ex is not None and not crashes.interrupted
-        ):
-            return state("crashed", f"{what or 'an exception'}{at}")
-        if exit_status == "signal":
-            return state("crashed", f"terminated by {sig or 'a signal'}{at}")
-        return state("finished", f"finished normally after {e.steps} steps")
-    if ex is not None:
-        return state("crashed", f"{what}{at}")
-    if crashes.interrupted:
+    end = crashes.run_ending.ending  # how the records say it ended (dltop.tui.core.ending)
+    if end is Ending.INTERRUPTED:
         return state("finished", f"interrupted by the user{at}")
-    if sig is not None and sig != "SIGINT":
-        return state("crashed", f"terminated by {sig}{at}")
+    if end in (Ending.CRASHED, Ending.OOM):
+        return state("crashed", f"{what or 'an exception'}{at}")
+    if end is Ending.SIGNALLED:
+        return state("crashed", f"terminated by {crashes.signal or 'a signal'}{at}")
+    if end is Ending.FINISHED:
+        return state("finished", f"finished normally after {e.steps} steps")
     if e.records == 0 or e.last_t is None:
         return state("unknown", "no records yet")
     if pid_alive is False:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from dltop.tui.core.alerts import SEVERITY_RANK, Alert
+from dltop.tui.core.alerts import SEVERITY_RANK, Alert, Severity
 
 if TYPE_CHECKING:
     from dltop.tui.core.rules.engine import RuleEngine
@@ -68,7 +68,7 @@ class Tracker:
     def fire(
         self,
         step: int | None,
-        severity: str,
+        severity: Severity,
         title: str,
         message: str,
         evidence: dict[str, Any],

@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from dltop.tui.core.alerts import CRITICAL, WARNING
+from dltop.tui.core.ending import Ending, RunEnding, event_ending, is_clean_exit, is_interrupt
 from dltop.tui.core.rules.base import Rule, Tracker
 
 if TYPE_CHECKING:
@@ -31,11 +32,6 @@ def _diagnose(event: dict[str, Any]) -> Any:
         return None
 
 
-def _interrupted(rec: dict[str, Any]) -> bool:
-    exc = str(rec.get("exc_type") or "")
-    return rec.get("interrupted") is True or exc.rsplit(".", 1)[-1] == "KeyboardInterrupt"
-
-
 class Crashes(Rule):
     def __init__(self, engine: RuleEngine) -> None:
         super().__init__(engine)
@@ -50,14 +46,16 @@ class Crashes(Rule):
         self.interrupted = False
         self.signal: str | None = None
         self.system_exit_ok = False
+        self.run_ending = RunEnding()  # how the run ended so far (dltop.tui.core.ending)
 
     def on_event(self, e: RuleEngine, rec: dict[str, Any]) -> None:
         typ = rec.get("type")
+        self.run_ending.see(rec)
         if typ in ("exception", "oom"):
             self._exception(e, rec)
         elif typ == "signal":
             self.signal = str(rec.get("signal") or "signal")
-            if self.crash_on and self.signal != "SIGINT":
+            if self.crash_on and event_ending(rec) is Ending.SIGNALLED:
                 step = rec.get("step") if type(rec.get("step")) is int else e.last_step
                 ev = {"signal": self.signal, "pattern": "signal", "last_step": e.last_step}
                 msg = f"the process received {self.signal} after step {e.last_step}"
@@ -71,12 +69,12 @@ class Crashes(Rule):
                 self.interrupted = True
 
     def _exception(self, e: RuleEngine, rec: dict[str, Any]) -> None:
-        if _interrupted(rec):
+        if is_interrupt(rec):
             self.interrupted = True
             return
         exc_type = str(rec.get("exc_type") or "")
         message = str(rec.get("message") or "")
-        if exc_type.rsplit(".", 1)[-1] == "SystemExit" and rec.get("exit_code") in (0, None):
+        if is_clean_exit(rec):
             self.system_exit_ok = True  # sys.exit(0) is a normal end
             return
         self.exception = rec

@@ -449,8 +449,8 @@ class RuleEngine:
         bs = b.recs[-1].get("batch_size")
         if bs is not None:
             self.batch_size = bs
-        self.spike_rule.thresholds(self)
-        self.explosion_rule.thresholds(self)
+        self.loss_hi = self.spike_rule.threshold(self)
+        self.gn_hi, self.gn_warn = self.explosion_rule.thresholds(self)
         b.clear()
 
     def _close_progress_block(self, values: list[float]) -> None:

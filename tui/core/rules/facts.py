@@ -9,17 +9,12 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from dltop.tui.core.facts import FACT_NAMES, Fact
-from dltop.tui.core.facts import format_number as fmt
+from dltop.tui.core.fmt import mib
+from dltop.tui.core.fmt import number as fmt
 from dltop.tui.core.rules.window import median_of, quantile_of
 
 if TYPE_CHECKING:
     from dltop.tui.core.rules.engine import RuleEngine
-
-MIB = 1 << 20
-
-
-def _mib(v: float | None) -> str:
-    return "unknown" if v is None else f"{fmt(v / MIB)} MiB"
 
 
 def collect_facts(e: RuleEngine) -> dict[str, Fact]:
@@ -80,12 +75,12 @@ def collect_facts(e: RuleEngine) -> dict[str, Fact]:
     put("step_time_median", median_of(st))
     put("step_time_p95", quantile_of(st, 0.95))
     put("gpu_util_median", median_of(sys_util) if sys_util else None)
-    put("mem_start", mem.start, None, _mib(mem.start) if mem.start is not None else "")
-    put("mem_last", mem.last, last, _mib(mem.last) if mem.last is not None else "")
+    put("mem_start", mem.start, None, mib(mem.start) if mem.start is not None else "")
+    put("mem_last", mem.last, last, mib(mem.last) if mem.last is not None else "")
     growth = mem.last - mem.start if mem.last is not None and mem.start is not None else None
-    put("mem_growth", growth, last, _mib(growth) if growth is not None else "")
+    put("mem_growth", growth, last, mib(growth) if growth is not None else "")
     put("mem_growth_per_step", mem.slope)
-    put("mem_limit", mem.limit, None, _mib(mem.limit) if mem.limit is not None else "")
+    put("mem_limit", mem.limit, None, mib(mem.limit) if mem.limit is not None else "")
     put("batch_size", e.batch_size)
     ev = over.evals
     best = ev[over.best] if over.best is not None and over.best < len(ev) else None

@@ -12,8 +12,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from dltop.probe.schema import as_float
-from dltop.tui.core.alerts import INFO, WARNING
-from dltop.tui.core.facts import format_number as fmt
+from dltop.tui.core.alerts import INFO, WARNING, Severity
+from dltop.tui.core.fmt import number as fmt
 from dltop.tui.core.rules.base import Rule, Tracker
 
 if TYPE_CHECKING:
@@ -168,7 +168,7 @@ class LayerGradients(Rule):
             )
             self.dt.fire(step, WARNING, "Dead units", msg, ev, t=e.last_t, refresh=True)
         elif without and self.ng_run >= self.ng_checks:
-            sev = WARNING if failing else INFO
+            sev: Severity = WARNING if failing else INFO
             ev = {"layers_without_grad": without, "count": len(without), "checks": self.ng_run}
             shown = ", ".join(without[:3]) + (
                 f" (+{len(without) - 3} more)" if len(without) > 3 else ""

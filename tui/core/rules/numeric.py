@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from dltop.tui.core.alerts import CRITICAL, INFO
-from dltop.tui.core.facts import format_number as fmt
+from dltop.tui.core.fmt import number as fmt
 from dltop.tui.core.rules.base import Rule, Tracker
 
 if TYPE_CHECKING:

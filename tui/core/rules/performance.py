@@ -16,8 +16,9 @@ from collections import deque
 from typing import TYPE_CHECKING, Any, cast
 
 from dltop.probe.schema import as_float
-from dltop.tui.core.alerts import CRITICAL, INFO, WARNING
-from dltop.tui.core.facts import format_number as fmt
+from dltop.tui.core.alerts import CRITICAL, INFO, WARNING, Severity
+from dltop.tui.core.fmt import mib
+from dltop.tui.core.fmt import number as fmt
 from dltop.tui.core.rules.base import Rule, Tracker
 from dltop.tui.core.rules.window import Rolling, linear_fit, median_of
 
@@ -101,7 +102,7 @@ class DataBound(Rule):
                 self.tr.clear(e.step)
             return
         if self.hits >= self.checks:
-            sev = CRITICAL if share >= self.crit else WARNING
+            sev: Severity = CRITICAL if share >= self.crit else WARNING
             med_dt = median_of(self.dt) or 0.0
             med_st = median_of(self.st) or 0.0
             ev = {
@@ -232,7 +233,8 @@ class MemoryGrowth(Rule):
         pulled = (peak - self.last) > self.pullback * max(growth, 1.0)
         if growth >= need and slope > 0 and r2 >= self.r2 and not pulled:
             onset = step if self.tr.active else self._onset(pts, slope, step)
-            sev, eta = WARNING, None
+            sev: Severity = WARNING
+            eta = None
             ts = [p[1] for p in pts]
             if self.limit and ts[-1] > ts[0]:
                 per_s, _ = linear_fit(ts, [p[2] for p in pts])
@@ -252,7 +254,7 @@ class MemoryGrowth(Rule):
                 "seconds_to_limit": eta,
             }
             msg = (
-                f"{what} grew {fmt(growth / MIB)} MiB ({fmt(self.start / MIB)} -> {fmt(self.last / MIB)} MiB), "
+                f"{what} grew {mib(growth)} ({mib(self.start)} -> {mib(self.last)}), "
                 f"{fmt(slope / 1024)} KiB per step, steadily (R² {fmt(r2)})"
             )
             if eta is not None:
@@ -436,7 +438,7 @@ class Stall(Rule):
         self, e: RuleEngine, prev_step: int | None, gap: float, t: float, resumed: bool
     ) -> None:
         warn, crit = self.thresholds()
-        sev = CRITICAL if gap >= crit else WARNING
+        sev: Severity = CRITICAL if gap >= crit else WARNING
         p95 = self.intervals.quantile
         ev = {
             "seconds_without_step": gap,
@@ -460,7 +462,7 @@ class Stall(Rule):
     def _fire_phase(self, e: RuleEngine, took: float, t: float) -> Any:
         """A declared phase has lasted past its cap: a hang inside eval/checkpoint."""
         warn, crit = self.phase_thresholds()
-        sev = CRITICAL if took >= crit else WARNING
+        sev: Severity = CRITICAL if took >= crit else WARNING
         p95 = self.intervals.quantile
         since = e.last_step_t
         ev = {

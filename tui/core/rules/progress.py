@@ -13,8 +13,8 @@ from collections import deque
 from typing import TYPE_CHECKING, Any
 
 from dltop.probe.schema import as_float
-from dltop.tui.core.alerts import INFO, WARNING
-from dltop.tui.core.facts import format_number as fmt
+from dltop.tui.core.alerts import INFO, WARNING, Severity
+from dltop.tui.core.fmt import number as fmt
 from dltop.tui.core.rules.base import Rule, Tracker
 from dltop.tui.core.rules.window import linear_fit, median_of
 
@@ -94,7 +94,7 @@ class Plateau(Rule):
         first = e.loss_first if e.loss_first is not None else meds[0]
         total = (first - meds[-1]) / abs(first) if first else 0.0
         if -self.max_rise < gain < self.min_imp and total > -self.max_rise:
-            sev = WARNING if total < self.stuck else INFO
+            sev: Severity = WARNING if total < self.stuck else INFO
             title = "Loss plateau (not learning)" if sev == WARNING else "Loss plateau"
             span = len(meds) * self.cur_len
             ev = {

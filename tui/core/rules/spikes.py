@@ -13,8 +13,8 @@ import math
 from collections import deque
 from typing import TYPE_CHECKING
 
-from dltop.tui.core.alerts import CRITICAL, WARNING
-from dltop.tui.core.facts import format_number as fmt
+from dltop.tui.core.alerts import CRITICAL, WARNING, Severity
+from dltop.tui.core.fmt import number as fmt
 from dltop.tui.core.rules.base import Rule, Tracker
 
 if TYPE_CHECKING:
@@ -38,14 +38,14 @@ class LossSpike(Rule):
         self.last_hit: int | None = None
         self.wmax: float | None = None
 
-    def thresholds(self, e: RuleEngine) -> None:
-        """At each block end: the loss that counts as a spike until the next one."""
+    def threshold(self, e: RuleEngine) -> float:
+        """At each block end: the loss that counts as a spike until the next one (the
+        engine compares each step's loss with it inline)."""
         med = e.loss_med
         if not self.on or not e.warm or med is None or med <= 0 or e.loss_seen < self.min_samples:
-            e.loss_hi = math.inf
-            return
+            return math.inf
         self.wmax = e.loss_wmax or med
-        e.loss_hi = max(
+        return max(
             self.ratio * med, self.over_max * self.wmax, med * math.exp(self.sigmas * e.loss_spread)
         )
 
@@ -102,18 +102,19 @@ class GradExplosion(Rule):
         self.wmax: float | None = None
         self.early_phase = True
 
-    def thresholds(self, e: RuleEngine) -> None:
+    def thresholds(self, e: RuleEngine) -> tuple[float, float]:
+        """At each block end: (critical, warning) grad norms until the next one (the
+        engine compares each step's grad norm with them inline)."""
         med, n = e.gn_med, e.gn_seen  # samples seen, not the window's size (see Config)
         if not self.on or med is None or med <= 0 or n < 5:
-            e.gn_hi = e.gn_warn = math.inf
-            return
+            return math.inf, math.inf
         self.wmax = e.gn_wmax or med
         self.early_phase = not e.warm or n < self.min_samples
         if self.early_phase:
             # before the baseline settles only a blow-up by orders of magnitude counts
-            e.gn_hi = e.gn_warn = max(self.early * med, self.over_max * self.wmax)
-            return
-        e.gn_hi = max(
+            hi = max(self.early * med, self.over_max * self.wmax)
+            return hi, hi
+        hi = max(
             self.crit * med, self.over_max * self.wmax, med * math.exp(self.sigmas * e.gn_spread)
         )
         # heavy-tailed grad norms (a converged model, tiny batches) reach 5x their median
@@ -123,7 +124,7 @@ class GradExplosion(Rule):
             self.warn_p90 * (e.gn_p90 or med),
             med * math.exp(self.warn_sigmas * e.gn_spread),
         )
-        e.gn_warn = min(warn, e.gn_hi)
+        return hi, min(warn, hi)
 
     def above(self, e: RuleEngine) -> None:
         """The step's grad norm reached the warning line (or the critical one)."""
@@ -156,7 +157,7 @@ class GradExplosion(Rule):
     def _fire(
         self,
         e: RuleEngine,
-        sev: str,
+        sev: Severity,
         gn: float,
         med: float,
         r: float,
@@ -267,7 +268,7 @@ class Divergence(Rule):
             self.below = 0
             if self.run >= self.persist:
                 r = level / low
-                sev = CRITICAL if ema - lo >= max(self.log_crit, line) else WARNING
+                sev: Severity = CRITICAL if ema - lo >= max(self.log_crit, line) else WARNING
                 ev = {
                     "loss_smoothed": level,
                     "loss_smoothed_min": low,

@@ -1,0 +1,108 @@
+"""The crash banner's content: what ended the run, at which step, the last values, why.
+
+How the run ended is ``ending``'s decision; this module only words it for the banner.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from dltop.tui.core.ending import event_ending, is_fatal
+from dltop.tui.core.fmt import compact as format_value
+from dltop.tui.core.safetext import escape_fields
+
+if TYPE_CHECKING:
+    from dltop.tui.core.run import RunModel
+    from dltop.tui.core.status import RunState
+    from dltop.tui.core.store import Store
+
+
+@dataclass(frozen=True)
+class CrashInfo:
+    exception: str  # the headline: the exception, the signal, or the status's reason
+    step: int | None
+    last_values: str
+    diagnosis: str
+    summary: str
+    hint: str = ""
+    label: str = "CRASHED"  # "CRASHED", or "KILLED" for a fatal signal
+
+    def __post_init__(self) -> None:  # the exception's text is the log's: escaped here, once
+        escape_fields(self, multiline=("exception", "summary", "diagnosis", "last_values"))
+
+
+SIGNAL_HELP = {
+    "SIGTERM": "a scheduler (time limit, preemption) or a kill asked the run to stop",
+    "SIGHUP": "the terminal or ssh session that started the run went away",
+    "SIGINT": "interrupted from the keyboard (Ctrl-C)",
+}
+VANISHED_HELP = (
+    "no exception and no exit record: SIGKILL or the kernel's OOM killer leave no trace "
+    "(check dmesg and the scheduler's log)"
+)
+
+
+def _fatal_event(store: Store) -> dict[str, Any] | None:
+    """The last event that ended the run badly (:func:`ending.is_fatal`: an exception, an
+    OOM, a signal other than an interrupt), unless steps followed it or a later event
+    says the run ended otherwise (Ctrl-C, ``sys.exit(0)``)."""
+    for e in reversed(store.events):
+        end = event_ending(e)
+        if end is None or e.get("type") == "exit":
+            continue
+        if not is_fatal(e):
+            return None
+        at, last = e.get("step"), store.last_step
+        if type(at) is int and last is not None and last > at:
+            return None  # the run handled it and went on training
+        return e
+    return None
+
+
+def _last_values(store: Store) -> str:
+    last: list[str] = []
+    for name, unit in (("loss", ""), ("grad_norm", ""), ("lr", ""), ("mem_allocated", "B")):
+        v = store.latest(name)
+        if v is not None:
+            last.append(f"{name} {format_value(v, unit)}")
+    return "  ".join(last)
+
+
+def crash_info(model: RunModel, run_state: RunState | None = None) -> CrashInfo | None:
+    """The crash banner's content: an exception or OOM event (with its diagnosis), a fatal
+    signal, or a run the status calls crashed without either (a vanished process)."""
+    store = model.store
+    ev = _fatal_event(store)
+    crashed = getattr(run_state, "status", None) == "crashed"
+    if ev is None and not crashed:
+        return None
+    last = _last_values(store)
+    if ev is None:  # crashed, but the log says nothing: the status's reason is all we know
+        reason = str(getattr(run_state, "reason", "") or "the run crashed")
+        return CrashInfo(reason, store.last_step, last, "process gone", VANISHED_HELP)
+    step = ev.get("step") if type(ev.get("step")) is int else store.last_step
+    if ev.get("type") == "signal":
+        sig = str(ev.get("signal") or "a signal")
+        why = SIGNAL_HELP.get(sig, "the process was sent a fatal signal")
+        return CrashInfo(
+            f"terminated by {sig}", step, last, "stopped from outside", why, "", "KILLED"
+        )
+    exc = str(ev.get("exc_type") or ev.get("type") or "error")
+    msg = str(ev.get("message") or "").strip()[:1024].splitlines()
+    text = f"{exc}: {msg[0][:300]}" if msg else exc
+    diagnosis = summary = ""
+    hint = ""
+    try:
+        from dltop.tui.core.crashdiag import diagnose, last_user_frame
+
+        d = diagnose(ev)
+        if d is not None:
+            diagnosis, summary = d.title, d.summary
+        frame = last_user_frame(ev.get("traceback"))
+        if frame:
+            hint = f"raised at {frame}"
+    except Exception:  # a damaged catalogue must not take the banner down
+        pass
+    hint = f"{hint}  — press a for the checklist" if hint else "press a for the checklist"
+    return CrashInfo(text, step, last, diagnosis, summary, hint)

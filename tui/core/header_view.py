@@ -1,0 +1,164 @@
+"""The header line's content: run identity, status and its age, step, speed, counts, GPU.
+
+Built from the model under its lock at the UI's tick; every field that may quote the log
+is made terminal-safe once, in ``HeaderInfo`` (``safetext.escape_fields``).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from dltop.tui.core.fmt import age as format_age
+from dltop.tui.core.fmt import compact, compact_bytes
+from dltop.tui.core.fmt import duration as format_duration
+from dltop.tui.core.safetext import escape_fields, visible
+
+if TYPE_CHECKING:
+    from dltop.tui.core.run import RunModel
+    from dltop.tui.core.view_model import ViewState
+
+
+@dataclass(frozen=True)
+class HeaderInfo:
+    run: str
+    host: str
+    pid: str
+    status: str
+    age: str
+    step: str
+    rate: str
+    elapsed: str
+    skipped: int
+    mode: str
+    reason: str = ""  # why the status is what it is (the header's tooltip)
+    dropped: int = 0  # records a live socket skipped for this viewer
+    lost: int = 0  # records the probe could not write: missing from the log itself
+    gpu: str = ""  # "GPU n/a" on a run without NVML readings (shown where the panel is hidden)
+    ranks: str = ""  # "rank 0 of 4 files" for a directory of rank logs
+
+    def __post_init__(self) -> None:  # every field may quote the log: escaped here, once
+        escape_fields(self, multiline=())
+
+
+def _cap(text: str, width: int) -> str:
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+_UNSET: Any = object()
+
+
+def header_info(
+    model: RunModel,
+    now: float,
+    state: ViewState,
+    follow: bool,
+    error: str | None = None,
+    *,
+    run_state: Any = _UNSET,
+    ranks: str = "",
+) -> HeaderInfo:
+    """The header line: identity, status with the age of the last record, speed, counts.
+    ``run_state``: the model's status when the caller has it already (one pid check)."""
+    store = model.store
+    meta = store.meta or {}
+    engine = getattr(model, "engine", None)
+    run = str(meta.get("run_id") or os.path.basename(str(model.label)))
+    st = model.status(now) if run_state is _UNSET else run_state
+    status = getattr(st, "status", "unknown") if st is not None else "unknown"
+    age_s = getattr(st, "last_record_age", None) if st is not None else None
+    if age_s is None and store.last_t is not None:
+        age_s = max(0.0, now - store.last_t)
+    last = store.last_step
+    facts_rate = None
+    step_time = store.series("step_time")
+    if step_time is not None and len(step_time):
+        recent = step_time.ys[-50:]
+        finite = sorted(v for v in recent if v == v and v > 0 and v != math.inf)
+        if finite:
+            facts_rate = 1.0 / finite[len(finite) // 2]
+    first_t = getattr(engine, "first_t", None) or meta.get("t")
+    last_t = store.last_t
+    elapsed = format_duration(last_t - first_t) if first_t and last_t else ""
+    mode: list[str] = []
+    if error or model.source_error:
+        mode.append(str(error or model.source_error))
+    if model.loading is not None:
+        mode.append(f"loading {compact(model.loading * 100, '%')}")
+    if state.paused:
+        mode.append("paused")
+    elif state.window is not None:
+        mode.append(f"window {state.window[0]}–{state.window[1]}")
+    if not follow:
+        mode.append("replay")
+    if model.resets:
+        mode.append(f"restarted ×{model.resets}")
+    if getattr(model, "log_deleted", False):
+        mode.append("log file deleted: this viewer holds the only copy")
+    if store.resumes:  # the log went back to an earlier step: the later records replaced
+        n = len(store.resumes)
+        mode.append(f"resumed at {store.resumes[-1]}" + (f" (×{n})" if n > 1 else ""))
+    gpu = gpu_na_reason(model)
+    return HeaderInfo(
+        run=_cap(visible(run), 40),  # a long (or hostile) id must not push the status away
+        host=_cap(visible(meta.get("host") or ""), 32),
+        pid=str(meta.get("pid") or ""),
+        status=status,
+        age=f"last record {format_age(age_s)}" if age_s is not None else "",
+        step=str(last) if last is not None else "—",
+        rate=f"{facts_rate:.3g} steps/s" if facts_rate else "",
+        elapsed=elapsed,
+        skipped=int(model.malformed),
+        mode="  ".join(mode),
+        reason=str(getattr(st, "reason", "") or "") if st is not None else "",
+        dropped=int(getattr(store, "dropped", 0)),
+        lost=int(getattr(store, "lost", 0)),
+        gpu="GPU n/a" if gpu is not None and gpu != WAITING_FOR_SYS else "",
+        ranks=ranks,
+    )
+
+
+def rank_note(files: list[Any], chosen: Any) -> str:
+    """'rank 0 of 4 files' for a directory source; '' for a single log."""
+    if not files or chosen is None:
+        return ""
+    rank = (
+        f"rank {chosen.rank}" if chosen.rank is not None else visible(os.path.basename(chosen.path))
+    )
+    return f"{rank} of {len(files)} file{'s' if len(files) != 1 else ''}"
+
+
+def rank_lines(files: list[Any], chosen: Any) -> list[str]:
+    """One line per rank file (the shown one marked), for the help screen."""
+    out = []
+    for f in files:
+        mark = "▶" if chosen is not None and f.path == chosen.path else " "
+        rank = f"rank {f.rank}" if f.rank is not None else "rank ?"
+        out.append(f"{mark} {rank:<8} {visible(os.path.basename(f.path))}  {_size(f.size)}")
+    return out
+
+
+def _size(n: int) -> str:
+    return compact_bytes(float(n))
+
+
+WAITING_FOR_SYS = "waiting for system samples"
+
+
+def gpu_na_reason(model: RunModel) -> str | None:
+    """``None`` when NVML readings exist; else why the GPU panel is N/A."""
+    store = model.store
+    if store.names("sys.gpus."):
+        return None
+    meta = store.meta or {}
+    for note in meta.get("notes") or ():
+        if "GPU" in str(note) or "NVML" in str(note):
+            return visible(note)
+    devices = meta.get("devices") or []
+    if any(isinstance(d, dict) and d.get("type") == "cuda" for d in devices):
+        return "CUDA device, but no NVML readings in the log yet"
+    if store.kinds.get("sys", 0) or devices:
+        return "no NVIDIA GPU in this run (CPU): utilisation and GPU memory are N/A"
+    return WAITING_FOR_SYS
