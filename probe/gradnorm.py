@@ -33,7 +33,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from dltop.probe.readback import DeviceBatch
+from dltop.probe.readback import Deadline, DeviceBatch
 
 
 class GradNormTracker:
@@ -145,6 +145,20 @@ class GradNormTracker:
                     [n for i, n in enumerate(self.names) if i not in with_grad],
                 )
 
+    def on_step(self, given: Any, want_layers: bool | None) -> tuple[Any, BaseException | None]:
+        """At ``probe.step()``: the norm measured since the last step, or the user's
+        ``given`` one (after which the hooks stop computing it); whether the next backward
+        measures per-layer figures (``None``: unchanged); the first failure, once."""
+        if given is None:
+            given = self.latest
+        elif self.compute_total:
+            self.compute_total = False  # the user's value from now on: no more work for us
+        self.latest = None
+        if want_layers is not None:
+            self.want_layers = want_layers
+        error, self.error = self.error, None
+        return given, error
+
     def take_layers(self) -> tuple[list[str], DeviceBatch, list[int], list[str]] | None:
         """The per-layer figures of the last layers-step backward, once."""
         out, self.layers = self.layers, None
@@ -164,7 +178,10 @@ def _count_nonzero(torch: Any, grads: list[Any]) -> list[Any]:
 
 
 def layers_record(
-    step: int, t: float, taken: tuple[list[str], DeviceBatch, list[int], list[str]], force: bool
+    step: int,
+    t: float,
+    taken: tuple[list[str], DeviceBatch, list[int], list[str]],
+    force: bool | Deadline,
 ) -> dict[str, Any] | None:
     """Build the ``layers`` record on the writer thread; ``None`` while the read-back is in flight."""
     names, batch, numels, no_grad = taken

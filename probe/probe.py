@@ -317,16 +317,10 @@ class Probe:
             self._prev_end = now
             tr = self._grad
             if tr is not None:
-                if grad_norm is None:
-                    grad_norm = tr.latest
-                elif tr.compute_total:
-                    tr.compute_total = False  # the user's value from now on: no more work for us
-                tr.latest = None
-                if self.layers_every:
-                    tr.want_layers = self._steps % self.layers_every == 0
-                if tr.error is not None:
-                    self._error("grad norm", tr.error)
-                    tr.error = None
+                every = self.layers_every
+                grad_norm, err = tr.on_step(grad_norm, self._steps % every == 0 if every else None)
+                if err is not None:
+                    self._error("grad norm", err)
             lrs = None
             if lr is None:
                 opt = self.optimizer

@@ -21,7 +21,7 @@ from dltop.tui.app.checklist import ChecklistPane, StepList
 from dltop.tui.app.crash_banner import CrashBanner
 from dltop.tui.app.header import Header
 from dltop.tui.app.help import HelpScreen
-from dltop.tui.app.messages import Ingested, SourceEnded, SourceFailed, SourceReset
+from dltop.tui.app.messages import Ingested, SourceEnded, SourceFailed
 from dltop.tui.core import view_model as vm
 from dltop.tui.core.safetext import visible
 from dltop.tui.core.sources import FileSource, SourceError, open_source
@@ -200,14 +200,15 @@ class DltopApp(App[int]):
     def on_ingested(self, message: Ingested) -> None:
         self.chunks += 1  # the timer draws; a message only says "there is news"
 
-    def on_source_reset(self, message: SourceReset) -> None:
+    def _show_restart(self, reason: str) -> None:
         """A truncated or replaced log is a new run: forget the old view (window, cursor,
-        selected alert) and say so."""
+        selected alert) and say so. The restart is model state (``RunModel.restarted``),
+        pulled at the tick like everything else, not a message from the reader thread."""
         self.state = vm.ViewState(smoothing=self.state.smoothing, log_loss=self.state.log_loss)
         self._drawn.clear()
         self._pane_user = None
         self._auto_explained = False
-        self.notify(f"new run: {visible(message.reason)}", severity="warning", timeout=6)
+        self.notify(f"new run: {reason}", severity="warning", timeout=6)
 
     def on_source_failed(self, message: SourceFailed) -> None:
         self.source_error = message.text
@@ -234,8 +235,9 @@ class DltopApp(App[int]):
         except NoMatches:  # the screen is being torn down (quit): a late tick draws nothing
             return
         model = self.model
-        if vm.take_restart(model) is not None:
-            self.on_source_reset(SourceReset(model.reset_reason))
+        restart = vm.take_restart(model)  # the reason, made terminal-safe
+        if restart is not None:
+            self._show_restart(restart)
         now = self.clock.now()
         with vm.locked(model):
             run_state = model.status(now)

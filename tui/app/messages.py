@@ -18,14 +18,6 @@ class Ingested(Message):
         self.records = records
 
 
-class SourceReset(Message):
-    """The file was truncated or replaced: the model restarted as a new run."""
-
-    def __init__(self, reason: str) -> None:
-        super().__init__()
-        self.reason = reason
-
-
 class SourceFailed(Message):
     """The source stopped with an error a person should read (one line)."""
 

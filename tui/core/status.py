@@ -105,7 +105,7 @@ def run_state(e: RuleEngine, now: float | None = None, pid_alive: bool | None = 
             unrecorded=True,
         )
     if e.phase is not None:
-        started = stall.in_phase_since
+        started = e.phase_since
         if ref is not None and started is not None:
             cap = stall.phase_thresholds()[0]
             if ref - started >= cap:  # a declared phase pauses the watch, but not forever

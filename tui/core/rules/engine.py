@@ -19,8 +19,9 @@ from dltop.tui.core.alerts import Alert, AlertSink
 from dltop.tui.core.facts import Fact
 from dltop.tui.core.rules.base import Rule, Tracker
 from dltop.tui.core.rules.config import Config
+from dltop.tui.core.rules.figures import Figures
 from dltop.tui.core.rules.segments import Segments
-from dltop.tui.core.rules.window import Block, log_spread, median_of
+from dltop.tui.core.rules.window import Block, median_of
 
 if TYPE_CHECKING:
     from dltop.tui.core.status import RunState
@@ -85,7 +86,10 @@ class RuleEngine:
         self.rec: dict[str, Any] = {}
 
         # phases (eval, checkpoint...) declared by the user
-        self.phase: str | None = None
+        # (the one record of them: the stall rule and the run status read these)
+        self.phase: str | None = None  # the phase in progress
+        self.phase_name: str | None = None  # the latest phase's name, kept after it ends
+        self.phase_since: float | None = None  # when the latest phase began (record time)
         self.phase_ended = False
 
         # shared windows (sized by the spike/explosion sections), refreshed per block
@@ -93,29 +97,17 @@ class RuleEngine:
         gs = self.config.section("grad_explosion")
         self.block_size = max(1, int(g["block_steps"]))
         self.blk = Block()
-        self.loss_win: deque[float] = deque(maxlen=max(2, int(ls["window"])))
-        self.gn_win: deque[float] = deque(maxlen=max(2, int(gs["window"])))
-        # finite values pushed into the windows so far: "enough samples" is counted here,
-        # not as the window's length, so a window set below min_samples / critical_after
-        # does not silently switch a rule off
-        self.loss_seen = 0
-        self.gn_seen = 0
-        self.loss_med: float | None = None
-        self.gn_med: float | None = None
-        self.loss_wmax: float | None = None  # window maxima
-        self.gn_wmax: float | None = None
-        self.gn_p90: float | None = None
-        self.loss_spread = 0.0  # robust sigma of log(value) in the window: how heavy the noise is
-        self.gn_spread = 0.0
-        self.loss_hi = math.inf  # inline thresholds, set by the spike rules at block ends
+        # the derived figures every rule reads (medians, maxima, spreads, the progress gate)
+        self.fig = Figures(
+            int(ls["window"]),
+            int(gs["window"]),
+            self.progress_block,
+            self.progress_min_gain,
+            self.progress_total_gain,
+        )
+        self.loss_hi = math.inf  # inline thresholds, returned by the spike rules at block ends
         self.gn_hi = math.inf
         self.gn_warn = math.inf
-        self.loss_first_vals: list[float] = []
-        self.loss_first: float | None = None
-        self.loss_min: float | None = None
-        self.loss_blocks: list[float] = []  # block medians of the finite loss (bounded below)
-        self._pblock: list[float] = []
-        self.progress_failing = False
 
         # facts kept along the way
         self.lr_initial: float | None = None
@@ -224,7 +216,7 @@ class RuleEngine:
         elif kind == "event":
             typ = record.get("type")
             if typ == "phase":
-                self._on_phase(record)
+                self._on_phase(record, t)
             elif typ in ("exit", "exception", "oom") and self.blk.steps:
                 self._close_block()  # the run is ending: judge its last steps now
             for h in self._event_hooks:
@@ -237,10 +229,11 @@ class RuleEngine:
             if isinstance(devs, list) and devs and isinstance(devs[0], dict):
                 self.device = str(devs[0].get("type") or "") or None
 
-    def _on_phase(self, rec: dict[str, Any]) -> None:
+    def _on_phase(self, rec: dict[str, Any], t: float | None) -> None:
         state = rec.get("state")
         if state == "begin":
-            self.phase = str(rec.get("name") or "phase")
+            self.phase = self.phase_name = str(rec.get("name") or "phase")
+            self.phase_since = t
         elif state == "end":
             self.phase = None
             self.phase_ended = True
@@ -358,7 +351,7 @@ class RuleEngine:
         value is not enough (a norm of 2e5 two steps before the NaN, then an ordinary one),
         and the rolling median would already contain the blow-up.
         """
-        vals = list(self.gn_win)
+        vals = list(self.fig.gn_win)
         vals.extend(x for x in self.blk.gn if x is not None)
         if self.gn_finite and self.gn is not None:
             vals.append(self.gn)
@@ -411,64 +404,22 @@ class RuleEngine:
             h(self, b)
         losses = [x for x in b.loss if x is not None]
         gns = [x for x in b.gn if x is not None]
-        if losses:
-            self.loss_seen += len(losses)
-            med = self.loss_med
-            if med and med > 0 and self.warm:
-                jr = max(losses) / med
-                if self.loss_max_jump_ratio is None or jr > self.loss_max_jump_ratio:
-                    self.loss_max_jump_ratio = jr
-            self.loss_win.extend(losses)
-            s = sorted(self.loss_win)
-            n = len(s)
-            self.loss_med = s[n // 2] if n % 2 else 0.5 * (s[n // 2 - 1] + s[n // 2])
-            self.loss_wmax = s[-1]
-            self.loss_spread = log_spread(s)
-            lo = min(losses)
-            if self.loss_min is None or lo < self.loss_min:
-                self.loss_min = lo
-            if self.loss_first is None:
-                self.loss_first_vals.extend(losses)
-                if len(self.loss_first_vals) >= 20:
-                    self.loss_first = median_of(self.loss_first_vals[:20])
-            self._pblock.extend(losses)
-            while len(self._pblock) >= self.progress_block:
-                self._close_progress_block(self._pblock[: self.progress_block])
-                del self._pblock[: self.progress_block]
-        if gns:
-            self.gn_seen += len(gns)
-            self.gn_win.extend(gns)
-            s = sorted(self.gn_win)
-            n = len(s)
-            self.gn_med = s[n // 2] if n % 2 else 0.5 * (s[n // 2 - 1] + s[n // 2])
-            hi = self.gn_wmax = s[-1]
-            self.gn_p90 = s[int(0.9 * (n - 1))]
-            self.gn_spread = log_spread(s)
-            if self.gn_max_seen is None or hi > self.gn_max_seen:
-                self.gn_max_seen = hi
+        fig = self.fig
+        med = fig.loss_med  # the largest jump of this block against the window before it
+        if losses and med and med > 0 and self.warm:
+            jr = max(losses) / med
+            if self.loss_max_jump_ratio is None or jr > self.loss_max_jump_ratio:
+                self.loss_max_jump_ratio = jr
+        fig.push(losses, gns)
+        hi = fig.gn_wmax
+        if gns and hi is not None and (self.gn_max_seen is None or hi > self.gn_max_seen):
+            self.gn_max_seen = hi
         bs = b.recs[-1].get("batch_size")
         if bs is not None:
             self.batch_size = bs
         self.loss_hi = self.spike_rule.threshold(self)
         self.gn_hi, self.gn_warn = self.explosion_rule.thresholds(self)
         b.clear()
-
-    def _close_progress_block(self, values: list[float]) -> None:
-        m = median_of(values)
-        if m is None:
-            return
-        blocks = self.loss_blocks
-        blocks.append(m)
-        if len(blocks) > 64:
-            del blocks[1:2]  # keep the first block: it is the "start" level
-        if len(blocks) >= 2:
-            ref = blocks[-3] if len(blocks) >= 3 else blocks[0]
-            recent_gain = (ref - m) / abs(ref) if ref else 0.0
-            first = blocks[0]
-            total_gain = (first - m) / abs(first) if first else 0.0
-            self.progress_failing = (
-                recent_gain < self.progress_min_gain and total_gain < self.progress_total_gain
-            )
 
     # ------------------------------------------------------------------ reading
 

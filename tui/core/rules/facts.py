@@ -37,7 +37,7 @@ def collect_facts(e: RuleEngine) -> dict[str, Fact]:
     put("lr_max", e.lr_max)
     put("lr_at_first_nonfinite", e.lr_at_first_nonfinite, e.first_nonfinite_step)
     put("first_nonfinite_step", e.first_nonfinite_step, e.first_nonfinite_step)
-    gvals = list(e.gn_win)
+    gvals = list(e.fig.gn_win)
     put("grad_norm_median", median_of(gvals), last)
     put("grad_norm_max", e.gn_max_seen)
     put("grad_norm_before_nonfinite", e.gn_before_nonfinite, e.first_nonfinite_step)
@@ -49,11 +49,14 @@ def collect_facts(e: RuleEngine) -> dict[str, Fact]:
         f"peak grad norm before it {fmt(r)}x the earlier median" if r is not None else "",
     )
     put("grad_norm_min_recent", min(gvals) if gvals else None, last)
-    lvals = list(e.loss_win)
+    lvals = list(e.fig.loss_win)
     loss_last = median_of(lvals)
-    put("loss_first", e.loss_first if e.loss_first is not None else median_of(e.loss_first_vals))
+    put(
+        "loss_first",
+        e.fig.loss_first if e.fig.loss_first is not None else median_of(e.fig.loss_first_vals),
+    )
     put("loss_last", loss_last, last)
-    put("loss_min", e.loss_min)
+    put("loss_min", e.fig.loss_min)
     lf = vals["loss_first"][0]
     imp = (lf - loss_last) / abs(lf) if lf and loss_last is not None else None
     put(

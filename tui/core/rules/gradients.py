@@ -105,7 +105,7 @@ class LayerGradients(Rule):
             if self.vt.active:
                 self.vt.clear(step)
             return
-        if self.v_run >= self.v_checks and e.progress_failing:
+        if self.v_run >= self.v_checks and e.fig.progress_failing:
             ev = {
                 "first_layer": str(names[w[0]]),
                 "last_layer": str(names[w[-1]]),
@@ -113,8 +113,8 @@ class LayerGradients(Rule):
                 "last_grad_norm": last,
                 "ratio": ratio,
                 "checks": self.v_run,
-                "loss_last": e.loss_blocks[-1] if e.loss_blocks else None,
-                "loss_first": e.loss_first,
+                "loss_last": e.fig.loss_blocks[-1] if e.fig.loss_blocks else None,
+                "loss_first": e.fig.loss_first,
             }
             msg = (
                 f"first-layer grad norm {fmt(first)} = {fmt(ratio)}x the last layer's ({fmt(last)}) "
@@ -152,7 +152,7 @@ class LayerGradients(Rule):
         self.ng_run = self.ng_run + 1 if without else 0
         if not self.d_on:
             return
-        failing = e.progress_failing
+        failing = e.fig.progress_failing
         if dead and self.d_run >= self.d_checks and failing:
             ev = {
                 "layer": worst_name,

@@ -69,7 +69,7 @@ class NonFinite(Rule):
             self.loss_bad = 0
         self.loss_bad += 1
         self.loss_good_run = 0
-        med = e.loss_med
+        med = e.fig.loss_med
         ev = {
             "loss": loss,
             "nonfinite_steps": self.loss_bad,
@@ -100,7 +100,7 @@ class NonFinite(Rule):
         for x in reversed(e.blk.loss):
             if x is not None:
                 return x
-        return e.loss_win[-1] if e.loss_win else None
+        return e.fig.loss_win[-1] if e.fig.loss_win else None
 
     def _grad_nonfinite(self, e: RuleEngine, gn: float) -> None:
         if not self.grad_t.active:
@@ -118,7 +118,7 @@ class NonFinite(Rule):
             "nonfinite_steps": self.grad_bad,
             "lr": e.lr,
             "last_finite_grad_norm": e.last_finite_gn,
-            "grad_norm_median": e.gn_med,
+            "grad_norm_median": e.fig.gn_med,
             "grad_norm_before": self.grad_before[0],
             "grad_norm_before_ratio": self.grad_before[1],
         }
@@ -140,7 +140,7 @@ class NonFinite(Rule):
         if self.grad_run > 1:
             base = f"grad norm non-finite for {self.grad_run} steps in a row (step {e.step})"
         if e.last_finite_gn is not None:
-            med = e.gn_med
+            med = e.fig.gn_med
             base += f"; last finite {fmt(e.last_finite_gn)}"
             if med:
                 base += f" = {fmt(e.last_finite_gn / med)}x the recent median"

@@ -280,8 +280,6 @@ class Stall(Rule):
         self.intervals = Rolling(200, 50, q=0.95)
         self.tr = Tracker(engine, "stall")
         self.pause_end: float | None = None  # end of the latest phase: the clock restarts there
-        self.in_phase_since: float | None = None
-        self.phase_name: str | None = None
         self.phase_alert = False  # the stall alert up now is a phase that ran too long
         self.explained_by_eval = False
         self.prev_t: float | None = None  # time of the previous step (judged per block)
@@ -374,14 +372,10 @@ class Stall(Rule):
         if rec.get("type") != "phase":
             return
         t = as_float(rec.get("t"))
-        if rec.get("state") == "begin":
-            self.in_phase_since = t
-            self.phase_name = str(rec.get("name") or "phase")
-        elif rec.get("state") == "end":
-            start = self.in_phase_since
+        if rec.get("state") == "end":  # the engine keeps the phase itself (e.phase_since)
+            start = e.phase_since
             if self.on and start is not None and t is not None:
                 self._phase_ended(e, t - start, t)
-            self.in_phase_since = None
             self.pause_end = t
 
     def _phase_ended(self, e: RuleEngine, took: float, t: float) -> None:
@@ -393,7 +387,7 @@ class Stall(Rule):
         if not (self.phase_alert and a is not None and a.active):
             a = self._fire_phase(e, took, t)  # no heartbeats during it: found afterwards
         a.severity = INFO
-        a.title = f"Long phase '{self.phase_name}'"
+        a.title = f"Long phase '{e.phase_name}'"
         a.message += f"; the phase ended normally after {fmt(took)} s"
         a.evidence["resumed"] = True
 
@@ -418,7 +412,7 @@ class Stall(Rule):
         if not self.on or self.explained_by_eval:
             return
         if e.phase is not None:
-            start = self.in_phase_since
+            start = e.phase_since
             if start is not None and t - start >= self.phase_thresholds()[0]:
                 self._fire_phase(e, t - start, t)
             return
@@ -466,7 +460,7 @@ class Stall(Rule):
         p95 = self.intervals.quantile
         since = e.last_step_t
         ev = {
-            "phase": self.phase_name,
+            "phase": e.phase_name,
             "seconds_in_phase": took,
             "seconds_without_step": t - since if since is not None else took,
             "last_step": e.last_step,
@@ -476,12 +470,12 @@ class Stall(Rule):
             "resumed": False,
         }
         msg = (
-            f"in phase '{self.phase_name}' for {fmt(took)} s after step {e.last_step} (records "
+            f"in phase '{e.phase_name}' for {fmt(took)} s after step {e.last_step} (records "
             f"still arrive); a declared phase pauses the stall watch up to {fmt(warn)} s"
         )
         if p95:
             msg += f" = max({fmt(self.cf)}x p95 step time {fmt(p95)} s, {fmt(self.phase_floor)} s)"
-        title = f"Stalled in phase '{self.phase_name}'"
+        title = f"Stalled in phase '{e.phase_name}'"
         a = self.tr.fire(e.last_step, sev, title, msg, ev, t=t, refresh=True)
         self.phase_alert = True
         return a

@@ -91,7 +91,7 @@ class Plateau(Rule):
         gain = (base - meds[-1]) / abs(base) if base else 0.0
         # flat: less than min_improvement better over the span, and not rising either
         # (a rising loss is divergence's business, not a plateau)
-        first = e.loss_first if e.loss_first is not None else meds[0]
+        first = e.fig.loss_first if e.fig.loss_first is not None else meds[0]
         total = (first - meds[-1]) / abs(first) if first else 0.0
         if -self.max_rise < gain < self.min_imp and total > -self.max_rise:
             sev: Severity = WARNING if total < self.stuck else INFO
@@ -285,7 +285,7 @@ class Overfitting(Rule):
         if loss is None or loss - loss != 0.0:
             return
         step = rec.get("step") if type(rec.get("step")) is int else e.last_step
-        train = e.loss_med
+        train = e.fig.loss_med
         self.evals.append((step, loss, train))
         if len(self.evals) > 512:
             keep = self.evals[self.best] if self.best is not None else None

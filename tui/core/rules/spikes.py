@@ -41,16 +41,24 @@ class LossSpike(Rule):
     def threshold(self, e: RuleEngine) -> float:
         """At each block end: the loss that counts as a spike until the next one (the
         engine compares each step's loss with it inline)."""
-        med = e.loss_med
-        if not self.on or not e.warm or med is None or med <= 0 or e.loss_seen < self.min_samples:
+        med = e.fig.loss_med
+        if (
+            not self.on
+            or not e.warm
+            or med is None
+            or med <= 0
+            or e.fig.loss_seen < self.min_samples
+        ):
             return math.inf
-        self.wmax = e.loss_wmax or med
+        self.wmax = e.fig.loss_wmax or med
         return max(
-            self.ratio * med, self.over_max * self.wmax, med * math.exp(self.sigmas * e.loss_spread)
+            self.ratio * med,
+            self.over_max * self.wmax,
+            med * math.exp(self.sigmas * e.fig.loss_spread),
         )
 
     def spike(self, e: RuleEngine) -> None:
-        loss, med = e.loss, e.loss_med
+        loss, med = e.loss, e.fig.loss_med
         if loss is None or not med:
             return
         self.last_hit = e.step
@@ -58,14 +66,14 @@ class LossSpike(Rule):
         ev = {
             "loss": loss,
             "threshold": e.loss_hi,
-            "log_sigma": e.loss_spread,
+            "log_sigma": e.fig.loss_spread,
             "median": med,
             "ratio": r,
-            "window": len(e.loss_win),
+            "window": len(e.fig.loss_win),
             "window_max": self.wmax,
             "lr": e.lr,
         }
-        msg = f"loss {fmt(loss)} = {fmt(r)}x the median of the last {len(e.loss_win)} steps ({fmt(med)})"
+        msg = f"loss {fmt(loss)} = {fmt(r)}x the median of the last {len(e.fig.loss_win)} steps ({fmt(med)})"
         prev = self.tr.alert
         a = self.tr.fire(e.step, WARNING, "Loss spike", msg, ev, t=e.t)
         self.count = self.count + 1 if a is prev else 1  # spikes in this episode
@@ -105,35 +113,37 @@ class GradExplosion(Rule):
     def thresholds(self, e: RuleEngine) -> tuple[float, float]:
         """At each block end: (critical, warning) grad norms until the next one (the
         engine compares each step's grad norm with them inline)."""
-        med, n = e.gn_med, e.gn_seen  # samples seen, not the window's size (see Config)
+        med, n = e.fig.gn_med, e.fig.gn_seen  # samples seen, not the window's size (see Config)
         if not self.on or med is None or med <= 0 or n < 5:
             return math.inf, math.inf
-        self.wmax = e.gn_wmax or med
+        self.wmax = e.fig.gn_wmax or med
         self.early_phase = not e.warm or n < self.min_samples
         if self.early_phase:
             # before the baseline settles only a blow-up by orders of magnitude counts
             hi = max(self.early * med, self.over_max * self.wmax)
             return hi, hi
         hi = max(
-            self.crit * med, self.over_max * self.wmax, med * math.exp(self.sigmas * e.gn_spread)
+            self.crit * med,
+            self.over_max * self.wmax,
+            med * math.exp(self.sigmas * e.fig.gn_spread),
         )
         # heavy-tailed grad norms (a converged model, tiny batches) reach 5x their median
         # routinely; a sustained blow-up also clears the window's 90th percentile by far
         warn = max(
             self.warn * med,
-            self.warn_p90 * (e.gn_p90 or med),
-            med * math.exp(self.warn_sigmas * e.gn_spread),
+            self.warn_p90 * (e.fig.gn_p90 or med),
+            med * math.exp(self.warn_sigmas * e.fig.gn_spread),
         )
         return hi, min(warn, hi)
 
     def above(self, e: RuleEngine) -> None:
         """The step's grad norm reached the warning line (or the critical one)."""
-        gn, med, step = e.gn, e.gn_med, e.step
+        gn, med, step = e.gn, e.fig.gn_med, e.step
         if gn is None or not med:
             return
         r = gn / med
         if gn >= e.gn_hi:
-            settled = self.early_phase or e.gn_seen >= self.critical_after
+            settled = self.early_phase or e.fig.gn_seen >= self.critical_after
             if settled:
                 self._fire(e, CRITICAL, gn, med, r, early=self.early_phase)
             else:
@@ -168,15 +178,15 @@ class GradExplosion(Rule):
         ev = {
             "grad_norm": gn,
             "threshold": e.gn_hi if sev == CRITICAL else e.gn_warn,
-            "log_sigma": e.gn_spread,
+            "log_sigma": e.fig.gn_spread,
             "median": med,
             "ratio": r,
-            "window": len(e.gn_win),
+            "window": len(e.fig.gn_win),
             "window_max": self.wmax,
             "lr": e.lr,
             "loss": e.loss,
         }
-        msg = f"grad norm {fmt(gn)} = {fmt(r)}x the median of the last {len(e.gn_win)} steps ({fmt(med)})"
+        msg = f"grad norm {fmt(gn)} = {fmt(r)}x the median of the last {len(e.fig.gn_win)} steps ({fmt(med)})"
         if filling:
             msg += f"; the baseline is still filling (critical from {self.critical_after} steps)"
         elif sev == WARNING:
@@ -247,7 +257,7 @@ class Divergence(Rule):
             self.ema = ema
             if self.ema_min is None or ema < self.ema_min:
                 self.ema_min, self.min_step = ema, step
-                self.spread_at_min = e.loss_spread
+                self.spread_at_min = e.fig.loss_spread
             self.seen += 1
             if self.seen > self.warmup and (
                 ema - self.ema_min >= line or self.run or self.tr.active
@@ -257,7 +267,11 @@ class Divergence(Rule):
     def _judge(self, e: RuleEngine, step: int, ema: float, line: float) -> None:
         lo = self.ema_min if self.ema_min is not None else ema
         level, low = math.exp(ema), math.exp(lo)
-        first = e.loss_first if e.loss_first is not None else (e.loss_first_vals or [level])[0]
+        first = (
+            e.fig.loss_first
+            if e.fig.loss_first is not None
+            else (e.fig.loss_first_vals or [level])[0]
+        )
         # and it has given back a real share of the progress made (a run at 1e-4 that
         # wobbles to 3e-4 has lost nothing that matters)
         diverging = ema - lo >= line and level - low >= self.lost * max(first - low, 0.0)

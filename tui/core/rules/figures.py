@@ -1,0 +1,112 @@
+"""The derived figures every rule reads, computed once per block of steps, in one typed place.
+
+Why: medians, window maxima, noise spreads and the "is the loss still improving?" gate
+used to be loose attributes of the engine that several rules read and one wrote. Here
+they are one object with one writer (:meth:`Figures.push`, called by the engine at each
+block end, after the block's rules have judged it against the previous figures) and
+typed fields the rules read (``e.fig.loss_med``...).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+
+from dltop.tui.core.rules.window import log_spread, median_of
+
+FIRST_VALUES = 20  # finite losses whose median is "the start" of the run
+PROGRESS_BLOCKS = 64  # block medians kept for the progress gate (the first one always)
+
+
+def _median_sorted(s: list[float]) -> float:
+    n = len(s)
+    return s[n // 2] if n % 2 else 0.5 * (s[n // 2 - 1] + s[n // 2])
+
+
+class Figures:
+    """Rolling windows of the finite loss and grad norm and what is derived from them."""
+
+    __slots__ = (
+        "loss_win", "gn_win", "loss_seen", "gn_seen", "loss_med", "gn_med", "loss_wmax",
+        "gn_wmax", "gn_p90", "loss_spread", "gn_spread", "loss_first_vals", "loss_first",
+        "loss_min", "loss_blocks", "progress_failing", "_pblock", "_progress_block",
+        "_min_gain", "_total_gain",
+    )  # fmt: skip
+
+    def __init__(
+        self,
+        loss_window: int,
+        gn_window: int,
+        progress_block: int,
+        progress_min_gain: float,
+        progress_total_gain: float,
+    ) -> None:
+        self.loss_win: deque[float] = deque(maxlen=max(2, loss_window))
+        self.gn_win: deque[float] = deque(maxlen=max(2, gn_window))
+        # finite values pushed into the windows so far: "enough samples" is counted here,
+        # not as the window's length, so a window set below min_samples / critical_after
+        # does not silently switch a rule off
+        self.loss_seen = 0
+        self.gn_seen = 0
+        self.loss_med: float | None = None
+        self.gn_med: float | None = None
+        self.loss_wmax: float | None = None  # window maxima
+        self.gn_wmax: float | None = None
+        self.gn_p90: float | None = None
+        self.loss_spread = 0.0  # robust sigma of log(value) in the window: how heavy the noise is
+        self.gn_spread = 0.0
+        self.loss_first_vals: list[float] = []
+        self.loss_first: float | None = None
+        self.loss_min: float | None = None
+        self.loss_blocks: list[float] = []  # block medians of the finite loss (bounded below)
+        self.progress_failing = False
+        self._pblock: list[float] = []
+        self._progress_block = max(2, progress_block)
+        self._min_gain = progress_min_gain
+        self._total_gain = progress_total_gain
+
+    def push(self, losses: list[float], gns: list[float]) -> None:
+        """One block's finite losses and grad norms into the windows; the figures refreshed."""
+        if losses:
+            self.loss_seen += len(losses)
+            self.loss_win.extend(losses)
+            s = sorted(self.loss_win)
+            self.loss_med = _median_sorted(s)
+            self.loss_wmax = s[-1]
+            self.loss_spread = log_spread(s)
+            lo = min(losses)
+            if self.loss_min is None or lo < self.loss_min:
+                self.loss_min = lo
+            if self.loss_first is None:
+                self.loss_first_vals.extend(losses)
+                if len(self.loss_first_vals) >= FIRST_VALUES:
+                    self.loss_first = median_of(self.loss_first_vals[:FIRST_VALUES])
+            pb, size = self._pblock, self._progress_block
+            pb.extend(losses)
+            while len(pb) >= size:
+                self._progress(pb[:size])
+                del pb[:size]
+        if gns:
+            self.gn_seen += len(gns)
+            self.gn_win.extend(gns)
+            s = sorted(self.gn_win)
+            n = len(s)
+            self.gn_med = _median_sorted(s)
+            self.gn_wmax = s[-1]
+            self.gn_p90 = s[int(0.9 * (n - 1))]
+            self.gn_spread = log_spread(s)
+
+    def _progress(self, values: list[float]) -> None:
+        """The "still improving?" gate: recent and total gain of the block medians."""
+        m = median_of(values)
+        if m is None:
+            return
+        blocks = self.loss_blocks
+        blocks.append(m)
+        if len(blocks) > PROGRESS_BLOCKS:
+            del blocks[1:2]  # keep the first block: it is the "start" level
+        if len(blocks) >= 2:
+            ref = blocks[-3] if len(blocks) >= 3 else blocks[0]
+            recent_gain = (ref - m) / abs(ref) if ref else 0.0
+            first = blocks[0]
+            total_gain = (first - m) / abs(first) if first else 0.0
+            self.progress_failing = recent_gain < self._min_gain and total_gain < self._total_gain
