@@ -1,7 +1,7 @@
 # Two commands do all the set-up on a fresh clone with only Python 3.11 and pip:
 #   make demo   creates .venv, installs dltop, runs a demo training that really fails
 #               (DEMO=nan by default; `make demo DEMO=data_bound`) with the viewer on it
-#   make test   creates .venv, installs dltop with the dev tools, runs the test suite
+#   make test   creates .venv, installs dltop with the dev tools, runs ruff, mypy and the test suite
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
