@@ -173,11 +173,11 @@ class Oscillation(Rule):
         self.cur = []
         s = sorted(c)
         self.meds.append(s[len(s) // 2])
-        diffs = sorted([abs(c[i + 1] - c[i]) for i in range(len(c) - 1)])
+        diffs = sorted([abs(b - a) for a, b in zip(c, c[1:], strict=False)])
         self.noise.append(1.4826 * diffs[len(diffs) // 2] / 1.4142)
         m = sum(c) / len(c)
         d = [x - m for x in c]
-        lag = sum([d[i] * d[i + 1] for i in range(len(d) - 1)])
+        lag = sum([a * b for a, b in zip(d, d[1:], strict=False)])
         sq = sum([x * x for x in d])
         if len(self.ac) == self.ac.maxlen:
             old_lag, old_sq = self.ac[0]
@@ -240,27 +240,32 @@ def _swings(xs: list[float], rel: float, floor: float) -> int:
         return 0
     count, direction = 0, 0
     hi = lo = extreme = xs[0]
+    # a move clears both bars and is a move at all (m > 0): a loss that is exactly
+    # constant (0, or any value, noise 0) makes both bars 0 and must not count every
+    # step as a swing. Inlined: this runs every few steps over the whole window.
     for x in xs[1:]:
         if direction == 0:
-            hi, lo = max(hi, x), min(lo, x)
-            if _moved(hi - lo, rel * abs(lo), floor):
+            if x > hi:
+                hi = x
+            elif x < lo:
+                lo = x
+            m = hi - lo
+            if m > 0 and m >= floor and m >= rel * abs(lo):
                 direction, extreme = (1, x) if x == hi else (-1, x)
         elif direction == 1:
             if x > extreme:
                 extreme = x
-            elif _moved(extreme - x, rel * abs(x), floor):
-                count, direction, extreme = count + 1, -1, x
+            else:
+                m = extreme - x
+                if m > 0 and m >= floor and m >= rel * abs(x):
+                    count, direction, extreme = count + 1, -1, x
         elif x < extreme:
             extreme = x
-        elif _moved(x - extreme, rel * abs(extreme), floor):
-            count, direction, extreme = count + 1, 1, x
+        else:
+            m = x - extreme
+            if m > 0 and m >= floor and m >= rel * abs(extreme):
+                count, direction, extreme = count + 1, 1, x
     return count
-
-
-def _moved(move: float, rel: float, floor: float) -> bool:
-    """A move clears both bars, and is a move at all: a loss that is exactly constant (0,
-    or any value, noise 0) makes both bars 0 and must not count every step as a swing."""
-    return move > 0 and move >= max(rel, floor)
 
 
 class Overfitting(Rule):
