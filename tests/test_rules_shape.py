@@ -1,0 +1,72 @@
+"""The rules engine's shape, enforced: rules read the engine, report through its sink, and
+never write its state (the figures have one writer, the engine; see docs/architecture.md)."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+RULES = Path(__file__).resolve().parents[1] / "tui" / "core" / "rules"
+ENGINE_SIDE = {"engine.py", "figures.py", "config.py", "window.py", "__init__.py"}
+MUTATORS = {"append", "extend", "clear", "pop", "popleft", "insert", "remove", "update", "add"}
+
+
+def _rooted_at_engine(node: ast.expr) -> bool:
+    """`e.x...`, `engine.x...` or `self.e.x...`: an attribute chain on the engine."""
+    chain = node
+    while isinstance(chain, (ast.Attribute, ast.Subscript)):
+        inner = chain.value
+        if isinstance(inner, ast.Name) and inner.id in ("e", "engine"):
+            return True
+        if (
+            isinstance(inner, ast.Attribute)
+            and inner.attr == "e"
+            and isinstance(inner.value, ast.Name)
+            and inner.value.id == "self"
+        ):
+            return isinstance(chain, (ast.Attribute, ast.Subscript))
+        chain = inner
+    return False
+
+
+def _writes(path: Path) -> list[str]:
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        targets: list[ast.expr] = []
+        if isinstance(node, ast.Assign):
+            targets = node.targets
+        elif isinstance(node, (ast.AugAssign, ast.AnnAssign)):
+            targets = [node.target]
+        for t in targets:
+            for el in t.elts if isinstance(t, ast.Tuple) else [t]:
+                if isinstance(el, (ast.Attribute, ast.Subscript)) and _rooted_at_engine(el):
+                    found.append(f"{path.name}:{node.lineno} assigns {ast.unparse(el)}")
+        if (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr in MUTATORS
+            and _rooted_at_engine(node.func.value)
+            and ast.unparse(node.func.value) not in ("e.sink", "self.e.sink")
+        ):
+            found.append(f"{path.name}:{node.lineno} mutates {ast.unparse(node.func)}")
+    return found
+
+
+RULE_FILES = sorted(p for p in RULES.glob("*.py") if p.name not in ENGINE_SIDE)
+
+
+@pytest.mark.parametrize("path", RULE_FILES, ids=lambda p: p.name)
+def test_rules_never_write_the_engine(path: Path) -> None:
+    assert _writes(path) == []
+
+
+def test_the_check_sees_a_write() -> None:
+    """The checker itself: a rule that writes the engine's threshold is caught."""
+    bad = RULES.parent / "_probe_shape_example.py"
+    try:
+        bad.write_text("def thresholds(e):\n    e.loss_hi = 1.0\n    e.fig.loss_win.append(2)\n")
+        assert len(_writes(bad)) == 2
+    finally:
+        bad.unlink()
