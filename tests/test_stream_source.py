@@ -185,7 +185,9 @@ def test_a_new_run_at_the_same_address_resets_the_model(
     assert model.meta["run_id"] == second_id and model.meta["pid"] == os.getpid() + 1
     assert steps_of(model) == list(range(5)), "the old run's records are gone"
     assert model.resets == 1 and model.restarted and "new run" in model.reset_reason
-    assert source.connections == 2 and source.error is None
+    # >= 2: a reconnect may first reach the closing server (accepted, then dropped) before
+    # the new one binds the path; one reset either way (asserted above)
+    assert source.connections >= 2 and source.error is None
 
 
 def test_a_reconnect_to_the_same_run_neither_duplicates_nor_loses(
