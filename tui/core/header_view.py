@@ -18,6 +18,8 @@ from dltop.tui.core.safetext import escape_fields, visible
 
 if TYPE_CHECKING:
     from dltop.tui.core.run import RunModel
+    from dltop.tui.core.sourcefiles import RankFile
+    from dltop.tui.core.status import RunState
     from dltop.tui.core.view_model import ViewState
 
 
@@ -57,7 +59,7 @@ def header_info(
     follow: bool,
     error: str | None = None,
     *,
-    run_state: Any = _UNSET,
+    run_state: RunState | None = _UNSET,
     ranks: str = "",
 ) -> HeaderInfo:
     """The header line: identity, status with the age of the last record, speed, counts.
@@ -120,7 +122,7 @@ def header_info(
     )
 
 
-def rank_note(files: list[Any], chosen: Any) -> str:
+def rank_note(files: list[RankFile], chosen: RankFile | None) -> str:
     """'rank 0 of 4 files' for a directory source; '' for a single log."""
     if not files or chosen is None:
         return ""
@@ -130,7 +132,7 @@ def rank_note(files: list[Any], chosen: Any) -> str:
     return f"{rank} of {len(files)} file{'s' if len(files) != 1 else ''}"
 
 
-def rank_lines(files: list[Any], chosen: Any) -> list[str]:
+def rank_lines(files: list[RankFile], chosen: RankFile | None) -> list[str]:
     """One line per rank file (the shown one marked), for the help screen."""
     out = []
     for f in files:

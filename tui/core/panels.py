@@ -17,6 +17,8 @@ from dltop.tui.core.fmt import compact as format_value
 from dltop.tui.core.safetext import visible
 
 if TYPE_CHECKING:
+    from dltop.tui.core.run import RunModel
+    from dltop.tui.core.store import Store
     from dltop.tui.core.view_model import ViewState
 
 
@@ -125,7 +127,7 @@ CPU_MEMORY = PanelSpec(
 )
 
 
-def panel_spec(store: Any, key: str) -> PanelSpec:
+def panel_spec(store: Store, key: str) -> PanelSpec:
     """The spec to draw now: the memory panel shows RSS when the log has no CUDA memory."""
     if (
         key == "memory"
@@ -136,16 +138,16 @@ def panel_spec(store: Any, key: str) -> PanelSpec:
     return PANEL_BY_KEY[key]
 
 
-def _store(model: Any) -> Any:
+def _store(model: RunModel) -> Store:
     return model.store
 
 
-def bounds(store: Any) -> tuple[int, int] | None:
+def bounds(store: Store) -> tuple[int, int] | None:
     """First and last step of the run (any series), ``None`` before the first point."""
     return store.step_range()
 
 
-def window(store: Any, state: ViewState) -> tuple[int, int]:
+def window(store: Store, state: ViewState) -> tuple[int, int]:
     """The steps the charts span: the chosen window, else the whole run."""
     if state.window is not None:
         return state.window
@@ -155,7 +157,7 @@ def window(store: Any, state: ViewState) -> tuple[int, int]:
     return b
 
 
-def panel_signature(model: Any, key: str, state: ViewState) -> tuple[Any, ...]:
+def panel_signature(model: RunModel, key: str, state: ViewState) -> tuple[Any, ...]:
     """Changes whenever the panel would draw something different."""
     store = _store(model)
     spec = panel_spec(store, key)
@@ -167,7 +169,7 @@ def panel_signature(model: Any, key: str, state: ViewState) -> tuple[Any, ...]:
     return (spec.title, versions, window(store, state), state.cursor, log, smooth)
 
 
-def panel_chart(model: Any, key: str, state: ViewState, buckets: int) -> ChartData:
+def panel_chart(model: RunModel, key: str, state: ViewState, buckets: int) -> ChartData:
     """Decimated traces and the legend for one panel."""
     store = _store(model)
     spec = panel_spec(store, key)
@@ -212,7 +214,7 @@ def panel_chart(model: Any, key: str, state: ViewState, buckets: int) -> ChartDa
     )
 
 
-def _scale(store: Any, metric: str) -> float | None:
+def _scale(store: Store, metric: str) -> float | None:
     """GPU memory is drawn in % of the device, next to utilisation in %."""
     if metric.startswith("sys.gpus.") and metric.endswith(".mem_used"):
         total = store.latest(metric[: -len("mem_used")] + "mem_total")
@@ -222,7 +224,7 @@ def _scale(store: Any, metric: str) -> float | None:
 
 
 def _steps_per_second(
-    store: Any, start: int, end: int, buckets: int, at: int | None
+    store: Store, start: int, end: int, buckets: int, at: int | None
 ) -> tuple[list[Trace], list[str]]:
     """Without ``samples_per_s``, throughput is 1 / step_time (min and max swap)."""
     series = store.series("step_time")

@@ -98,7 +98,7 @@ class RunModel:
         self.log_path: str | None = None  # the file a FileSource follows (for its disk's state)
         self.engine_error: str | None = engine_error  # why there is no diagnosis (a rule raised)
         self._pid_cache: tuple[float, Any, bool | None] = (0.0, None, None)
-        self._judged_engine: Any = None  # the engine whose last partial block was judged
+        self._judged_engine: RuleEngine | None = None  # whose last partial block was judged
 
     # -- the reader thread -----------------------------------------------------------------
     def ingest(self, records: list[dict[str, Any]], malformed: int | None = None) -> None:

@@ -13,12 +13,17 @@ import re
 import socket
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs, urlsplit
 
 from dltop.probe.schema import LineDecoder, as_step
 from dltop.probe.socket_server import mask_secret
+
+if TYPE_CHECKING:
+    from dltop.tui.core.run import RunModel
+    from dltop.tui.core.sources import FileSource
 
 
 class StreamError(OSError):
@@ -142,8 +147,8 @@ class SocketSource:
     def __init__(
         self,
         address: Address | str,
-        model: Any,
-        on_update: Any = None,
+        model: RunModel,
+        on_update: Callable[[int], Any] | None = None,
         *,
         reconnect: bool = True,
         fallback_to_file: bool = True,
@@ -163,7 +168,7 @@ class SocketSource:
         self.connections = 0
         self.received = 0  # records read from the socket (before skipping replays)
         self.dropped = 0  # records the run skipped for us because we fell behind
-        self.file_source: Any = None  # the FileSource we switched to, if any
+        self.file_source: FileSource | None = None  # the FileSource we switched to, if any
         self._run_meta: dict[str, Any] | None = None  # the meta of the run we are showing
         # where we are in the run, so a reconnect can skip the backlog we already have
         self._last_rec: dict[str, Any] | None = None  # the newest record ingested

@@ -35,6 +35,7 @@ from dltop.tui.core.panels import PANELS, panel_chart, panel_signature  # noqa: 
 from dltop.tui.core.safetext import visible
 
 if TYPE_CHECKING:
+    from dltop.tui.core.rules.config import Config
     from dltop.tui.core.run import RunModel
 
 
@@ -121,7 +122,7 @@ class Clock:
 # ----------------------------------------------------------------------------- model
 
 
-def new_model(label: str, config: Any | None = None) -> RunModel:
+def new_model(label: str, config: Config | None = None) -> RunModel:
     from dltop.tui.core.run import RunModel
 
     return RunModel(label, config)

@@ -16,7 +16,7 @@ from collections import deque
 from typing import TYPE_CHECKING, Any, cast
 
 from dltop.probe.schema import as_float
-from dltop.tui.core.alerts import CRITICAL, INFO, WARNING, Severity
+from dltop.tui.core.alerts import CRITICAL, INFO, WARNING, Alert, Severity
 from dltop.tui.core.fmt import mib
 from dltop.tui.core.fmt import number as fmt
 from dltop.tui.core.rules.base import Rule, Tracker
@@ -399,7 +399,7 @@ class Stall(Rule):
         if a is not None and a.active and not self.explained_by_eval:
             self._explain(a)
 
-    def _explain(self, a: Any) -> None:
+    def _explain(self, a: Alert) -> None:
         """The pause ended in an evaluation the user did not declare as a phase: information only."""
         self.explained_by_eval = True
         a.severity = INFO
@@ -453,7 +453,7 @@ class Stall(Rule):
         if resumed and prev_step is not None and prev_step == self.last_eval_step:
             self._explain(a)
 
-    def _fire_phase(self, e: RuleEngine, took: float, t: float) -> Any:
+    def _fire_phase(self, e: RuleEngine, took: float, t: float) -> Alert:
         """A declared phase has lasted past its cap: a hang inside eval/checkpoint."""
         warn, crit = self.phase_thresholds()
         sev: Severity = CRITICAL if took >= crit else WARNING
