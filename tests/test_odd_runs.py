@@ -235,3 +235,82 @@ def test_a_log_cut_by_a_full_disk_is_named_not_called_a_kill(tiny_disk: Path) ->
     out = json.loads(done.stdout)
     assert out["status"] == "unknown", out["reason"]
     assert "disk is full" in out["reason"] and "SIGKILL" not in out["reason"]
+
+
+SLOW_TRAINER = """
+import sys, time
+from dltop.probe import Probe
+with Probe(path=sys.argv[1], socket=False, system=False) as probe:
+    for i in range(int(sys.argv[2])):
+        probe.step(loss=1.0 / (i + 1))
+        time.sleep(0.002)
+print("trained", flush=True)
+"""
+
+
+@pytest.fixture
+def freezable_dir(tmp_path: Path):
+    """A folder and a function that makes it read-only in place (a read-only bind mount over
+    itself: as root, chmod would not stop a write). Needs mount rights, else skipped."""
+    d = tmp_path / "runs"
+    d.mkdir()
+    mounted: list[bool] = []
+
+    def freeze() -> None:
+        for cmd in (
+            ["mount", "--bind", str(d), str(d)],
+            ["mount", "-o", "remount,bind,ro", str(d)],
+        ):
+            done = subprocess.run(cmd, capture_output=True, text=True)
+            if done.returncode != 0:
+                pytest.skip(f"cannot make a read-only bind mount here: {done.stderr.strip()[:100]}")
+            mounted.append(True)
+
+    yield d, freeze
+    if mounted:
+        subprocess.run(["umount", "-l", str(d)], capture_output=True)
+
+
+def test_a_folder_made_read_only_mid_run(freezable_dir) -> None:
+    """The log stays complete (it was open), the viewer's ticks say they were not saved, a new
+    run there warns and trains on; nothing raises."""
+    folder, freeze = freezable_dir
+    log = folder / "run.jsonl"
+    train = subprocess.Popen(
+        [sys.executable, "-c", SLOW_TRAINER, str(log), "1500"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    deadline = time.monotonic() + 60
+    while not (log.exists() and b'"step"' in log.read_bytes()):
+        assert time.monotonic() < deadline and train.poll() is None, "no step written"
+        time.sleep(0.02)
+    freeze()
+    with pytest.raises(OSError):
+        (folder / "probe-write").write_text("x")  # it really is read-only now
+    out, err = train.communicate(timeout=120)
+    assert train.returncode == 0 and "trained" in out, err
+    records, dec = read_records(str(log))
+    steps = [r for r in records if r["kind"] == "step"]
+    assert len(steps) == 1500 and records[-1]["kind"] == "event", "every record kept"
+    assert records[-1]["type"] == "exit"
+
+    from dltop.tui.core.ticks import Ticks
+
+    ticks = Ticks(log)
+    assert ticks.toggle("divergence@10", "lr") is True  # kept in memory...
+    assert ticks.error and "not saved" in ticks.error  # ...and said, no exception
+    assert ticks.ticked("divergence@10") == {"lr"}
+
+    done = subprocess.run(
+        [sys.executable, "-m", "dltop.tui", "check", str(log), "--json"],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["status"] == "finished"
+
+    again = subprocess.run(
+        [sys.executable, "-c", SLOW_TRAINER, str(folder / "second.jsonl"), "50"],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert again.returncode == 0 and "trained" in again.stdout, "training never stops for us"
+    assert "dltop" in again.stderr and "Traceback" not in again.stderr
