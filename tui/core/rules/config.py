@@ -64,6 +64,12 @@ DEFAULTS: dict[str, dict[str, Any]] = {
         "persist": 10,
         "progress_lost": 0.1,
         "warmup_steps": 20,
+        # losses in the window before its median may set the baseline (at most the window)
+        "baseline_samples": 20,
+        # a blow-up in the first steps: two finite losses in a row at early_ratio x the
+        # first one, within the first early_steps finite losses (critical, on its step)
+        "early_steps": 50,
+        "early_ratio": 10.0,
     },
     "vanishing_grad": {"enabled": True, "ratio": 1e-3, "first_norm": 1e-4, "checks": 2},
     "dead_units": {"enabled": True, "zero_frac": 0.7, "checks": 2, "no_grad_checks": 3},

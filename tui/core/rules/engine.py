@@ -302,8 +302,13 @@ class RuleEngine:
         self.loss_finite, self.gn_finite = lf, gf
         if (loss is not None and not lf) or (gn is not None and not gf):
             self._nonfinite(step, loss, gn, lf, gf)
-        if lf and loss is not None and loss >= self.loss_hi and not self.in_grace:
-            self.spike_rule.spike(self)
+        if lf and loss is not None:
+            if loss >= self.loss_hi and not self.in_grace:
+                self.spike_rule.spike(self)
+            # not while a second run in the file may be a second writer: two interleaved
+            # trainings at different levels look like a blow-up on every switch
+            if self.divergence_rule.early_open and not self.segments.watching:
+                self.divergence_rule.early(self, step, loss)
         if gf and gn is not None:
             if gn >= self.gn_warn and (
                 not self.in_grace or (gn >= self.gn_hi and not self.grace_critical)

@@ -17,6 +17,26 @@ FIRST_VALUES = 20  # finite losses whose median is "the start" of the run
 PROGRESS_BLOCKS = 64  # block medians kept for the progress gate (the first one always)
 
 
+BLOWN_UP = 10.0  # a first loss this many times the lowest of the first three is a blow-up
+
+
+def start_level(first: list[float]) -> float | None:
+    """Where the run started: the median of its first losses, or, when a blow-up in the
+    first steps wrote some of them (a loss at 10x the lowest of the first three: 2.3 ->
+    5000 -> 3000 -> ... -> 5 -> 2.3), the median of the losses before it. Else "X % better
+    than at the start" and the progress gate measure from the blow-up, and a network stuck
+    at chance reads as 97 % better than where it began."""
+    if not first:
+        return None
+    cap = BLOWN_UP * min(first[:3])
+    if cap <= 0:
+        return median_of(first)
+    onset = next((i for i, x in enumerate(first) if x >= cap), None)
+    if onset is None:
+        return median_of(first)
+    return median_of(first[:onset]) if onset else median_of([x for x in first if x < cap])
+
+
 def _median_sorted(s: list[float]) -> float:
     n = len(s)
     return s[n // 2] if n % 2 else 0.5 * (s[n // 2 - 1] + s[n // 2])
@@ -28,7 +48,7 @@ class Figures:
     __slots__ = (
         "loss_win", "gn_win", "loss_seen", "gn_seen", "loss_med", "gn_med", "loss_wmax",
         "gn_wmax", "gn_p90", "loss_spread", "gn_spread", "loss_first_vals", "loss_first",
-        "loss_min", "loss_blocks", "progress_failing", "_pblock", "_progress_block",
+        "loss_min", "loss_blocks", "progress_failing", "progress_stalled", "_pblock", "_progress_block",
         "_min_gain", "_total_gain",
     )  # fmt: skip
 
@@ -59,6 +79,10 @@ class Figures:
         self.loss_min: float | None = None
         self.loss_blocks: list[float] = []  # block medians of the finite loss (bounded below)
         self.progress_failing = False
+        # the recent gain alone (< progress_min_gain over two blocks): the loss is flat now,
+        # whatever happened at the start (a blow-up in the first block makes the total
+        # gain look large while the model sits at chance)
+        self.progress_stalled = False
         self._pblock: list[float] = []
         self._progress_block = max(2, progress_block)
         self._min_gain = progress_min_gain
@@ -79,7 +103,7 @@ class Figures:
             if self.loss_first is None:
                 self.loss_first_vals.extend(losses)
                 if len(self.loss_first_vals) >= FIRST_VALUES:
-                    self.loss_first = median_of(self.loss_first_vals[:FIRST_VALUES])
+                    self.loss_first = start_level(self.loss_first_vals[:FIRST_VALUES])
             pb, size = self._pblock, self._progress_block
             pb.extend(losses)
             while len(pb) >= size:
@@ -108,5 +132,8 @@ class Figures:
             ref = blocks[-3] if len(blocks) >= 3 else blocks[0]
             recent_gain = (ref - m) / abs(ref) if ref else 0.0
             first = blocks[0]
+            if self.loss_first is not None and self.loss_first < first:
+                first = self.loss_first  # a blow-up in the first block is not "the start"
             total_gain = (first - m) / abs(first) if first else 0.0
-            self.progress_failing = recent_gain < self._min_gain and total_gain < self._total_gain
+            self.progress_stalled = recent_gain < self._min_gain
+            self.progress_failing = self.progress_stalled and total_gain < self._total_gain

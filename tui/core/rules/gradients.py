@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from dltop.probe.schema import as_float
-from dltop.tui.core.alerts import INFO, WARNING, Severity
+from dltop.tui.core.alerts import CRITICAL, INFO, WARNING, Severity
 from dltop.tui.core.fmt import number as fmt
 from dltop.tui.core.rules.base import Rule, Tracker
 
@@ -26,6 +26,9 @@ def _floats(v: Any, n: int) -> list[float | None]:
     if not isinstance(v, list) or len(v) != n:
         return [None] * n
     return [as_float(x) for x in v]
+
+
+ALL_ZERO = 0.999  # a layer whose gradient is zero in (almost) every element is dead
 
 
 class LayerGradients(Rule):
@@ -53,6 +56,8 @@ class LayerGradients(Rule):
         self.zero_frac_layer: str | None = None
         self.without_grad: list[str] = []
         self.layers_step: int | None = None
+        self.net_run = 0  # consecutive checks with most hidden layers' gradient exactly zero
+        self.dead_hidden: list[str] = []
 
     def on_layers(self, e: RuleEngine, rec: dict[str, Any]) -> None:
         names = rec.get("names")
@@ -79,8 +84,7 @@ class LayerGradients(Rule):
                 out = [str(nm) for nm, flag in zip(names, ng, strict=True) if flag]
             else:
                 out = [str(x) for x in ng if isinstance(x, str)]
-        out += [str(nm) for nm, g in zip(names, norms, strict=True) if g == 0.0]
-        return out
+        return out  # a gradient of exactly zero is a gradient: dead, not missing
 
     def _vanishing(
         self,
@@ -134,19 +138,29 @@ class LayerGradients(Rule):
     ) -> None:
         worst, worst_name = None, None
         dead: list[str] = []
+        hidden: list[str] = []  # weight layers but the output one, sparse-by-design excluded
+        all_zero: list[str] = []  # ... whose gradient is exactly zero in every element
         for i in w:
             name = str(names[i])
             if any(s in name.lower() for s in _SPARSE_BY_DESIGN):
                 continue
             z = zero[i]
-            if z is None and norms[i] == 0.0:
+            if norms[i] == 0.0:
                 z = 1.0
             if z is None:
                 continue
+            if i != w[-1]:
+                hidden.append(name)
+                if z >= ALL_ZERO:
+                    all_zero.append(name)
             if worst is None or z > worst:
                 worst, worst_name = z, name
             if z >= self.d_frac:
                 dead.append(name)
+        if self._dead_network(e, step, hidden, all_zero, without):
+            self.zero_frac_max, self.zero_frac_layer = worst, worst_name
+            self.d_run = self.d_run + 1 if dead else 0
+            return
         self.zero_frac_max, self.zero_frac_layer = worst, worst_name
         self.d_run = self.d_run + 1 if dead else 0
         self.ng_run = self.ng_run + 1 if without else 0
@@ -181,3 +195,48 @@ class LayerGradients(Rule):
             )
         elif self.dt.active and not dead and not without:
             self.dt.clear(step)
+
+    def _dead_network(
+        self,
+        e: RuleEngine,
+        step: int | None,
+        hidden: list[str],
+        all_zero: list[str],
+        without: list[str],
+    ) -> bool:
+        """Most hidden layers get a gradient of exactly zero, check after check: a dead
+        network (every ReLU off after a too-high lr or a bad init), not a few dead units.
+
+        Critical when every hidden layer is dead: nothing before the output layer can learn,
+        whatever the loss does. A warning when most are and the loss is flat now (the recent
+        gain alone: a blow-up in the first steps must not make the total gain look good).
+        Returns True when it raised (the dead-units wording would say less).
+        """
+        self.dead_hidden = all_zero
+        most = len(hidden) >= 1 and 2 * len(all_zero) > len(hidden)
+        self.net_run = self.net_run + 1 if most else 0
+        if not self.d_on or not most or self.net_run < self.d_checks:
+            return False
+        every = len(all_zero) == len(hidden)
+        if not every and not e.fig.progress_stalled:
+            return False
+        sev: Severity = CRITICAL if every else WARNING
+        ev = {
+            "dead_layers": all_zero,
+            "hidden_layers": len(hidden),
+            "checks": self.net_run,
+            "layers_without_grad": without,
+            "loss_last": e.fig.loss_blocks[-1] if e.fig.loss_blocks else None,
+            "loss_first": e.fig.loss_first,
+            "lr": e.lr,
+        }
+        shown = ", ".join(all_zero[:3]) + (
+            f" (+{len(all_zero) - 3} more)" if len(all_zero) > 3 else ""
+        )
+        what = "every hidden layer" if every else f"{len(all_zero)} of {len(hidden)} hidden layers"
+        msg = (
+            f"the gradient of {what} is exactly zero for {self.net_run} checks ({shown}): "
+            "those layers cannot learn (dead ReLUs after a too-high lr or a bad init?)"
+        )
+        self.dt.fire(step, sev, "Dead network", msg, ev, t=e.last_t, refresh=True)
+        return True

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 from dltop.tui.core.alerts import CRITICAL, WARNING, Severity
 from dltop.tui.core.fmt import number as fmt
 from dltop.tui.core.rules.base import Rule, Tracker
+from dltop.tui.core.rules.window import median_of
 
 if TYPE_CHECKING:
     from dltop.tui.core.rules.engine import RuleEngine
@@ -199,15 +200,31 @@ class GradExplosion(Rule):
         self.tr.fire(e.step, sev, "Exploding gradients", msg, ev, t=e.t)
 
 
+EARLY_SIGMAS = 3.5  # an early blow-up also clears this many sigmas of the start's own noise
+
+
+def _step_noise(logs: list[float]) -> float:
+    """Robust sigma of log(loss) from step-to-step differences (0 with fewer than 4 losses):
+    the median |difference| of two independent draws is 0.954 sigma."""
+    if len(logs) < 4:
+        return 0.0
+    d = sorted(abs(b - a) for a, b in zip(logs, logs[1:], strict=False))
+    return d[len(d) // 2] / 0.954
+
+
 class Divergence(Rule):
-    """The smoothed loss climbs well above its best and stays there.
+    """The smoothed loss climbs well above its typical best level and stays there.
 
     Smoothing is an EMA of log(loss): a geometric mean, so that one huge batch loss cannot
-    drag the level up on its own, and the ratio tests read as differences. The rise must
-    also clear ``noise_sigmas`` times the EMA's own noise (from the loss window's spread),
-    because the minimum of a noisy smoothed curve sits below its typical level by an
-    amount that grows with the noise. Losses that go to zero or below (some likelihoods)
-    have no ratio scale: the rule stands down for them.
+    drag the level up on its own, and the ratio tests read as differences. The baseline it
+    is compared with is the lowest *median* the loss window has had (the median of the
+    last ``loss_spike.window`` finite losses, looked at once per block), never the minimum
+    of the smoothed curve itself: on a noisy run (small batches, recurrent nets) that
+    minimum is a noise dip far below where the loss really sits, and a later noise peak of
+    the same curve then reads as a 5x "divergence". The rise must also clear
+    ``noise_sigmas`` times the EMA's own noise (from the window's log spread when the
+    baseline was set). Losses that go to zero or below (some likelihoods) have no ratio
+    scale: the rule stands down for them.
     """
 
     def __init__(self, engine: RuleEngine) -> None:
@@ -222,10 +239,20 @@ class Divergence(Rule):
         self.persist = max(1, int(c["persist"]))
         self.lost = float(c["progress_lost"])
         self.warmup = int(c["warmup_steps"])
+        self.baseline_samples = max(1, int(c["baseline_samples"]))
+        self.early_steps = int(c["early_steps"])
+        self.log_early = math.log(max(1.0 + 1e-9, float(c["early_ratio"])))
+        self.early_open = self.on and self.early_steps > 0  # the engine calls early() while set
+        self.early_n = 0
+        self.early_logs: list[float] = []  # log losses of the first steps, before any high
+        self.high_from: int | None = None  # first step of the current run of early highs
+        self.high_ref: float | None = None  # the reference it was judged against
+        self.high_bar = 0.0  # ... and the log loss it had to reach (median + noise)
         self.tr = Tracker(engine, "divergence")
         self.ema: float | None = None  # of log(loss)
-        self.ema_min: float | None = None
+        self.base: float | None = None  # log of the lowest window median so far
         self.min_step: int | None = None
+        self.base_from = 0  # losses seen when the baseline was (re)started
         self.run = 0  # consecutive steps above the line
         self.run_start: int | None = None
         self.below = 0
@@ -237,13 +264,30 @@ class Divergence(Rule):
     def on_block(self, e: RuleEngine, b: Block) -> None:
         if not self.on or self.nonpositive:
             return
+        fig = e.fig
         if e.lr_jump_step is not None and e.lr_jump_step != self.last_jump:
             self.last_jump = e.lr_jump_step
             if e.lr_prev is not None and e.lr is not None and e.lr > e.lr_prev:
-                self.ema_min = None  # a schedule raised lr: a new baseline from here
+                # a schedule raised lr: a new baseline, from medians of the new part only
+                self.base = None
+                self.base_from = fig.loss_seen
+        # the window's median as of the previous block (the figures are pushed after the
+        # rules): the baseline is its lowest value, once the window holds enough losses
+        # that came after the last restart of the baseline
+        med = fig.loss_med
+        if (
+            med is not None
+            and med > 0
+            and fig.loss_seen - self.base_from
+            >= min(self.baseline_samples, fig.loss_win.maxlen or 1)
+        ):
+            lm = math.log(med)
+            if self.base is None or lm < self.base:
+                self.base, self.min_step = lm, (b.steps[0] if b.steps else e.step)
+                # the noise allowance is taken from the window when the baseline was set: a
+                # loss that is running away widens its own window and must not raise its bar
+                self.spread_at_min = fig.loss_spread
         a = self.alpha
-        # the noise allowance is taken from the window when the best level was set: a loss
-        # that is running away widens its own window and must not raise its own bar
         line = max(self.log_ratio, self.noise_sigmas * self.noise_gain * self.spread_at_min)
         log = math.log
         for step, loss in zip(b.steps, b.loss, strict=True):
@@ -255,17 +299,74 @@ class Divergence(Rule):
             x = log(loss)
             ema = x if self.ema is None else self.ema + a * (x - self.ema)
             self.ema = ema
-            if self.ema_min is None or ema < self.ema_min:
-                self.ema_min, self.min_step = ema, step
-                self.spread_at_min = e.fig.loss_spread
             self.seen += 1
-            if self.seen > self.warmup and (
-                ema - self.ema_min >= line or self.run or self.tr.active
+            base = self.base
+            if (
+                base is not None
+                and self.seen > self.warmup
+                and (ema - base >= line or self.run or self.tr.active)
             ):
                 self._judge(e, step, ema, line)
 
+    def early(self, e: RuleEngine, step: int, loss: float) -> None:
+        """Called by the engine on each of the first ``early_steps`` finite losses, on the
+        step itself (not at the block's end): a blow-up is named as it happens."""
+        if loss <= 0 or not self.on:
+            self.early_open = False
+            return
+        self.early_n += 1
+        if self.early_n >= self.early_steps:
+            self.early_open = False
+        self._early(e, step, loss, math.log(loss))
+
+    def _early(self, e: RuleEngine, step: int, loss: float, x: float) -> None:
+        """A blow-up in the first steps, before any window or baseline exists: the commonest
+        "lr too high" story (2.3 -> 6 -> 34 in three steps, then the model sits at chance).
+
+        Named on its step: two finite losses in a row at ``early_ratio`` (10) x where the run
+        started (the first loss, or the median of the losses so far when that is lower: a
+        ramp 2.3 -> 6 -> 34 must not raise its own reference), and ``EARLY_SIGMAS``
+        step-to-step noise above it once there are a few losses. Two in a row, because one
+        batch can be 10x off on a noisy start, two rarely are.
+        """
+        before = self.early_logs
+        if not before:
+            before.append(x)
+            return
+        if self.high_from is None:
+            med = median_of(before)
+            self.high_ref = before[0] if med is None or before[0] < med else med
+            # the noise bar stands on the median: a low first draw must not lower it
+            self.high_bar = (med or 0.0) + EARLY_SIGMAS * _step_noise(before)
+        ref = self.high_ref
+        if ref is None or x - ref < self.log_early or x < self.high_bar:
+            self.high_from = None
+            before.append(x)
+            return
+        if self.high_from is None:
+            self.high_from = step
+            return
+        if self.tr.active:
+            self.tr.hold(step)
+            return
+        r = math.exp(x - ref)
+        ev = {
+            "loss": loss,
+            "loss_before": math.exp(ref),
+            "ratio": r,
+            "onset_step": self.high_from,
+            "threshold_ratio": max(math.exp(self.log_early), math.exp(self.high_bar - ref)),
+            "lr": e.lr,
+        }
+        msg = (
+            f"the loss went from {fmt(math.exp(ref))} to {fmt(loss)} ({fmt(r)}x) by step "
+            f"{step}, within the first {self.early_steps} steps"
+        )
+        self.tr.fire(self.high_from, CRITICAL, "Loss blew up in the first steps", msg, ev, t=e.t)
+        self.tr.hold(step)
+
     def _judge(self, e: RuleEngine, step: int, ema: float, line: float) -> None:
-        lo = self.ema_min if self.ema_min is not None else ema
+        lo = self.base if self.base is not None else ema
         level, low = math.exp(ema), math.exp(lo)
         first = (
             e.fig.loss_first
@@ -294,7 +395,7 @@ class Divergence(Rule):
                     "lr": e.lr,
                 }
                 msg = (
-                    f"smoothed loss {fmt(level)} = {fmt(r)}x its minimum {fmt(low)} (step {self.min_step}), "
+                    f"smoothed loss {fmt(level)} = {fmt(r)}x its best median level {fmt(low)} (step {self.min_step}), "
                     f"above {fmt(math.exp(line))}x for {self.run} steps"
                 )
                 refresh = sev == CRITICAL or not self.tr.active

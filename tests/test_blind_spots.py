@@ -1,0 +1,108 @@
+"""Blind spots real runs showed: a blow-up in the first steps, a dead network, a noisy
+healthy run called divergence (see also tests/test_rules_spikes.py).
+
+One real tiny training (Adam at lr 1 kills every ReLU of an MLP in its first updates,
+then the loss sits at chance) and synthetic streams for the exact shapes.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from dltop.tui.core.rules.figures import start_level
+from rulekit import Run, alerts_of, run_engine
+
+DEAD_NET = """
+import sys, torch
+from torch import nn
+from dltop.probe import Probe
+torch.manual_seed(0)
+model = nn.Sequential(nn.Linear(20, 64), nn.ReLU(), nn.Linear(64, 64), nn.ReLU(),
+                      nn.Linear(64, 64), nn.ReLU(), nn.Linear(64, 10))
+opt = torch.optim.Adam(model.parameters(), lr=float(sys.argv[2]))
+X, Y = torch.randn(2048, 20), torch.randint(0, 10, (2048,))
+with Probe(path=sys.argv[1], model=model, optimizer=opt, socket=False, system=False,
+           layers_every=10) as probe:
+    for i in range(250):
+        idx = torch.randint(0, 2048, (64,))
+        loss = nn.functional.cross_entropy(model(X[idx]), Y[idx])
+        opt.zero_grad(); loss.backward(); opt.step()
+        probe.step(loss=loss)
+"""
+
+
+def _check(log: Path) -> dict:
+    done = subprocess.run(
+        [sys.executable, "-m", "dltop.tui", "check", str(log), "--json"],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert done.returncode in (0, 1, 2), done.stderr
+    return json.loads(done.stdout)
+
+
+def test_adam_at_a_too_high_lr_kills_every_relu(tmp_path: Path) -> None:
+    """The blow-up is named on its step, the dead network is critical in its own words,
+    and the plateau is measured from before the blow-up (not "97 % better")."""
+    log = tmp_path / "dead.jsonl"
+    subprocess.run([sys.executable, "-c", DEAD_NET, str(log), "1.0"], check=True, timeout=300)
+    out = _check(log)
+    by_id = {a["id"]: a for a in out["alerts"]}
+    early = by_id["divergence"]
+    assert early["severity"] == "critical" and early["step"] <= 3
+    assert early["evidence"]["raised_at_step"] <= early["step"] + 3
+    dead = by_id["dead_units"]
+    assert dead["severity"] == "critical" and dead["title"] == "Dead network"
+    assert "exactly zero" in dead["message"] and "no gradient" not in dead["message"]
+    progress = {s["id"]: s for s in dead["checklist_steps"]}["progress"]
+    assert progress["mark"] == "yes", progress  # measured from before the blow-up
+
+
+def test_the_same_network_at_a_sane_lr_is_quiet(tmp_path: Path) -> None:
+    log = tmp_path / "ok.jsonl"
+    subprocess.run([sys.executable, "-c", DEAD_NET, str(log), "1e-3"], check=True, timeout=300)
+    out = _check(log)
+    loud = [(a["id"], a["severity"]) for a in out["alerts"] if a["severity"] != "info"]
+    assert loud == [], loud
+
+
+def test_a_blow_up_in_the_first_three_steps_is_named_on_its_step() -> None:
+    """minGPT's Trainer at lr 0.5: 2.31 -> 6.1 -> 34.4, then high for a while."""
+    seq = [2.31, 6.1, 34.4, 30.0, 25.0, 20.0]
+
+    def blow(i: int, x: float) -> float:
+        return seq[i] if i < len(seq) else 4.0
+
+    eng = run_engine(Run(steps=300, loss_at=blow))
+    (a,) = alerts_of(eng, "divergence")
+    assert a.severity == "critical" and a.step == 2
+    assert a.evidence["raised_at_step"] == 3  # named one step after it began
+
+
+def test_a_noisy_start_is_no_blow_up() -> None:
+    for seed in range(8):
+        eng = run_engine(Run(steps=200, seed=seed, loss0=0.5, floor=0.3, noise=1.0))
+        assert alerts_of(eng, "divergence") == [], seed
+
+
+def test_the_start_level_leaves_out_a_blow_up() -> None:
+    assert start_level([2.3, 2.2, 2.4, 2.1]) == 2.25
+    assert start_level([2.3, 5197.0, 3087.0, 40.0, 2.3, 2.3]) == 2.3
+    assert start_level([]) is None
+
+
+def test_zero_gradients_are_called_dead_not_missing() -> None:
+    """Every hidden layer with an exactly-zero gradient: critical, whatever the gate."""
+
+    def dead(i: int, rec: dict) -> dict:
+        n = len(rec["names"])
+        rec["grad_norm"] = [0.0] * (n - 1) + [0.3]
+        rec["zero_frac"] = [1.0] * (n - 1) + [0.0]
+        return rec
+
+    eng = run_engine(Run(steps=400, layers_every=20, layers_at=dead))
+    (a,) = alerts_of(eng, "dead_units")
+    assert a.severity == "critical" and "exactly zero" in a.message
+    assert "no gradient" not in a.message
