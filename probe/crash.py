@@ -134,6 +134,10 @@ class CrashRecorder:
             # handler nested, and the outer call still goes on to the default action
             return None
         self._handling = signum
+        # SIGCHLD held while we record: a DataLoader's SIGCHLD handler raises RuntimeError
+        # ("worker exited unexpectedly") into whatever Python code runs when its workers die
+        # of the same process-group SIGTERM, and inside our write that lost the record
+        held = _hold_sigchld()
         try:
             if self._active:
                 try:
@@ -144,6 +148,8 @@ class CrashRecorder:
                 self._write(event | {"signal": name})
             prev = self._prev_handlers.get(signum, signal.SIG_DFL)
             if callable(prev):  # the user's handler, or SIGINT's default_int_handler
+                _release(held)
+                held = None
                 return prev(signum, frame)
             if prev == signal.SIG_DFL:  # die by the signal, exactly as without the probe
                 _forget_live_entries()  # no close will run: leave no socket of a dead run
@@ -151,6 +157,7 @@ class CrashRecorder:
                 signal.raise_signal(signum)
             return None
         finally:
+            _release(held)
             self._handling = None
 
     # -- records ----------------------------------------------------------------------
@@ -223,6 +230,20 @@ class CrashRecorder:
             self._emit(rec)
         with contextlib.suppress(Exception):
             self._flush(True)
+
+
+def _hold_sigchld() -> set[int | signal.Signals] | None:
+    """Block SIGCHLD on this thread; the previous mask, or None where that cannot be done."""
+    try:
+        return signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGCHLD})
+    except (AttributeError, ValueError, OSError):
+        return None
+
+
+def _release(held: set[int | signal.Signals] | None) -> None:
+    if held is not None:
+        with contextlib.suppress(AttributeError, ValueError, OSError):
+            signal.pthread_sigmask(signal.SIG_SETMASK, held)
 
 
 def _forget_live_entries() -> None:
