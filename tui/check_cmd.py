@@ -19,6 +19,7 @@ from typing import Any
 
 from dltop.probe.schema import LineDecoder, sanitize
 from dltop.tui import thresholds_args
+from dltop.tui.core import foreign
 from dltop.tui.core.alerts import SEVERITY_RANK, Alert
 from dltop.tui.core.rules import Config, ConfigError, RuleEngine
 from dltop.tui.core.safetext import visible, visible_lines
@@ -47,11 +48,16 @@ class FileResult:
     skipped: int
     rank: int | None = None
     checklists: dict[int, list[dict[str, Any]]] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)  # another tool's log: what was lost
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
-        "source", nargs="?", help="a .jsonl log, or a directory of per-rank .jsonl logs"
+        "source",
+        nargs="?",
+        help="a .jsonl log, a directory of per-rank .jsonl logs, or another tool's log: "
+        "a Hugging Face trainer_state.json (or its checkpoint folder), a Lightning "
+        "metrics.csv, TensorBoard event files (or their folder)",
     )
     parser.add_argument(
         "--json", action="store_true", help="print one JSON object instead of the report"
@@ -85,6 +91,9 @@ def run(args: argparse.Namespace) -> int:
     for path in files:
         try:
             results.append(check_file(path, config))
+        except foreign.MissingExtra as exc:  # the whole line says what to install
+            sys.stderr.write(f"dltop: {visible(str(exc))}\n")
+            return EXIT_UNREADABLE
         except CheckError as exc:
             skipped.append(str(exc))
     if not results:
@@ -120,6 +129,8 @@ def _log_files(source: str, skipped: list[str]) -> list[str]:
     ``sourcefiles.list_rank_files``); special files there are left out with a note."""
     if is_stream_spec(source):
         raise CheckError(f"{source} is a live socket; `dltop check` reads log files")
+    if foreign.detect(source) is not None:  # another tool's log (a file or a folder)
+        return [source]
     if os.path.isdir(source):
         notes: list[str] = []
         try:
@@ -144,8 +155,27 @@ def _open_log(path: str) -> int:
         raise CheckError(str(exc)) from None
 
 
+def check_foreign(path: str, fmt: str, config: Config) -> FileResult:
+    """Another tool's log: converted to our records once (bounded: foreign/common.py), then
+    through a fresh engine like any log."""
+    try:
+        log = foreign.load(path, fmt)
+    except foreign.MissingExtra:
+        raise
+    except SourceError as exc:
+        raise CheckError(str(exc)) from None
+    engine = RuleEngine(config)
+    engine.feed_many(log.records)
+    engine.finish()
+    state = engine.status(now=time.time(), pid_alive=None)
+    return FileResult(path, engine, state, log.skipped, notes=list(log.notes))
+
+
 def check_file(path: str, config: Config) -> FileResult:
     """Feed one log through a fresh engine in chunks (bounded memory for any log size)."""
+    fmt = foreign.detect(path)
+    if fmt is not None:
+        return check_foreign(path, fmt, config)
     dec = LineDecoder()
     engine = RuleEngine(config)
     try:
@@ -256,6 +286,7 @@ def _report(source: str, results: list[FileResult], skipped: list[str]) -> str:
     state = _combined_status(results)
     lines = [f"dltop check: {source}"]
     lines += [f"skipped: {why}" for why in skipped]
+    lines += [f"note:    {n}" for r in results for n in r.notes]
     lines.append(f"status:  {state.status} ({state.reason})")
     malformed = sum(r.skipped for r in results)
     steps = max(r.engine.steps for r in results)

@@ -44,7 +44,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "source",
         nargs="?",
         help="a .jsonl log (followed while it grows), a directory of rank logs, "
-        "unix:PATH or tcp://HOST:PORT[?token=T] (a live run's socket); "
+        "unix:PATH or tcp://HOST:PORT[?token=T] (a live run's socket), or another tool's "
+        "log (trainer_state.json, Lightning metrics.csv, TensorBoard event files); "
         "default: the newest live run on this host, else the newest log under ./dltop-runs",
     )
     parser.add_argument("--no-mouse", action="store_true", help="do not capture the mouse")
@@ -117,6 +118,15 @@ def resolve_source(source: str | None, cwd: Path | None = None) -> Path | str:
     path = Path(source).expanduser()
     if not path.is_absolute():
         path = cwd / path
+    from dltop.tui.core import foreign
+
+    fmt = foreign.detect(str(path))
+    if fmt is not None:  # another tool's log: trainer_state.json, metrics.csv, tfevents
+        try:
+            foreign.prepare(str(path), fmt)  # a missing optional reader: said before the UI
+        except foreign.SourceError as e:
+            raise SourceError(str(e)) from None
+        return path
     if path.is_dir():
         if not any(path.glob("*.jsonl")):
             raise SourceError(f"{source}: directory has no *.jsonl logs (hint: pass the log file)")
@@ -158,10 +168,13 @@ def run(args: argparse.Namespace) -> int:
         print(f"dltop: {visible(e)}", file=sys.stderr)  # it may quote a crafted file name
         return EXIT_NO_SOURCE
     from dltop.tui.app.app import DltopApp  # Textual loads only when the UI starts
+    from dltop.tui.core import foreign
 
+    # another tool's log is a finished replay: read once, never followed
+    replay = args.replay or (isinstance(path, Path) and foreign.detect(str(path)) is not None)
     app = DltopApp(
         str(path),
-        follow=not args.replay,
+        follow=not replay,
         refresh_hz=args.refresh,
         lang=args.lang,
         config=config,

@@ -24,7 +24,7 @@ from dltop.tui.app.help import HelpScreen
 from dltop.tui.app.messages import Ingested, SourceEnded, SourceFailed
 from dltop.tui.core import view_model as vm
 from dltop.tui.core.safetext import visible
-from dltop.tui.core.sources import FileSource, SourceError, open_source
+from dltop.tui.core.sources import FileSource, ForeignSource, SourceError, open_source
 from dltop.tui.core.stream import SocketSource, StreamError, is_stream_spec, redact
 from dltop.tui.core.ticks import Ticks
 from textual import on
@@ -97,7 +97,7 @@ class DltopApp(App[int]):
         self.ticks = Ticks(source if source and os.path.isfile(source) else None)
         self.screenshot_dir = screenshot_dir
         self.poll_interval = poll_interval
-        self.reader: FileSource | SocketSource | None = None
+        self.reader: FileSource | ForeignSource | SocketSource | None = None
         self.chunks = 0  # Ingested messages seen (one per chunk, never per record)
         self.ticks_drawn = 0  # timer ticks that found something to draw
         self.source_error: str | None = None

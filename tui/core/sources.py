@@ -46,6 +46,7 @@ __all__ = [
     "SourceError",
     "FileSource",
     "DirectorySource",
+    "ForeignSource",
     "open_source",
     "list_rank_files",
     "check_log_file",
@@ -329,17 +330,112 @@ class DirectorySource(FileSource):
                 self.files = list_rank_files(self.directory)
 
 
+class ForeignSource:
+    """Another tool's log (``core/foreign``): a finished replay, read once on the reader
+    thread, ingested in slices, never followed and never written to.
+
+    Shaped like :class:`FileSource` where the app uses it (start / stop / run / alive /
+    ``error`` / ``traceback`` / ``caught_up``). A missing optional reader
+    (``foreign.MissingExtra``) is raised here, in the caller, before any thread starts.
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        model: RunModel,
+        on_update: OnUpdate | None = None,
+        *,
+        fmt: str | None = None,
+        **_ignored: Any,  # follow, poll_interval...: a finished file has nothing to follow
+    ) -> None:
+        from dltop.tui.core import foreign  # noqa: PLC0415
+
+        self.path = os.fspath(path)
+        found = fmt or foreign.detect(self.path)
+        if found is None:
+            raise SourceError(f"{self.path}: not a log dltop can read")
+        self.format = found
+        foreign.prepare(self.path, found)
+        self.model = model
+        self.on_update = on_update
+        self.error: str | None = None
+        self.traceback: str | None = None
+        self.caught_up = threading.Event()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> ForeignSource:
+        self._thread = threading.Thread(target=self.run, name="dltop-reader", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self, timeout: float = 2.0) -> None:
+        self._stop.set()
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join(timeout)
+
+    @property
+    def alive(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
+    def wait_caught_up(self, timeout: float | None = None) -> bool:
+        return self.caught_up.wait(timeout)
+
+    def run(self) -> None:
+        """Read the whole log (bounded by foreign/common.py's limits), then ingest it."""
+        from dltop.tui.core import foreign  # noqa: PLC0415
+
+        try:
+            log = foreign.load(self.path, self.format)
+            records = log.records
+            for i in range(0, len(records), SLICE):
+                if self._stop.is_set():
+                    return
+                self.model.ingest(records[i : i + SLICE], malformed=log.skipped)
+                self._notify(len(records[i : i + SLICE]))
+            if not records:
+                self.model.ingest([], malformed=log.skipped)
+        except SourceError as exc:
+            self._fail(str(exc))
+        except Exception as exc:  # a bug: said in the UI instead of a traceback over it
+            self.traceback = traceback.format_exc()
+            self._fail(f"reader failed: {type(exc).__name__}: {exc}")
+        finally:
+            self.caught_up.set()
+
+    def _notify(self, n: int) -> None:
+        if self.on_update is None:
+            return
+        try:
+            self.on_update(n)
+        except Exception as exc:  # the UI is gone
+            self._fail(f"update callback failed: {exc}")
+            self._stop.set()
+
+    def _fail(self, message: str) -> None:
+        self.error = message
+        with self.model.lock:
+            self.model.source_error = message
+
+
 def open_source(
     spec: str | os.PathLike[str],
     model: RunModel,
     on_update: OnUpdate | None = None,
     **kwargs: Any,
-) -> FileSource:
-    """A source for a log file or a directory of rank files (not started yet).
+) -> FileSource | ForeignSource:
+    """A source for a log file, a directory of rank files, or another tool's log (a
+    Hugging Face trainer_state.json, a Lightning metrics.csv, TensorBoard event files, or
+    a folder holding them: recognised by content, ``core/foreign``); not started yet.
 
     Raises :class:`SourceError` with a one-line message when it cannot be read.
     """
+    from dltop.tui.core import foreign  # noqa: PLC0415
+
     path = os.fspath(spec)
+    fmt = foreign.detect(path)
+    if fmt is not None:
+        return ForeignSource(path, model, on_update, fmt=fmt)
     if os.path.isdir(path):
         return DirectorySource(path, model, on_update=on_update, **kwargs)
     return FileSource(path, model, on_update, **kwargs)

@@ -84,8 +84,12 @@ def run_state(e: RuleEngine, now: float | None = None, pid_alive: bool | None = 
         return state("crashed", f"terminated by {crashes.signal or 'a signal'}{at}")
     if end is Ending.FINISHED:
         return state("finished", f"finished normally after {e.steps} steps")
-    if e.records == 0 or e.last_t is None:
+    if e.records == 0:
         return state("unknown", "no records yet")
+    if e.last_t is None:  # another tool's log (trainer_state.json, metrics.csv) has no clock
+        return state(
+            "unknown", f"no wall time in the log: it stops{at}, whether the run went on is unknown"
+        )
     if pid_alive is False:
         return state(
             "crashed",

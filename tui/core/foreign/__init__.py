@@ -1,0 +1,140 @@
+"""Other tools' logs as read-only sources: recognised by content, converted to our records.
+
+``detect(path)`` says which tool wrote a file or folder (None: not one we read), cheaply
+and without optional packages; ``load(path)`` reads it into a :class:`ForeignLog` whose
+``records`` (a ``meta`` record first, then ``step``/``eval``/``event`` records in our
+schema, ``probe/schema.py``) flow through the usual path: ``RunModel.ingest`` and the
+``RuleEngine``. See ``docs/foreign-logs.md`` for how each format maps and what is lost.
+
+- Hugging Face Trainer ``trainer_state.json`` (``hf.py``): a JSON object with a
+  ``log_history`` list; or a folder holding one (a checkpoint folder).
+- PyTorch Lightning ``CSVLogger`` ``metrics.csv`` (``lightning.py``): a CSV header with a
+  ``step`` column and a loss-like column; or a folder holding one.
+- TensorBoard event files (``tboard.py``): a TFRecord-framed file (the first header's
+  checksum holds); or a folder with such files (searched a few levels deep, bounded).
+
+Everything read is untrusted: sizes, counts and depths are capped (``common.py``), bad
+values are dropped and counted (a ``warning:`` line in ``meta.notes``), and a file that
+cannot be read raises :class:`~dltop.tui.core.sourcefiles.SourceError` (one line).
+"""
+
+from __future__ import annotations
+
+import os
+
+from dltop.probe.schema import decode_line
+from dltop.tui.core.foreign import hf, lightning, tboard
+from dltop.tui.core.foreign.common import HF, LIGHTNING, TENSORBOARD, ForeignLog
+from dltop.tui.core.foreign.tboard import MissingExtra
+from dltop.tui.core.sourcefiles import SourceError, open_log
+
+__all__ = [
+    "HF",
+    "LIGHTNING",
+    "TENSORBOARD",
+    "ForeignLog",
+    "MissingExtra",
+    "SourceError",
+    "detect",
+    "load",
+    "prepare",
+]
+
+_HEAD = 1 << 16
+# a folder holding one of these files is read as that tool's log, in this order
+FOLDER_FILES = ((HF, "trainer_state.json"), (LIGHTNING, "metrics.csv"))
+
+
+def _head(path: str) -> bytes | None:
+    try:
+        fd = open_log(path)
+    except (SourceError, OSError):
+        return None  # the usual path names what is wrong with it
+    try:
+        return os.pread(fd, _HEAD, 0)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+
+
+def _detect_file(path: str) -> str | None:
+    head = _head(path)
+    if not head:
+        return None
+    if tboard.framed(head):
+        return TENSORBOARD
+    first = head.split(b"\n", 1)[0]
+    if decode_line(first) is not None:  # a dltop record: our own log
+        return None
+    if hf.looks_like(head, os.path.basename(path)):
+        return HF
+    if lightning.looks_like(head):
+        return LIGHTNING
+    return None
+
+
+def _folder_file(directory: str) -> tuple[str, str] | None:
+    """(format, file) for a folder holding another tool's log, else None."""
+    for fmt, name in FOLDER_FILES:
+        f = os.path.join(directory, name)
+        if os.path.isfile(f) and _detect_file(f) == fmt:
+            return fmt, f
+    return None
+
+
+def detect(path: str) -> str | None:
+    """HF, LIGHTNING or TENSORBOARD when ``path`` (a file or folder) is another tool's log;
+    None for our own logs, folders of rank files and anything else (the usual path
+    then answers). Reads at most 64 KiB of a file; a folder is searched with bounds."""
+    try:
+        if os.path.isdir(path):
+            found = _folder_file(path)
+            if found is not None:
+                return found[0]
+            if any(n.endswith(".jsonl") for n in _names(path)):
+                return None  # a folder of our rank files
+            files, _ = tboard.find_event_files(path)
+            return TENSORBOARD if files else None
+        return _detect_file(path)
+    except (OSError, ValueError):
+        return None
+
+
+def _names(directory: str) -> list[str]:
+    try:
+        with os.scandir(directory) as it:
+            return [e.name for _, e in zip(range(10000), it, strict=False)]
+    except OSError:
+        return []
+
+
+def prepare(path: str, fmt: str) -> None:
+    """What can be said before reading (a viewer checks it before its UI starts): a
+    missing optional reader raises :class:`MissingExtra`."""
+    if fmt == TENSORBOARD:
+        tboard.require()
+
+
+def load(path: str, fmt: str | None = None) -> ForeignLog:
+    """Read another tool's log (a file or a folder) into our records.
+
+    Raises :class:`SourceError` (one line) when it cannot be read, and
+    :class:`MissingExtra` (a ``SourceError``) when an optional reader is missing."""
+    fmt = fmt or detect(path)
+    if fmt is None:
+        raise SourceError(f"{path}: not a log dltop can read")
+    target = path
+    if os.path.isdir(path) and fmt != TENSORBOARD:
+        found = _folder_file(path)
+        if found is None:
+            raise SourceError(f"{path}: no trainer_state.json or metrics.csv in the folder")
+        target = found[1]
+    try:
+        if fmt == HF:
+            return hf.load(target, shown=path)
+        if fmt == LIGHTNING:
+            return lightning.load(target, shown=path)
+        return tboard.load(target, shown=path)
+    except MemoryError:
+        raise SourceError(f"{path}: too big to read into memory") from None
