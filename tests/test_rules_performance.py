@@ -77,10 +77,21 @@ def test_stall_while_heartbeats_continue() -> None:
     assert a.active is False  # training resumed
 
 
-def test_long_stall_is_critical() -> None:
-    eng = run_engine(Run(pause_at={500: 400.0}))
+def test_long_stall_is_critical_while_it_lasts_and_a_warning_once_resumed() -> None:
+    """Severity policy: critical while the run waits (it wastes its compute now); after the
+    steps came back it is history worth a look."""
+    from dltop.tui.core.rules import Config, RuleEngine
+
+    records = list(Run(pause_at={500: 400.0}).records())
+    cut = next(i for i, r in enumerate(records) if r["kind"] == "step" and r["step"] == 501)
+    eng = RuleEngine(Config.load())
+    eng.feed_many(records[:cut])  # the heartbeats of the pause, no step yet
     (a,) = alerts_of(eng, "stall")
-    assert a.severity == "critical"
+    assert a.severity == "critical" and a.active
+    eng.feed_many(records[cut:])
+    eng.finish()
+    (a,) = alerts_of(eng, "stall")
+    assert a.severity == "warning" and "then training resumed" in a.message
 
 
 def test_stall_floor_is_configurable() -> None:

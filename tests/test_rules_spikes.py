@@ -25,12 +25,34 @@ def test_small_bump_is_not_a_spike() -> None:
     assert noisy(eng) == []
 
 
-def test_grad_explosion_single_step_is_critical() -> None:
-    eng = run_engine(Run(gn_at=lambda i, g: g * 60 if i == 600 else g))
+def test_grad_explosion_single_step_is_a_warning_sustained_is_critical() -> None:
+    """Severity policy (docs/alerts.md): one step at 60x is a spike worth a look, not a run
+    wasting its compute; two of five steps over the critical line is an explosion."""
+    from dltop.tui.core.rules import Config, RuleEngine
+
+    records = list(Run(gn_at=lambda i, g: g * 60 if i == 600 else g).records())
+    cut = next(i for i, r in enumerate(records) if r["kind"] == "step" and r["step"] == 601)
+    eng = RuleEngine(Config.load())
+    eng.feed_many(records[:cut])
     (a,) = alerts_of(eng, "grad_explosion")
-    assert (a.step, a.severity) == (600, "critical")
+    assert (a.step, a.severity, a.title) == (600, "warning", "Gradient norm spike")
     assert a.evidence["ratio"] >= 10
     assert a.evidence["raised_at_step"] == 600
+    eng.feed_many(records[cut:])  # the loss never reacted: context, not a problem
+    (a,) = alerts_of(eng, "grad_explosion")
+    assert (a.severity, a.title) == ("info", "Gradient norm spike (absorbed)")
+    hurt = run_engine(
+        Run(
+            gn_at=lambda i, g: g * 60 if i == 600 else g,
+            loss_at=lambda i, x: x * 3 if 600 < i < 640 else x,
+        )
+    )
+    (b,) = alerts_of(hurt, "grad_explosion")
+    assert b.severity == "warning", "the loss reacted: still worth a look"
+    eng = run_engine(Run(gn_at=lambda i, g: g * 60 if i in (600, 602) else g))
+    (a,) = alerts_of(eng, "grad_explosion")
+    assert (a.step, a.severity, a.title) == (600, "critical", "Exploding gradients")
+    assert "2 of the last 5 steps" in a.message
 
 
 def test_sustained_moderate_explosion_is_a_warning_three_of_five() -> None:
@@ -105,7 +127,7 @@ def test_warmup_ramp_to_its_peak_stays_quiet() -> None:
 def test_a_short_grad_window_still_reaches_a_critical_baseline() -> None:
     # window 50 < critical_after 100: before, the baseline could never count as settled
     eng = run_engine(
-        Run(gn_at=lambda i, g: g * 60 if i == 600 else g), {"grad_explosion.window": 50}
+        Run(gn_at=lambda i, g: g * 60 if i in (600, 601) else g), {"grad_explosion.window": 50}
     )
     (a,) = alerts_of(eng, "grad_explosion")
     assert (a.step, a.severity, a.evidence["window"]) == (600, "critical", 50)
@@ -118,7 +140,7 @@ def test_windows_below_min_samples_do_not_switch_the_rules_off() -> None:
     (a,) = alerts_of(spike, "loss_spike")
     assert a.step == 500 and a.evidence["window"] == 20
     boom = run_engine(
-        Run(gn_at=lambda i, g: g * 60 if i == 600 else g), {"grad_explosion.window": 20}
+        Run(gn_at=lambda i, g: g * 60 if i in (600, 601) else g), {"grad_explosion.window": 20}
     )
     (b,) = alerts_of(boom, "grad_explosion")
     assert (b.step, b.severity) == (600, "critical")

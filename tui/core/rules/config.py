@@ -54,6 +54,9 @@ DEFAULTS: dict[str, dict[str, Any]] = {
         # a one-step jump is critical only against a full baseline (Megatron-Core calibrates
         # on 100 samples); before that it is a warning (it still turns critical later)
         "critical_after": 100,
+        # over the critical line on this many of the last warn_n steps: critical (one step
+        # over it is a warning: a spike the run usually absorbs)
+        "critical_k": 2,
     },
     "divergence": {
         "enabled": True,

@@ -449,6 +449,10 @@ class Stall(Rule):
         if p95:
             msg += f" = max({fmt(self.wf)}x p95 step time {fmt(p95)} s, {fmt(self.wfloor)} s)"
         a = self.tr.fire(prev_step, sev, "Training stalled", msg, ev, t=t, refresh=True)
+        if resumed and a.severity == CRITICAL:
+            # critical while the run waits (it is wasting its compute now); once the steps
+            # come back it is history worth a look: a warning, in replay and live alike
+            a.severity = WARNING
         self.phase_alert = False
         if resumed and prev_step is not None and prev_step == self.last_eval_step:
             self._explain(a)

@@ -13,7 +13,7 @@ import math
 from collections import deque
 from typing import TYPE_CHECKING
 
-from dltop.tui.core.alerts import CRITICAL, WARNING, Severity
+from dltop.tui.core.alerts import CRITICAL, INFO, WARNING, Severity
 from dltop.tui.core.fmt import number as fmt
 from dltop.tui.core.rules.base import Rule, Tracker
 from dltop.tui.core.rules.window import median_of
@@ -22,6 +22,9 @@ if TYPE_CHECKING:
     from dltop.tui.core.rules.engine import RuleEngine
     from dltop.tui.core.rules.window import Block
 
+SPIKE_TITLE = "Gradient norm spike"
+ABSORBED = 1.5  # losses after a lone grad spike within this of the median before: absorbed
+ABSORB_SAMPLES = 64  # losses after the spike looked at (bounded)
 QUIET_TO_CLEAR = 20  # steps without a trigger before a spike/explosion episode ends
 
 
@@ -106,6 +109,11 @@ class GradExplosion(Rule):
         self.critical_after = int(c["critical_after"])
         self.sigmas = float(c["log_sigmas"])
         self.recent: deque[int] = deque()  # steps at or above warn_ratio x median
+        self.crit_hits: deque[int] = deque()  # steps at or above the critical line
+        self.crit_k = max(1, int(c["critical_k"]))
+        self.crit_line = math.inf
+        self.watch_loss: float | None = None  # loss median when a lone spike was raised
+        self.after: list[float] = []  # finite losses logged since (bounded)
         self.tr = Tracker(engine, "grad_explosion")
         self.last_hit: int | None = None
         self.wmax: float | None = None
@@ -143,12 +151,24 @@ class GradExplosion(Rule):
         if gn is None or not med:
             return
         r = gn / med
-        if gn >= e.gn_hi:
+        hits = self.crit_hits
+        while hits and hits[0] <= step - self.n:
+            hits.popleft()
+        if not hits:
+            self.crit_line = e.gn_hi
+        # the critical line as it stood at the first hit: the spike itself raises the window
+        # maximum, and with it the line a second spike is compared with
+        if gn >= min(e.gn_hi, self.crit_line):
+            # one step over the critical line is a spike worth a look (clipping and Adam
+            # absorb most; real fine-tunes show several such samples and finish fine): a
+            # warning. Critical when it holds on crit_k of the last warn_n steps (in steps,
+            # not records), or when the loss itself goes (divergence, NaN: their alerts)
+            hits.append(step)
             settled = self.early_phase or e.fig.gn_seen >= self.critical_after
-            if settled:
-                self._fire(e, CRITICAL, gn, med, r, early=self.early_phase)
+            if settled and len(hits) >= self.crit_k:
+                self._fire(e, CRITICAL, gn, med, r, early=self.early_phase, held=len(hits))
             else:
-                self._fire(e, WARNING, gn, med, r, filling=True)
+                self._fire(e, WARNING, gn, med, r, filling=not settled, single=settled)
             return
         q = self.recent
         q.append(step)
@@ -158,12 +178,30 @@ class GradExplosion(Rule):
             self._fire(e, WARNING, gn, med, r)
 
     def on_block(self, e: RuleEngine, b: Block) -> None:
-        if (
-            self.tr.active
-            and self.last_hit is not None
-            and e.step - self.last_hit >= QUIET_TO_CLEAR
-        ):
+        if not self.tr.active:
+            return
+        if self.watch_loss is not None and len(self.after) < ABSORB_SAMPLES:
+            self.after.extend(x for x in b.loss if x is not None)
+        if self.last_hit is not None and e.step - self.last_hit >= QUIET_TO_CLEAR:
+            self._absorbed()
             self.tr.clear(e.step)
+
+    def _absorbed(self) -> None:
+        """A lone spike the run absorbed (the losses logged after it stayed within 1.5x of
+        the median before it) is context, not a problem: info. Decided from the records,
+        so a replay and a live viewer agree."""
+        a, before = self.tr.alert, self.watch_loss
+        self.watch_loss = None
+        after = median_of(self.after[:ABSORB_SAMPLES])
+        self.after = []
+        if a is None or a.severity != WARNING or before is None or after is None:
+            return
+        if a.title == SPIKE_TITLE and after <= ABSORBED * before:
+            a.severity = INFO
+            a.title = SPIKE_TITLE + " (absorbed)"
+            a.message += (
+                f"; the loss did not react (median {fmt(after)} after, {fmt(before)} before)"
+            )
 
     def _fire(
         self,
@@ -174,6 +212,8 @@ class GradExplosion(Rule):
         r: float,
         early: bool = False,
         filling: bool = False,
+        single: bool = False,
+        held: int = 0,
     ) -> None:
         self.last_hit = e.step
         ev = {
@@ -190,6 +230,10 @@ class GradExplosion(Rule):
         msg = f"grad norm {fmt(gn)} = {fmt(r)}x the median of the last {len(e.fig.gn_win)} steps ({fmt(med)})"
         if filling:
             msg += f"; the baseline is still filling (critical from {self.critical_after} steps)"
+        elif single:
+            msg += f"; one step (critical when it holds on {self.crit_k} of {self.n} steps)"
+        elif held:
+            msg = f"{held} of the last {self.n} steps over the critical line; " + msg
         elif sev == WARNING:
             msg = (
                 f"grad norm >= {fmt(self.warn)}x its median in {len(self.recent)} of the last {self.n} steps; "
@@ -197,9 +241,13 @@ class GradExplosion(Rule):
             )
         if early:
             msg += ", during warm-up"
-        self.tr.fire(e.step, sev, "Exploding gradients", msg, ev, t=e.t)
+        title = SPIKE_TITLE if single and sev == WARNING else "Exploding gradients"
+        a = self.tr.fire(e.step, sev, title, msg, ev, t=e.t)
+        if a.title == SPIKE_TITLE and self.watch_loss is None:
+            self.watch_loss, self.after = e.fig.loss_med, []
 
 
+TINY_LOG = math.log(1e-6)  # below this a loss is float noise: no early blow-up from there
 EARLY_SIGMAS = 3.5  # an early blow-up also clears this many sigmas of the start's own noise
 
 
@@ -243,7 +291,7 @@ class Divergence(Rule):
         self.early_steps = int(c["early_steps"])
         self.log_early = math.log(max(1.0 + 1e-9, float(c["early_ratio"])))
         self.early_open = self.on and self.early_steps > 0  # the engine calls early() while set
-        self.early_n = 0
+        self.early_from: int | None = None  # the first step early() saw
         self.early_logs: list[float] = []  # log losses of the first steps, before any high
         self.high_from: int | None = None  # first step of the current run of early highs
         self.high_ref: float | None = None  # the reference it was judged against
@@ -314,9 +362,13 @@ class Divergence(Rule):
         if loss <= 0 or not self.on:
             self.early_open = False
             return
-        self.early_n += 1
-        if self.early_n >= self.early_steps:
+        if self.early_from is None:
+            self.early_from = step
+        # in steps, not records: a log written every 50 steps has left its first steps
+        # after two records
+        if step - self.early_from >= self.early_steps:
             self.early_open = False
+            return
         self._early(e, step, loss, math.log(loss))
 
     def _early(self, e: RuleEngine, step: int, loss: float, x: float) -> None:
@@ -339,7 +391,8 @@ class Divergence(Rule):
             # the noise bar stands on the median: a low first draw must not lower it
             self.high_bar = (med or 0.0) + EARLY_SIGMAS * _step_noise(before)
         ref = self.high_ref
-        if ref is None or x - ref < self.log_early or x < self.high_bar:
+        # a loss at float precision (1e-10, a model that already fits) has no ratio scale
+        if ref is None or ref < TINY_LOG or x - ref < self.log_early or x < self.high_bar:
             self.high_from = None
             before.append(x)
             return
