@@ -1,31 +1,56 @@
 """How the diagnosis reads real runs: ``dltop check --json`` over every file in
-shared/realruns (other people's Hugging Face, Lightning and TensorBoard logs).
+shared/realruns (other people's Hugging Face, Lightning and TensorBoard logs), scored
+against labels given by eye before dltop judged them (``realruns_labels.tsv`` beside
+this script).
 
 Prints, per kind: files read, files with any critical alert, with any warning, unreadable
-ones (exit 3), and the most common alert ids (counted once per file). The runs carry no
-labels, so this is no accuracy figure: it shows how loud the rules are on real, sparse logs.
+ones (exit 3), and the most common alert ids (counted once per file); then, per label,
+how many runs dltop names correctly, the share of healthy runs with any warning and with
+any critical (targets: <= 5 % and <= 2 %), labelled faults named (target >= 90 %), and
+every disagreement with its evidence, so that each one is looked at: either the rule is
+wrong or the label is (docs/realruns.md says which, and why).
 
-    .venv/bin/python benchmarks/realruns.py [REALRUNS_DIR] [--top N]
+    .venv/bin/python benchmarks/realruns.py [REALRUNS_DIR] [--top N] [--quiet]
+
+What "named" means per label (ids at any severity: an isolated non-finite grad norm with
+a finite loss is information by the severity policy, AMP loss scaling does it on purpose,
+and a plateau after real learning is information too):
+  overfitting -> overfitting; diverged -> divergence or loss_spike; nan -> nan_loss or
+  nan_grad; plateau -> plateau; collapsed -> dead_units, plateau, nan_loss or nan_grad;
+  healthy -> no warning and no critical; unclear -> not scored.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import csv
 import io
 import json
 import sys
 import time
-from collections import Counter
+from collections import Counter, defaultdict
 from pathlib import Path
+from typing import Any
 
 from dltop.tui import cli
 
-DEFAULT = Path(__file__).resolve().parents[2] / "shared" / "realruns"
+HERE = Path(__file__).resolve().parent
+DEFAULT = HERE.parents[1] / "shared" / "realruns"
+LABELS = HERE / "realruns_labels.tsv"
 KINDS = ("hf", "lightning", "tensorboard")
+NAMED_BY: dict[str, frozenset[str]] = {
+    "overfitting": frozenset({"overfitting"}),
+    "diverged": frozenset({"divergence", "loss_spike"}),
+    "nan": frozenset({"nan_loss", "nan_grad"}),
+    "plateau": frozenset({"plateau"}),
+    "collapsed": frozenset({"dead_units", "plateau", "nan_loss", "nan_grad"}),
+}
+LOUD = ("warning", "critical")
+TARGET_WARN, TARGET_CRIT, TARGET_NAMED = 0.05, 0.02, 0.90
 
 
-def check(path: Path) -> tuple[int, dict[str, object]]:
+def check(path: Path) -> tuple[int, dict[str, Any]]:
     out, err = io.StringIO(), io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
         code = cli.main(["check", str(path), "--json"])
@@ -35,39 +60,111 @@ def check(path: Path) -> tuple[int, dict[str, object]]:
         return code, {"error": err.getvalue().strip()}
 
 
+def read_labels(path: Path = LABELS) -> dict[str, tuple[str, str]]:
+    """{file: (label, reason)} from the labels file (``#`` lines are comments)."""
+    out: dict[str, tuple[str, str]] = {}
+    with open(path, encoding="utf-8") as f:
+        for row in csv.reader((ln for ln in f if not ln.startswith("#")), delimiter="\t"):
+            if len(row) >= 3:
+                out[row[0]] = (row[1], row[2])
+    return out
+
+
+def manifest(root: Path) -> list[tuple[str, str]]:
+    """(kind, file) of every run in the corpus, from its MANIFEST.tsv."""
+    with open(root / "MANIFEST.tsv", encoding="utf-8") as f:
+        return [(r["kind"], r["file"]) for r in csv.DictReader(f, delimiter="\t")]
+
+
+def named(label: str, alerts: list[dict[str, Any]]) -> bool:
+    if label == "healthy":
+        return not any(a["severity"] in LOUD for a in alerts)
+    return any(a["id"] in NAMED_BY[label] for a in alerts)
+
+
+def _evidence(alerts: list[dict[str, Any]]) -> str:
+    shown = [a for a in alerts if a["severity"] in LOUD] or alerts
+    if not shown:
+        return "no alert"
+    return "; ".join(
+        f"{a['id']}({a['severity'][0]})@{a.get('step')}: {str(a.get('message', ''))[:110]}"
+        for a in shown[:3]
+    )
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("root", nargs="?", type=Path, default=DEFAULT)
     ap.add_argument("--top", type=int, default=6)
+    ap.add_argument("--quiet", action="store_true", help="totals only, no disagreement list")
     args = ap.parse_args()
-    if not args.root.is_dir():
-        print(f"no realruns folder at {args.root}", file=sys.stderr)
+    if not (args.root / "MANIFEST.tsv").is_file():
+        print(f"no realruns corpus (MANIFEST.tsv) at {args.root}", file=sys.stderr)
         return 2
+    labels = read_labels()
+    results: dict[str, tuple[str, int, list[dict[str, Any]]]] = {}
+    t0 = time.perf_counter()
+    for kind, file in manifest(args.root):
+        code, out = check(args.root / file)
+        alerts = out.get("alerts") or []
+        results[file] = (kind, code, alerts if isinstance(alerts, list) else [])
+    took = time.perf_counter() - t0
+
+    print(f"{len(results)} runs checked in {took:.1f} s")
     print(
-        f"{'kind':<12} {'files':>5} {'critical':>8} {'warning':>8} {'exit3':>5} {'s':>5}  top alert ids (files)"
+        f"{'kind':<12} {'files':>5} {'critical':>8} {'warning':>8} {'exit3':>5}  top alert ids (files)"
     )
     for kind in KINDS:
-        files = sorted((args.root / kind).iterdir()) if (args.root / kind).is_dir() else []
-        crit = warn = unreadable = 0
+        rows = [r for r in results.values() if r[0] == kind]
         ids: Counter[str] = Counter()
-        t0 = time.perf_counter()
-        for f in files:
-            code, out = check(f)
-            alerts = out.get("alerts") or []
-            assert isinstance(alerts, list)
-            if code == 3:
-                unreadable += 1
-            if any(a["severity"] == "critical" for a in alerts):
-                crit += 1
-            if any(a["severity"] == "warning" for a in alerts):
-                warn += 1
+        for _, _, alerts in rows:
             ids.update({f"{a['id']}:{a['severity'][0]}" for a in alerts})
-        took = time.perf_counter() - t0
+        crit = sum(any(a["severity"] == "critical" for a in al) for _, _, al in rows)
+        warn = sum(any(a["severity"] == "warning" for a in al) for _, _, al in rows)
+        bad = sum(code == 3 for _, code, _ in rows)
         top = ", ".join(f"{i} {n}" for i, n in ids.most_common(args.top))
-        print(f"{kind:<12} {len(files):>5} {crit:>8} {warn:>8} {unreadable:>5} {took:>5.1f}  {top}")
-    print(
-        "(alert ids as id:severity initial, i info / w warning / c critical; each counted once per file)"
-    )
+        print(f"{kind:<12} {len(rows):>5} {crit:>8} {warn:>8} {bad:>5}  {top}")
+
+    by_label: dict[str, list[str]] = defaultdict(list)
+    for file in results:
+        by_label[labels.get(file, ("unlabelled", ""))[0]].append(file)
+    print(f"\n{'label':<12} {'runs':>5} {'named':>6}")
+    disagreements: list[str] = []
+    faults = faults_named = 0
+    for label in sorted(by_label, key=lambda x: (x != "healthy", x)):
+        files = by_label[label]
+        if label not in NAMED_BY and label != "healthy":
+            print(f"{label:<12} {len(files):>5} {'-':>6}  (not scored)")
+            continue
+        ok = [f for f in files if named(label, results[f][2])]
+        print(f"{label:<12} {len(files):>5} {len(ok):>6}")
+        if label != "healthy":
+            faults += len(files)
+            faults_named += len(ok)
+        for f in files:
+            if f not in ok:
+                disagreements.append(
+                    f"  {label:<11} {f[:90]}\n"
+                    f"      label: {labels[f][1][:150]}\n      dltop: {_evidence(results[f][2])}"
+                )
+    healthy = by_label.get("healthy", [])
+    if healthy:
+        warn = sum(any(a["severity"] in LOUD for a in results[f][2]) for f in healthy)
+        crit = sum(any(a["severity"] == "critical" for a in results[f][2]) for f in healthy)
+        print(
+            f"healthy runs with any warning or critical: {warn}/{len(healthy)} = "
+            f"{100 * warn / len(healthy):.1f} % (target <= {100 * TARGET_WARN:.0f} %); "
+            f"with a critical: {crit}/{len(healthy)} = {100 * crit / len(healthy):.1f} % "
+            f"(target <= {100 * TARGET_CRIT:.0f} %)"
+        )
+    if faults:
+        print(
+            f"labelled faults named: {faults_named}/{faults} = {100 * faults_named / faults:.1f} % "
+            f"(target >= {100 * TARGET_NAMED:.0f} %)"
+        )
+    if disagreements and not args.quiet:
+        print(f"\n{len(disagreements)} disagreements:")
+        print("\n".join(disagreements))
     return 0
 
 

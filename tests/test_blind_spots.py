@@ -78,7 +78,9 @@ def test_a_blow_up_in_the_first_three_steps_is_named_on_its_step() -> None:
     eng = run_engine(Run(steps=300, loss_at=blow))
     (a,) = alerts_of(eng, "divergence")
     assert a.severity == "critical" and a.step == 2
-    assert a.evidence["raised_at_step"] == 3  # named one step after it began
+    # named on its step, raised within 3 steps of it (three highs in a row while the
+    # start's noise is unknown)
+    assert a.evidence["raised_at_step"] <= a.step + 3
 
 
 def test_a_noisy_start_is_no_blow_up() -> None:
@@ -106,3 +108,63 @@ def test_zero_gradients_are_called_dead_not_missing() -> None:
     (a,) = alerts_of(eng, "dead_units")
     assert a.severity == "critical" and "exactly zero" in a.message
     assert "no gradient" not in a.message
+
+
+def test_a_global_grad_norm_of_exactly_zero_is_no_gradient_at_all() -> None:
+    """A loss detached from the graph (or exactly 0): nothing learns. A few zeros among
+    normal norms (some trainers log 0 on skipped steps) are not that."""
+    eng = run_engine(Run(steps=400, gn_at=lambda i, g: 0.0 if i >= 200 else g))
+    (a,) = alerts_of(eng, "dead_units")
+    assert (a.severity, a.title, a.step) == ("critical", "No gradient at all", 200)
+    assert a.evidence["raised_at_step"] - 200 <= 60
+    few = run_engine(Run(steps=400, gn_at=lambda i, g: 0.0 if i % 40 < 7 else g))
+    assert alerts_of(few, "dead_units") == []
+
+
+def test_overfitting_after_a_lucky_low_evaluation() -> None:
+    """Eval 0.142, 0.111, 0.114, then 0.142, 0.150, 0.150 while the train loss falls (a
+    real RoBERTa fine-tune): the best level is where the evaluations were best, not two
+    evaluations later, so the rise after it is seen."""
+    evals = [0.142, 0.111, 0.114, 0.142, 0.150, 0.150]
+    recs: list[dict] = [{"kind": "meta", "v": 1, "pid": 1, "t": 0.0}]
+    for i in range(1, 1201):
+        recs.append({"kind": "step", "step": i, "loss": 0.6 * 0.998**i})
+        if i % 200 == 0:
+            recs.append({"kind": "eval", "step": i, "loss": evals[i // 200 - 1]})
+    from dltop.tui.core.rules import Config, RuleEngine
+
+    eng = RuleEngine(Config.load())
+    eng.feed_many(recs)
+    eng.finish()
+    (a,) = alerts_of(eng, "overfitting")
+    assert a.severity == "warning" and a.evidence["best_step"] == 600
+
+
+def test_a_plateau_that_learned_since_is_information_again() -> None:
+    """Stuck at the start for a while (a warning), then the run learns and flattens: the
+    verdict now is a plateau after learning (info), not 'not learning'."""
+
+    def stuck_then_learn(i: int, x: float) -> float:
+        return 2.3 if i < 400 else 0.2 + 2.1 * 2.718 ** (-(i - 400) / 100)
+
+    eng = run_engine(Run(steps=2000, loss_at=stuck_then_learn, noise=0.02))
+    plateaus = alerts_of(eng, "plateau")
+    assert plateaus and plateaus[-1].severity == "info"
+
+
+def test_a_gap_in_a_log_without_heartbeats_is_information() -> None:
+    """Another tool's log carries no heartbeat: a gap between two records may be an
+    evaluation, a checkpoint or a resume as well as a hang."""
+    from dltop.tui.core.rules import Config, RuleEngine
+
+    recs = [
+        r
+        for r in Run(steps=600, pause_at={300: 900.0}).records()
+        if r["kind"] not in ("heartbeat", "sys")
+    ]
+    eng = RuleEngine(Config.load())
+    eng.feed_many(recs)
+    eng.finish()
+    (a,) = alerts_of(eng, "stall")
+    assert (a.severity, a.title) == ("info", "Gap between steps")
+    assert "no heartbeats" in a.message

@@ -41,3 +41,21 @@ def test_one_real_log_per_kind_in_a_subprocess(kind: str) -> None:
     assert done.returncode in (0, 1, 2), done.stderr
     assert "Traceback" not in done.stderr
     assert json.loads(done.stdout)["steps"] > 0
+
+
+def test_every_real_run_has_a_label() -> None:
+    """benchmarks/realruns_labels.tsv labels every run of the corpus (by eye, before dltop
+    judged it) with one of the known labels."""
+    import csv
+
+    manifest = REALRUNS / "MANIFEST.tsv"
+    if not manifest.is_file():
+        pytest.skip(f"no {manifest} (the shared real-runs folder is not checked out)")
+    with open(manifest, encoding="utf-8") as f:
+        files = {r["file"] for r in csv.DictReader(f, delimiter="\t")}
+    labels_file = Path(__file__).resolve().parents[1] / "benchmarks" / "realruns_labels.tsv"
+    with open(labels_file, encoding="utf-8") as f:
+        rows = [ln.rstrip("\n").split("\t") for ln in f if not ln.startswith("#")]
+    known = {"healthy", "overfitting", "diverged", "nan", "collapsed", "plateau", "unclear"}
+    assert all(len(r) == 3 and r[1] in known and r[2] for r in rows)
+    assert {r[0] for r in rows} == files

@@ -72,10 +72,19 @@ DEFAULTS: dict[str, dict[str, Any]] = {
         # a blow-up in the first steps: two finite losses in a row at early_ratio x the
         # first one, within the first early_steps finite losses (critical, on its step)
         "early_steps": 50,
-        "early_ratio": 10.0,
+        "early_ratio": 5.0,
     },
     "vanishing_grad": {"enabled": True, "ratio": 1e-3, "first_norm": 1e-4, "checks": 2},
-    "dead_units": {"enabled": True, "zero_frac": 0.7, "checks": 2, "no_grad_checks": 3},
+    "dead_units": {
+        "enabled": True,
+        "zero_frac": 0.7,
+        "checks": 2,
+        "no_grad_checks": 3,
+        # the global grad norm exactly 0 on this many records in a row spanning this many
+        # steps: critical (a few zeros among normal norms are some trainers' logging quirk)
+        "zero_grad_records": 10,
+        "zero_grad_steps": 50,
+    },
     "plateau": {
         "enabled": True,
         "window": 50,
@@ -83,7 +92,7 @@ DEFAULTS: dict[str, dict[str, Any]] = {
         "windows": 3,
         "min_improvement": 0.01,
         "max_rise": 0.1,
-        "stuck_progress": 0.1,
+        "stuck_progress": 0.05,
     },
     "oscillation": {
         "enabled": True,

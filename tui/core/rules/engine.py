@@ -68,6 +68,7 @@ class RuleEngine:
 
         # the current step, parsed (valid during on_step hooks)
         self.step = 0
+        self.first_step: int | None = None  # this segment's first step
         self.t: float | None = None
         self.loss: float | None = None
         self.loss_finite = False
@@ -263,6 +264,8 @@ class RuleEngine:
                 self._new_segment(step, "the steps went back (a checkpoint was reloaded)")
         self.steps += 1
         self.step = step
+        if self.first_step is None:
+            self.first_step = step
         self.rec = rec
         self.t = t
         loss: float | None = rec.get("loss")
@@ -333,8 +336,12 @@ class RuleEngine:
         self.last_step = step
         if t is not None:
             self.last_step_t = t
-        if len(b.steps) >= self.block_size or (
-            t is not None and b.t0 is not None and t - b.t0 >= 1.0
+        # a block is block_size steps (not records: a log written every 50 steps closes one
+        # per record), or one second of record time when steps are slow
+        if (
+            len(b.steps) >= self.block_size
+            or step - b.steps[0] >= self.block_size
+            or (t is not None and b.t0 is not None and t - b.t0 >= 1.0)
         ):
             self._close_block()
 
@@ -415,7 +422,8 @@ class RuleEngine:
             jr = max(losses) / med
             if self.loss_max_jump_ratio is None or jr > self.loss_max_jump_ratio:
                 self.loss_max_jump_ratio = jr
-        fig.push(losses, gns)
+        first = self.first_step if self.first_step is not None else b.steps[0]
+        fig.push(losses, gns, b.steps[-1] - first + 1 if b.steps else 0)
         hi = fig.gn_wmax
         if gns and hi is not None and (self.gn_max_seen is None or hi > self.gn_max_seen):
             self.gn_max_seen = hi

@@ -88,8 +88,12 @@ class Figures:
         self._min_gain = progress_min_gain
         self._total_gain = progress_total_gain
 
-    def push(self, losses: list[float], gns: list[float]) -> None:
-        """One block's finite losses and grad norms into the windows; the figures refreshed."""
+    def push(self, losses: list[float], gns: list[float], steps_in: int = 0) -> None:
+        """One block's finite losses and grad norms into the windows; the figures refreshed.
+
+        ``steps_in``: how many steps the run has gone since its first one, so that "the
+        start" is its first FIRST_VALUES steps (at least 3 losses), not its first
+        FIRST_VALUES records: a log written every 50 steps is long past its start then."""
         if losses:
             self.loss_seen += len(losses)
             self.loss_win.extend(losses)
@@ -102,7 +106,8 @@ class Figures:
                 self.loss_min = lo
             if self.loss_first is None:
                 self.loss_first_vals.extend(losses)
-                if len(self.loss_first_vals) >= FIRST_VALUES:
+                n = len(self.loss_first_vals)
+                if n >= FIRST_VALUES or (n >= 3 and steps_in >= FIRST_VALUES):
                     self.loss_first = start_level(self.loss_first_vals[:FIRST_VALUES])
             pb, size = self._pblock, self._progress_block
             pb.extend(losses)

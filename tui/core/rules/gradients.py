@@ -18,6 +18,7 @@ from dltop.tui.core.rules.base import Rule, Tracker
 
 if TYPE_CHECKING:
     from dltop.tui.core.rules.engine import RuleEngine
+    from dltop.tui.core.rules.window import Block
 
 _SPARSE_BY_DESIGN = ("embed", "emb.", "wte", "wpe", "lookup")
 
@@ -57,7 +58,38 @@ class LayerGradients(Rule):
         self.without_grad: list[str] = []
         self.layers_step: int | None = None
         self.net_run = 0  # consecutive checks with most hidden layers' gradient exactly zero
+        self.zero_records = max(1, int(d["zero_grad_records"]))
+        self.zero_steps = max(1, int(d["zero_grad_steps"]))
+        self.zero_run = 0  # consecutive records whose global grad norm is exactly zero
+        self.zero_from = 0
         self.dead_hidden: list[str] = []
+
+    def on_block(self, e: RuleEngine, b: Block) -> None:
+        """The global grad norm exactly zero, record after record: nothing learns at all (a
+        loss detached from the graph, a loss of exactly 0, every parameter frozen by hand).
+        Critical once it has held `zero_grad_records` records and `zero_grad_steps` steps:
+        a few zeros among normal norms are a logging quirk of some trainers."""
+        if not self.d_on:
+            return
+        for step, rec in zip(b.steps, b.recs, strict=True):
+            gn = rec.get("grad_norm")
+            if gn != 0 or isinstance(gn, bool) or gn is None:
+                if self.zero_run and self.dt.active and self.net_run == 0:
+                    self.dt.clear(step)
+                self.zero_run = 0
+                continue
+            if self.zero_run == 0:
+                self.zero_from = step
+            self.zero_run += 1
+            held = step - self.zero_from + 1
+            if self.zero_run >= self.zero_records and held >= self.zero_steps:
+                ev = {"records": self.zero_run, "steps": held, "since_step": self.zero_from}
+                msg = (
+                    f"the global gradient norm is exactly zero on {self.zero_run} records in a "
+                    f"row, over {held} steps since step {self.zero_from}: nothing is learning"
+                )
+                self.dt.fire(self.zero_from, CRITICAL, "No gradient at all", msg, ev, t=e.t)
+                self.dt.hold(step)
 
     def on_layers(self, e: RuleEngine, rec: dict[str, Any]) -> None:
         names = rec.get("names")

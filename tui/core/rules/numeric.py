@@ -34,6 +34,7 @@ class NonFinite(Rule):
         self.loss_bad = 0  # non-finite losses in the current episode
         self.loss_good_run = 0  # finite losses since the last non-finite one
         self.grad_run = 0  # consecutive non-finite grad norms
+        self.grad_run_from = 0  # the step the current run of them began
         self.grad_bad = 0
         self.grad_good_run = 0
         self.overflows = 0  # isolated overflow episodes (AMP-like)
@@ -110,6 +111,10 @@ class NonFinite(Rule):
         self.grad_good_run = 0
         if self.grad_run == 1:
             self.grad_before = e.grad_before()
+            self.grad_run_from = e.step
+        # how long in steps, not records: a log written every 50 steps holding two
+        # non-finite grad norms in a row has had them for 50 steps or more
+        held = max(self.grad_run, e.step - self.grad_run_from + 1 if self.grad_run > 1 else 1)
         what = "NaN" if gn != gn else "Inf"
         ev = {
             "grad_norm": gn,
@@ -123,7 +128,7 @@ class NonFinite(Rule):
             "grad_norm_before_ratio": self.grad_before[1],
         }
         loss_ok = e.loss is None or e.loss_finite  # an unlogged loss is no sign of trouble
-        if loss_ok and self.grad_run < self.persist:
+        if loss_ok and held < self.persist:
             # a finite loss and an isolated overflow: what AMP loss scaling does on purpose
             if self.grad_run == 1:
                 self.overflows += 1
@@ -138,7 +143,12 @@ class NonFinite(Rule):
             return
         base = f"grad norm {what} at step {e.step}"
         if self.grad_run > 1:
-            base = f"grad norm non-finite for {self.grad_run} steps in a row (step {e.step})"
+            base = (
+                f"grad norm non-finite on {self.grad_run} records in a row over {held} steps "
+                f"(step {e.step})"
+                if held > self.grad_run
+                else f"grad norm non-finite for {self.grad_run} steps in a row (step {e.step})"
+            )
         if e.last_finite_gn is not None:
             med = e.fig.gn_med
             base += f"; last finite {fmt(e.last_finite_gn)}"

@@ -285,6 +285,7 @@ class Stall(Rule):
         self.prev_t: float | None = None  # time of the previous step (judged per block)
         self.prev_step: int | None = None
         self.last_eval_step: int | None = None
+        self.clock_seen = False  # a heartbeat or sys record: the process's clock between steps
 
     def thresholds(self) -> tuple[float, float]:
         p95 = self.intervals.quantile or 0.0
@@ -409,6 +410,7 @@ class Stall(Rule):
         )
 
     def on_time(self, e: RuleEngine, t: float) -> None:
+        self.clock_seen = True
         if not self.on or self.explained_by_eval:
             return
         if e.phase is not None:
@@ -453,6 +455,16 @@ class Stall(Rule):
             # critical while the run waits (it is wasting its compute now); once the steps
             # come back it is history worth a look: a warning, in replay and live alike
             a.severity = WARNING
+        if resumed and not self.clock_seen:
+            # a log with no heartbeat ever (another tool's, TensorBoard's wall times): the
+            # gap between two records may be a hang, an evaluation, a checkpoint or a
+            # resume on another day; nothing says which
+            a.severity = INFO
+            a.title = "Gap between steps"
+            if "no heartbeats" not in a.message:
+                a.message += (
+                    "; this log has no heartbeats: a hang, an evaluation and a pause look the same"
+                )
         self.phase_alert = False
         if resumed and prev_step is not None and prev_step == self.last_eval_step:
             self._explain(a)

@@ -31,6 +31,9 @@ def _finite(blk: Block) -> tuple[list[int], list[float]]:
     return [p[0] for p in pairs], [p[1] for p in pairs]
 
 
+MIN_WINDOW_LOSSES = 5  # losses a plateau window needs, however many steps it spans
+
+
 class Plateau(Rule):
     def __init__(self, engine: RuleEngine) -> None:
         super().__init__(engine)
@@ -53,6 +56,7 @@ class Plateau(Rule):
         )
         self.cur_lr0: float | None = None
         self.seen_jump: int | None = None
+        self.first_step: int | None = None
 
     def on_block(self, e: RuleEngine, blk: Block) -> None:
         if not self.on:
@@ -62,20 +66,25 @@ class Plateau(Rule):
             self.blocks.clear()
             self.cur = []
         steps, losses = _finite(blk)
-        pos, n = 0, len(losses)
-        while pos < n:
+        if self.first_step is None and steps:
+            self.first_step = steps[0]
+        # windows in steps, not records: a window closes once it spans cur_len steps and
+        # holds a few losses (a log written every 50 steps fills a 50-step window with one)
+        for step, loss in zip(steps, losses, strict=True):
             if not self.cur:
-                self.cur_start = steps[pos]
+                self.cur_start = step
                 self.cur_lr0 = e.lr
-                self.cur_len = max(self.window, int(self.frac * e.steps))
-            chunk = losses[pos : pos + self.cur_len - len(self.cur)]
-            self.cur.extend(chunk)
-            pos += len(chunk)
-            if len(self.cur) >= self.cur_len:
+                span = min(max(e.steps, step - (self.first_step or step) + 1), 1 << 62)
+                self.cur_len = max(self.window, int(self.frac * span))
+            self.cur.append(loss)
+            n = len(self.cur)
+            if n >= self.cur_len or (
+                n >= MIN_WINDOW_LOSSES and step - (self.cur_start or step) + 1 >= self.cur_len
+            ):
                 m = median_of(self.cur) or 0.0
                 self.blocks.append((m, self.cur_lr0, e.lr, self.cur_start or 0))
                 self.cur = []
-                self._judge(e, steps[pos - 1])
+                self._judge(e, step)
 
     def _judge(self, e: RuleEngine, step: int) -> None:
         b = self.blocks
@@ -110,7 +119,10 @@ class Plateau(Rule):
                 f"{self.cur_len} steps ({fmt(100 * gain)} % better, < {fmt(100 * self.min_imp)} %); "
                 f"{fmt(100 * total)} % below the starting loss"
             )
-            self.tr.fire(b[0][3], sev, title, msg, ev, t=e.t, refresh=True)
+            a = self.tr.fire(b[0][3], sev, title, msg, ev, t=e.t, refresh=True)
+            # the verdict of now: a run that was stuck at its start and has learned since is
+            # a plateau after learning (info), not "not learning" any more
+            a.severity = sev
             self.tr.hold(step)
             self.span = span
         elif self.tr.active and gain >= self.min_imp:
@@ -291,6 +303,8 @@ class Overfitting(Rule):
             return
         step = rec.get("step") if type(rec.get("step")) is int else e.last_step
         train = e.fig.loss_med
+        if train is None:  # no block closed yet: the losses logged so far
+            train = median_of(x for x in e.blk.loss if x is not None)
         self.evals.append((step, loss, train))
         if len(self.evals) > 512:
             keep = self.evals[self.best] if self.best is not None else None
@@ -315,7 +329,9 @@ class Overfitting(Rule):
         # ones, and demand a rise well above the eval-to-eval noise (from second differences,
         # which a steady trend does not inflate)
         raw = [x[1] for x in ev_all]
-        sm = [median_of(raw[max(0, i - 2) : i + 1]) or 0.0 for i in range(n)]
+        # the best level: the median of each evaluation and its two neighbours (centred, so
+        # the best sits where the evaluations were best, not one or two evaluations later)
+        sm = [median_of(raw[max(0, i - 1) : i + 2]) or 0.0 for i in range(n)]
         d2 = sorted(abs(raw[i + 1] - 2 * raw[i] + raw[i - 1]) for i in range(1, n - 1))
         noise = 1.4826 * d2[len(d2) // 2] / 6**0.5 if d2 else 0.0
         b = min(range(n), key=lambda i: (sm[i], -i))  # the latest of equal bests
@@ -326,9 +342,12 @@ class Overfitting(Rule):
             if self.tr.active:
                 self.tr.clear(ev_all[-1][0])
             return
-        margin = max(self.tol * abs(bloss), self.noise_k * noise)
+        # the level now: the median of the last `patience` evaluations, whose noise is about
+        # 1.25 / sqrt(patience) of one evaluation's
+        level = median_of(raw[-self.patience :]) or 0.0
+        margin = max(self.tol * abs(bloss), self.noise_k * noise * 1.2533 / self.patience**0.5)
         step, loss, train = ev_all[-1]
-        worse = all(x > bloss + margin for x in raw[-self.patience :])
+        worse = level > bloss + margin and raw[-1] > bloss
         if not worse or train is None or btrain is None:
             return
         # ... and a real upward trend since the best, not one lucky low evaluation
@@ -338,11 +357,11 @@ class Overfitting(Rule):
         if slope <= 0 or tstat < 2.0:
             return
         train_falls = train < btrain * (1 - self.tol)
-        gap, bgap = sm[-1] - train, bloss - btrain
+        gap, bgap = level - train, bloss - btrain
         if train_falls and gap > bgap:
             ev = {
                 "eval_loss": loss,
-                "eval_loss_smoothed": sm[-1],
+                "eval_loss_smoothed": level,
                 "eval_loss_best": bloss,
                 "eval_noise": noise,
                 "best_step": bstep,

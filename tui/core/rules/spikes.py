@@ -248,6 +248,7 @@ class GradExplosion(Rule):
 
 
 TINY_LOG = math.log(1e-6)  # below this a loss is float noise: no early blow-up from there
+EARLY_KNOWN = 8  # losses before a rise that tell the start's noise well enough for two in a row
 EARLY_SIGMAS = 3.5  # an early blow-up also clears this many sigmas of the start's own noise
 
 
@@ -295,6 +296,7 @@ class Divergence(Rule):
         self.early_logs: list[float] = []  # log losses of the first steps, before any high
         self.high_from: int | None = None  # first step of the current run of early highs
         self.high_ref: float | None = None  # the reference it was judged against
+        self.high_n = 0  # losses in the current run of early highs
         self.high_bar = 0.0  # ... and the log loss it had to reach (median + noise)
         self.tr = Tracker(engine, "divergence")
         self.ema: float | None = None  # of log(loss)
@@ -306,8 +308,12 @@ class Divergence(Rule):
         self.below = 0
         self.last_jump: int | None = None
         self.seen = 0
+        self.first_step: int | None = None  # the first finite loss's step (warm-up in steps)
+        self.ema_step: int | None = None  # the step of the last loss the smoother took
+        self.below_from = 0  # the step the current run below the line began
         self.nonpositive = False
         self.spread_at_min = 0.0
+        self.diffs_src: deque[float] = deque(maxlen=101)  # the last log losses (noise)
 
     def on_block(self, e: RuleEngine, b: Block) -> None:
         if not self.on or self.nonpositive:
@@ -334,9 +340,12 @@ class Divergence(Rule):
                 self.base, self.min_step = lm, (b.steps[0] if b.steps else e.step)
                 # the noise allowance is taken from the window when the baseline was set: a
                 # loss that is running away widens its own window and must not raise its bar
-                self.spread_at_min = fig.loss_spread
+                # the noise of one record, from record-to-record differences: the window's
+                # spread would also hold the trend (a sparse log's 100 records can span
+                # the whole early descent), the differences hold only the noise
+                self.spread_at_min = _step_noise(list(self.diffs_src)) or fig.loss_spread
         a = self.alpha
-        line = max(self.log_ratio, self.noise_sigmas * self.noise_gain * self.spread_at_min)
+        dense = max(self.log_ratio, self.noise_sigmas * self.noise_gain * self.spread_at_min)
         log = math.log
         for step, loss in zip(b.steps, b.loss, strict=True):
             if loss is None:
@@ -345,13 +354,29 @@ class Divergence(Rule):
                 self.nonpositive = True
                 return
             x = log(loss)
-            ema = x if self.ema is None else self.ema + a * (x - self.ema)
+            self.diffs_src.append(x)
+            gap = step - self.ema_step if self.ema_step is not None else 1
+            self.ema_step = step
+            if gap == 1 or gap <= 0:
+                a_eff, line = a, dense
+            else:
+                # a log written every `gap` steps: the smoother runs in steps, not records
+                # (each record already averages its steps in HF / Lightning logs)
+                a_eff = 1.0 - (1.0 - a) ** min(gap, 10_000)
+                gain = math.sqrt(a_eff / (2.0 - a_eff))
+                line = max(self.log_ratio, self.noise_sigmas * gain * self.spread_at_min)
+            ema = x if self.ema is None else self.ema + a_eff * (x - self.ema)
             self.ema = ema
             self.seen += 1
+            if self.first_step is None:
+                self.first_step = step
             base = self.base
             if (
                 base is not None
-                and self.seen > self.warmup
+                and (
+                    self.seen > self.warmup
+                    or (self.seen >= 3 and step - self.first_step > self.warmup)
+                )
                 and (ema - base >= line or self.run or self.tr.active)
             ):
                 self._judge(e, step, ema, line)
@@ -375,11 +400,12 @@ class Divergence(Rule):
         """A blow-up in the first steps, before any window or baseline exists: the commonest
         "lr too high" story (2.3 -> 6 -> 34 in three steps, then the model sits at chance).
 
-        Named on its step: two finite losses in a row at ``early_ratio`` (10) x where the run
+        Named on its step: finite losses in a row at ``early_ratio`` (5) x where the run
         started (the first loss, or the median of the losses so far when that is lower: a
         ramp 2.3 -> 6 -> 34 must not raise its own reference), and ``EARLY_SIGMAS``
-        step-to-step noise above it once there are a few losses. Two in a row, because one
-        batch can be 10x off on a noisy start, two rarely are.
+        step-to-step noise above it once there are a few losses. Two in a row (three before
+        the start's noise is known), because one batch can be 5x off on a noisy start,
+        several in a row rarely are.
         """
         before = self.early_logs
         if not before:
@@ -398,6 +424,11 @@ class Divergence(Rule):
             return
         if self.high_from is None:
             self.high_from = step
+            self.high_n = 0
+        self.high_n += 1
+        # two in a row once the start's noise is known (8 losses before the rise), three
+        # while it is not: a low first draw on a noisy start must not read as a blow-up
+        if self.high_n < (2 if len(before) >= EARLY_KNOWN else 3):
             return
         if self.tr.active:
             self.tr.hold(step)
@@ -434,7 +465,9 @@ class Divergence(Rule):
                 self.run_start = step
             self.run += 1
             self.below = 0
-            if self.run >= self.persist:
+            # for `persist` steps, not records: two records of a sparse log that span them
+            held = max(self.run, step - (self.run_start or step) + 1 if self.run >= 2 else 1)
+            if held >= self.persist:
                 r = level / low
                 sev: Severity = CRITICAL if ema - lo >= max(self.log_crit, line) else WARNING
                 ev = {
@@ -443,13 +476,13 @@ class Divergence(Rule):
                     "min_step": self.min_step,
                     "ratio": r,
                     "threshold_ratio": math.exp(line),
-                    "steps_above": self.run,
+                    "steps_above": held,
                     "loss_first": first,
                     "lr": e.lr,
                 }
                 msg = (
                     f"smoothed loss {fmt(level)} = {fmt(r)}x its best median level {fmt(low)} (step {self.min_step}), "
-                    f"above {fmt(math.exp(line))}x for {self.run} steps"
+                    f"above {fmt(math.exp(line))}x for {held} steps"
                 )
                 refresh = sev == CRITICAL or not self.tr.active
                 self.tr.fire(
@@ -459,6 +492,9 @@ class Divergence(Rule):
         else:
             self.run = 0
             if self.tr.active:
+                if self.below == 0:
+                    self.below_from = step
                 self.below += 1
-                if self.below >= self.persist:
+                below = max(self.below, step - self.below_from + 1 if self.below >= 2 else 1)
+                if below >= self.persist:
                     self.tr.clear(step)
