@@ -37,9 +37,15 @@ class Task:
     test: Split
     shape: dict[str, int] = field(default_factory=dict)
     loss: str = "ce"  # "ce" (classification) or "mse" (regression)
+    shifted: Split | None = None  # a second training mix (``make_task(shift=...)``)
 
 
-def _vectors(n: int, g: torch.Generator, label_noise: float) -> tuple[Split, dict[str, int]]:
+def _vectors(
+    n: int, g: torch.Generator, label_noise: float, shift: float = 0.0
+) -> tuple[Split, dict[str, int], Split | None]:
+    """Gaussian vectors labelled by a random tanh teacher. ``label_noise=1.0`` makes every
+    label random (no signal). ``shift`` also draws a second training split from the same
+    teacher with the inputs moved by ``shift`` along a random direction (another data mix)."""
     d, k = 32, 10
     x = torch.randn(n, d, generator=g)
     w1 = torch.randn(d, 64, generator=g) / d**0.5
@@ -47,7 +53,12 @@ def _vectors(n: int, g: torch.Generator, label_noise: float) -> tuple[Split, dic
     y = (torch.tanh(x @ w1) @ w2).argmax(1)
     flip = torch.rand(n, generator=g) < label_noise
     y[flip] = torch.randint(0, k, (int(flip.sum()),), generator=g)
-    return Split(x, y), {"d_in": d, "n_out": k}
+    shifted = None
+    if shift:
+        u = torch.randn(d, generator=g)
+        x2 = torch.randn(n, d, generator=g) + shift * u / u.norm()
+        shifted = Split(x2, (torch.tanh(x2 @ w1) @ w2).argmax(1))
+    return Split(x, y), {"d_in": d, "n_out": k}, shifted
 
 
 def _regression(n: int, g: torch.Generator) -> tuple[Split, dict[str, int]]:
@@ -94,12 +105,17 @@ def _tokens(n: int, g: torch.Generator) -> tuple[Split, dict[str, int]]:
     return Split(x, y), {"d_in": 16, "n_out": 8, "vocab": 8, "seq_len": 16}
 
 
-def make_task(name: str, seed: int, n_train: int = 4096, label_noise: float = 0.0) -> Task:
+def make_task(
+    name: str, seed: int, n_train: int = 4096, label_noise: float = 0.0, shift: float = 0.0
+) -> Task:
     """The task ``name`` with ``n_train`` training samples and 1024 held-out ones."""
     g = torch.Generator().manual_seed(1000 + seed)
     n = n_train + 1024
+    shifted = None
+    if shift and name != "vectors":
+        raise ValueError("only the vectors task has a shifted mix")
     if name == "vectors":
-        split, shape = _vectors(n, g, label_noise)
+        split, shape, shifted = _vectors(n, g, label_noise, shift)
     elif name == "regression":
         split, shape = _regression(n, g)
     elif name == "images":
@@ -112,7 +128,9 @@ def make_task(name: str, seed: int, n_train: int = 4096, label_noise: float = 0.
         raise ValueError(f"unknown task {name!r}")
     train = Split(split.x[:n_train], split.y[:n_train])
     test = Split(split.x[n_train:], split.y[n_train:])
-    return Task(name, train, test, shape, loss="mse" if name == "regression" else "ce")
+    if shifted is not None:
+        shifted = Split(shifted.x[:n_train], shifted.y[:n_train])
+    return Task(name, train, test, shape, "mse" if name == "regression" else "ce", shifted)
 
 
 @dataclass

@@ -164,3 +164,116 @@ HEALTHY += [
         seeds=HEALTHY_SEEDS,
     ),
 ]
+
+# Adversarial healthy runs: ordinary trainings whose curves look odd to a naive monitor
+# (noise, lr restarts and cycles, a data-mix switch, a flat fine-tune, a loss at ~0 or
+# floored above 0, an RL loss that does not go down). None of them is a fault.
+HEALTHY += [
+    Scenario(
+        name="healthy_gru_noisy_batch2",
+        doc="A GRU on batches of 2 with SGD: per-step loss swings between ~0 and ~3 "
+        "while its average falls.",
+        task="sequences",
+        model="lstm",
+        model_opts={"cell": "gru"},
+        optimizer="sgd",
+        lr=0.05,
+        steps=500,
+        batch_size=2,
+        seeds=HEALTHY_SEEDS,
+    ),
+    Scenario(
+        name="healthy_mlp_sgdr_restarts",
+        doc="SGD + CosineAnnealingWarmRestarts(T_0=100): the lr goes back to its top every "
+        "100 steps and the loss jumps up at each restart before falling again.",
+        task="vectors",
+        model="mlp",
+        optimizer="sgd",
+        lr=0.1,
+        steps=500,
+        schedule="sgdr",
+        schedule_opts={"T_0": 100},
+        seeds=HEALTHY_SEEDS,
+    ),
+    Scenario(
+        name="healthy_cnn_cyclic_lr",
+        doc="SGD with a triangular CyclicLR (0.001 <-> 0.05, 50 steps up, 50 down): the "
+        "loss wobbles with the lr's period.",
+        task="images",
+        model="cnn",
+        optimizer="sgd",
+        lr=0.05,
+        steps=400,
+        schedule="cyclic",
+        schedule_opts={"base_lr": 0.001, "up": 50},
+        seeds=HEALTHY_SEEDS,
+    ),
+    Scenario(
+        name="healthy_mlp_data_mix_switch",
+        doc="At step 200 the training data switches to a mix whose inputs are shifted "
+        "(moved 10 units along a random direction, same labelling rule): the loss rises"
+        " once (~0.8 -> ~1.2 over 25 steps), then falls again.",
+        task="vectors",
+        model="mlp",
+        optimizer="adam",
+        lr=1e-3,
+        steps=450,
+        shift_at=200,
+        shift=10.0,
+        seeds=HEALTHY_SEEDS,
+    ),
+    Scenario(
+        name="healthy_mlp_finetune_low_loss",
+        doc="A fine-tune: 600 unlogged Adam steps pre-train the MLP, then SGD at lr 1e-3 "
+        "goes on; the logged loss starts low and barely moves.",
+        task="vectors",
+        model="mlp",
+        optimizer="sgd",
+        lr=1e-3,
+        steps=400,
+        pretrain_steps=600,
+        seeds=HEALTHY_SEEDS,
+    ),
+    Scenario(
+        name="healthy_mlp_memorise_to_zero",
+        doc="64 samples memorised by a 256-wide MLP with Adam: the loss goes to ~1e-4 and "
+        "sits there.",
+        task="vectors",
+        model="mlp",
+        model_opts={"width": 256},
+        optimizer="adam",
+        lr=3e-3,
+        steps=500,
+        n_train=64,
+        batch_size=32,
+        seeds=HEALTHY_SEEDS,
+    ),
+    Scenario(
+        name="healthy_mlp_label_smoothing",
+        doc="CrossEntropyLoss(label_smoothing=0.1) on a memorisable set: the loss floors "
+        "at ~0.5 (the smoothed target's entropy), well above 0.",
+        task="vectors",
+        model="mlp",
+        model_opts={"width": 256},
+        optimizer="adam",
+        lr=3e-3,
+        steps=500,
+        n_train=256,
+        label_smoothing=0.1,
+        seeds=HEALTHY_SEEDS,
+    ),
+    Scenario(
+        name="healthy_mlp_reinforce",
+        doc="REINFORCE on a 10-armed contextual bandit (reward 1 for the right class, "
+        "running-mean baseline): the logged loss is noisy, centred near 0, often "
+        "negative (25-step means -0.03 to -0.18, seed 0), and does not trend down while "
+        "the mean reward climbs (0.14 -> 0.46 over 500 steps).",
+        task="vectors",
+        model="mlp",
+        optimizer="adam",
+        lr=1e-3,
+        steps=500,
+        objective="reinforce",
+        seeds=HEALTHY_SEEDS,
+    ),
+]

@@ -116,11 +116,13 @@ class CNN(nn.Module):
 
 
 class LSTMClassifier(nn.Module):
-    """One LSTM layer over a sequence of feature vectors; the last hidden state classifies."""
+    """One LSTM (or GRU, ``cell="gru"``) layer over a sequence of feature vectors; the
+    last hidden state classifies."""
 
-    def __init__(self, d_in: int, n_classes: int, hidden: int = 32) -> None:
+    def __init__(self, d_in: int, n_classes: int, hidden: int = 32, cell: str = "lstm") -> None:
         super().__init__()
-        self.lstm = nn.LSTM(d_in, hidden, batch_first=True)
+        rnn = {"lstm": nn.LSTM, "gru": nn.GRU}[cell]
+        self.lstm = rnn(d_in, hidden, batch_first=True)
         self.head = nn.Linear(hidden, n_classes)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:

@@ -316,6 +316,62 @@ FAULTS: list[Scenario] = [
     ),
 ]
 
+FAULTS += [
+    Scenario(
+        name="early_blowup",
+        doc="Adam with lr=1.0 on a tanh MLP classifier from step 0: within a few steps the "
+        "output weights grow by ~1 per step and the loss goes from 2.3 to ~35, "
+        "where it stays (finite: tanh saturates instead of overflowing). No healthy "
+        "history precedes it, so the alert must come from the first few steps.",
+        task="vectors",
+        model="mlp",
+        model_opts={"act": "tanh"},
+        optimizer="adam",
+        lr=1.0,
+        steps=200,
+        expected=_f("divergence"),
+        onset=0,
+        budget=5,
+    ),
+    Scenario(
+        name="dead_network",
+        doc="Adam at lr=0.1 on a 3-layer ReLU MLP: the first updates push the hidden "
+        "pre-activations below 0 for every input. Measured (seeds 0-2): the loss spikes "
+        "to 40-60 at step 1; by step 3 ~98 % of the gradient elements of hidden layers "
+        "2-3 are exactly 0, by step 50 100 % of every hidden weight's; the loss sits at "
+        "chance (ln 10 = 2.30) from step ~3 (seed 1: the first layer is 80 % dead at "
+        "step 50, all of it by 100). The spike before the units die may be flagged as a "
+        "divergence: also right. Budget 100: the probe writes per-layer zero-gradient "
+        "fractions every 50 steps (layers_every) and a dead layer needs 2 consecutive "
+        "such records, so units that die after step 0 cannot be named before step 100.",
+        task="vectors",
+        model="mlp",
+        model_opts={"depth": 3},
+        optimizer="adam",
+        lr=0.1,
+        steps=300,
+        expected=_f("dead_units", "divergence"),
+        onset=0,
+        budget=100,
+    ),
+    Scenario(
+        name="stuck_at_chance",
+        doc="Every label random (label_noise=1.0): there is nothing to learn, and with "
+        "16384 samples the 300 steps see each one at most once, so nothing can be "
+        "memorised either: the loss sits at chance (ln 10 = 2.30) from start to end. "
+        "A plateau needs 3 windows of >= 50 steps, hence a budget of 200 steps.",
+        task="vectors",
+        model="mlp",
+        optimizer="adam",
+        lr=1e-3,
+        steps=300,
+        n_train=16384,
+        label_noise=1.0,
+        expected=_f("plateau"),
+        budget=200,
+    ),
+]
+
 SCENARIOS: dict[str, Scenario] = {s.name: s for s in FAULTS + HEALTHY}
 
 

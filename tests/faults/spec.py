@@ -40,12 +40,17 @@ class Scenario:
     batch_size: int = 32
     momentum: float = 0.9
     weight_decay: float = 0.0
-    schedule: str = "constant"  # constant | step | cosine | warmup_cosine | jump
+    schedule: str = "constant"  # constant | step | cosine | warmup_cosine | jump | sgdr | cyclic
     schedule_opts: dict[str, float] = field(default_factory=dict)
     clip: float | None = None  # max norm for clip_grad_norm_
     eval_every: int = 0
     n_train: int = 4096
-    label_noise: float = 0.0
+    label_noise: float = 0.0  # share of random labels (1.0: no signal at all)
+    label_smoothing: float = 0.0  # nn.CrossEntropyLoss(label_smoothing=...)
+    objective: str = "supervised"  # supervised | reinforce (a REINFORCE bandit loss)
+    pretrain_steps: int = 0  # unlogged Adam steps before the probe starts (a fine-tune)
+    shift_at: int = 0  # from this step on, the batches come from the shifted data mix
+    shift: float = 0.0  # how far that mix's inputs are moved (``data.make_task``)
     data_fault: DataFault | None = None
     loop_fault: str | None = None  # no_zero_grad | keep_graph | grow_batch
     mem_cap_mib: int = 0  # RLIMIT_AS headroom over the address space at start

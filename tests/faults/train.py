@@ -18,6 +18,7 @@ fault produces its intended symptom independently of dltop.
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import math
 import os
@@ -71,7 +72,56 @@ def make_schedule(sc: sc_mod.Scenario, opt: torch.optim.Optimizer) -> Any:
             return 0.5 * (1 + math.cos(math.pi * (s - w) / max(1, n - w)))
 
         return torch.optim.lr_scheduler.LambdaLR(opt, factor)
+    if sc.schedule == "sgdr":  # cosine with warm restarts: lr back to the top every T_0 steps
+        return torch.optim.lr_scheduler.CosineAnnealingWarmRestarts(opt, T_0=int(o["T_0"]))
+    if sc.schedule == "cyclic":  # triangular, between base_lr and sc.lr
+        return torch.optim.lr_scheduler.CyclicLR(
+            opt, base_lr=o["base_lr"], max_lr=sc.lr, step_size_up=int(o["up"])
+        )
     raise ValueError(f"unknown schedule {sc.schedule!r}")
+
+
+class Reinforce(nn.Module):
+    """A REINFORCE loss on a contextual bandit built from a classification task.
+
+    The policy samples one class per input and gets reward 1 when it is the label;
+    the loss is ``-(reward - baseline) * log p(action)`` with a running-mean baseline,
+    so it is noisy, centred near 0 (often negative) and does not trend down the way a
+    supervised loss does, even while the mean reward climbs.
+    """
+
+    def __init__(self, momentum: float = 0.9) -> None:
+        super().__init__()
+        self.momentum = momentum
+        self.baseline = 0.0
+
+    def forward(self, logits: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        dist = torch.distributions.Categorical(logits=logits)
+        action = dist.sample()
+        reward = (action == y).float()
+        advantage = reward - self.baseline
+        self.baseline = self.momentum * self.baseline + (1 - self.momentum) * reward.mean().item()
+        return -(advantage * dist.log_prob(action)).mean()
+
+
+def make_criterion(sc: sc_mod.Scenario, task: Task) -> nn.Module:
+    if sc.objective == "reinforce":
+        return Reinforce()
+    if task.loss == "mse":
+        return nn.MSELoss()
+    return nn.CrossEntropyLoss(label_smoothing=sc.label_smoothing)
+
+
+def pretrain(sc: sc_mod.Scenario, model: nn.Module, task: Task, seed: int) -> None:
+    """``sc.pretrain_steps`` of Adam (lr 3e-3) before the probe starts: the checkpoint
+    a fine-tune starts from. Nothing of it is logged."""
+    opt = torch.optim.Adam(model.parameters(), lr=3e-3)
+    criterion = make_criterion(sc, task)
+    loader, _ = make_loader(task.train, sc.batch_size, sc.pretrain_steps, seed + 100)
+    for x, y in loader:
+        criterion(model(x), y).backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
 
 
 def growing_batches(task: Task, start: int, every: int, steps: int, seed: int) -> Iterator[Any]:
@@ -219,13 +269,20 @@ class Watch:
 def train(sc: sc_mod.Scenario, seed: int, out: str | None, raw: bool, every: int) -> int:
     torch.set_num_threads(1)
     torch.manual_seed(seed)
-    task = make_task(sc.task, seed, n_train=sc.n_train, label_noise=sc.label_noise)
+    task = make_task(sc.task, seed, sc.n_train, sc.label_noise, sc.shift)
     model = build_model(sc.model, task.shape, **sc.model_opts)
+    if sc.pretrain_steps:
+        pretrain(sc, model, task, seed)
     optimizer = make_optimizer(sc, model)
     scheduler = make_schedule(sc, optimizer)
-    criterion: nn.Module = nn.MSELoss() if task.loss == "mse" else nn.CrossEntropyLoss()
+    criterion = make_criterion(sc, task)
     if sc.loop_fault == "grow_batch":
         loader: Any = growing_batches(task, sc.batch_size, 2, sc.steps, seed)
+    elif sc.shift_at:  # the data mix changes at step shift_at
+        assert task.shifted is not None
+        first, _ = make_loader(task.train, sc.batch_size, sc.shift_at, seed, sc.data_fault)
+        then, _ = make_loader(task.shifted, sc.batch_size, sc.steps - sc.shift_at, seed + 1)
+        loader = itertools.chain(first, then)
     else:
         loader, _ = make_loader(task.train, sc.batch_size, sc.steps, seed, sc.data_fault)
     held_out = eval_batches(task.test) if sc.eval_every else []
