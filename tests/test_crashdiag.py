@@ -701,6 +701,7 @@ EXAMPLES: list[tuple[str, str]] = [
         "distributed_timeout",
     ),
     ("Socket Timeout", "distributed_timeout"),
+    ("Connection reset by peer", "distributed_timeout"),
     ("Function 'SqrtBackward0' returned nan values in its 0th output.", "anomaly_nan"),
     (
         "one of the variables needed for gradient computation has been modified by an inplace "

@@ -19,7 +19,7 @@ from typing import Any
 
 from dltop.probe.schema import LineDecoder, sanitize
 from dltop.tui import thresholds_args
-from dltop.tui.core import foreign
+from dltop.tui.core import foreign, ranks
 from dltop.tui.core.alerts import SEVERITY_RANK, Alert
 from dltop.tui.core.rules import Config, ConfigError, RuleEngine
 from dltop.tui.core.safetext import visible, visible_lines
@@ -88,9 +88,13 @@ def run(args: argparse.Namespace) -> int:
     except CheckError as exc:
         return _fail(str(exc), hint)
     results: list[FileResult] = []
+    timings: dict[str, ranks.RankTimes] = {}
     for path in files:
+        times = ranks.RankTimes() if len(files) > 1 else None
         try:
-            results.append(check_file(path, config))
+            results.append(check_file(path, config, times))
+            if times is not None:
+                timings[path] = times
         except foreign.MissingExtra as exc:  # the whole line says what to install
             sys.stderr.write(f"dltop: {visible(str(exc))}\n")
             return EXIT_UNREADABLE
@@ -98,6 +102,8 @@ def run(args: argparse.Namespace) -> int:
             skipped.append(str(exc))
     if not results:
         return _fail(skipped[0], hint)
+    # the ranks of one job side by side: the first failure, a straggler (tui/core/ranks.py)
+    ranks.judge([ranks.Rank(r.rank, r.engine, timings.get(r.path)) for r in results])
     for r in results:
         r.checklists = _checklists(r, args.lang)
     alerts = [(r, a) for r in results for a in r.engine.alerts()]
@@ -171,8 +177,9 @@ def check_foreign(path: str, fmt: str, config: Config) -> FileResult:
     return FileResult(path, engine, state, log.skipped, notes=list(log.notes))
 
 
-def check_file(path: str, config: Config) -> FileResult:
-    """Feed one log through a fresh engine in chunks (bounded memory for any log size)."""
+def check_file(path: str, config: Config, times: ranks.RankTimes | None = None) -> FileResult:
+    """Feed one log through a fresh engine in chunks (bounded memory for any log size);
+    ``times`` (one rank of a job) gets the step timings the ranks are compared by."""
     fmt = foreign.detect(path)
     if fmt is not None:
         return check_foreign(path, fmt, config)
@@ -181,12 +188,19 @@ def check_file(path: str, config: Config) -> FileResult:
     try:
         with os.fdopen(_open_log(path), "rb") as f:
             while chunk := f.read(1 << 20):
-                engine.feed_many(dec.feed(chunk))
+                recs = dec.feed(chunk)
+                engine.feed_many(recs)
+                if times is not None:
+                    times.feed(recs)
     except IsADirectoryError:
         raise CheckError(f"{path} is a directory") from None
     except OSError as exc:
         raise CheckError(f"cannot read {path}: {exc.strerror or exc}") from None
-    engine.feed_many(dec.finish())
+    tail = dec.finish()
+    engine.feed_many(tail)
+    if times is not None:
+        times.feed(tail)
+        times.finish()
     engine.finish()  # the log is all there is: judge the last steps (no exit record after SIGKILL)
     if dec.records == 0:
         what = "is empty" if dec.bytes == 0 else 'is not a dltop log (no JSON record with a "kind")'
@@ -233,8 +247,16 @@ def _checklists(r: FileResult, lang: str) -> dict[int, list[dict[str, Any]]]:
     return out
 
 
+def _first_failure(r: FileResult) -> bool:
+    """This rank failed first among several (tui/core/ranks.py named it)."""
+    return any(a.evidence.get("secondary") is False for a in r.engine.alerts())
+
+
 def _combined_status(results: list[FileResult]) -> RunState:
-    return min((r.state for r in results), key=lambda s: _STATUS_ORDER.index(s.status))
+    """The worst status of the ranks; among equals, the rank that failed first tells why."""
+    return min(
+        results, key=lambda r: (_STATUS_ORDER.index(r.state.status), not _first_failure(r))
+    ).state
 
 
 def _alert_json(r: FileResult, a: Alert, multi: bool) -> dict[str, Any]:
@@ -299,12 +321,24 @@ def _report(source: str, results: list[FileResult], skipped: list[str]) -> str:
             lines.append(
                 f"  {os.path.basename(r.path)} (rank {r.rank}): {r.state.status}, {r.engine.steps} steps"
             )
+        first = [
+            a for r in results for a in r.engine.alerts() if a.evidence.get("secondary") is False
+        ]
+        if first:
+            lines.append(
+                f"first failure: rank {first[0].evidence.get('first_rank')}: {first[0].title}"
+            )
     alerts = [(r, a) for r in results for a in r.engine.alerts()]
     if not alerts:
         lines.append("alerts:  none")
         return "\n".join(lines) + "\n"
     lines.append(f"alerts:  {len(alerts)}")
-    for r, a in sorted(alerts, key=lambda ra: -SEVERITY_RANK[ra[1].severity]):
+    # worst first; among equals, a failure that followed another rank's comes after it
+    order = sorted(
+        alerts,
+        key=lambda ra: (-SEVERITY_RANK[ra[1].severity], ra[1].evidence.get("secondary") is True),
+    )
+    for r, a in order:
         lines.append("")
         where = f"step {a.step}" if a.step is not None else "no step"
         state_word = "active" if a.active else f"cleared after step {a.last_step}"

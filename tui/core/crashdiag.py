@@ -51,6 +51,7 @@ _PATTERN_KEYS = {
     "match",
     "extract",
     "types",
+    "secondary",
 }
 _MATCH_KEYS = {"regex", "explain"}
 _UNITS = {
@@ -141,6 +142,10 @@ class CrashPattern:
     match: tuple[_Match, ...] = ()
     extract: tuple[re.Pattern[str], ...] = ()
     types: dict[str, str] = field(default_factory=dict)
+    # what a rank shows when *another* rank failed first (a collective timeout, a reset
+    # connection): in a multi-rank run such a failure is never named the first one
+    # while a rank failed within the clock tolerance with something else (tui/core/ranks.py)
+    secondary: bool = False
 
 
 @dataclass(frozen=True)
@@ -206,6 +211,17 @@ def _str_list(value: Any, where: str, key: str) -> list[Any]:
     return value
 
 
+def _flag(value: Any, where: str) -> bool:
+    if not isinstance(value, bool):
+        raise CatalogueError(f"{where}: 'secondary' must be true or false")
+    return value
+
+
+def secondary_patterns(root: Root | None = None) -> frozenset[str]:
+    """Ids of the patterns marked ``secondary``: failures that follow another rank's."""
+    return frozenset(p.id for p in load_catalogue(root).patterns if p.secondary)
+
+
 def _parse_pattern(raw: Any, where: str, is_fallback: bool = False) -> CrashPattern:
     if not isinstance(raw, dict):
         raise CatalogueError(f"{where}: must be a table")
@@ -244,6 +260,7 @@ def _parse_pattern(raw: Any, where: str, is_fallback: bool = False) -> CrashPatt
         match=tuple(matches),
         extract=tuple(_compile(r, where) for r in _str_list(raw.get("extract"), where, "extract")),
         types=dict(types),
+        secondary=_flag(raw.get("secondary", False), where),
     )
     if not is_fallback and not (pattern.exc_type or pattern.event_type or pattern.match):
         raise CatalogueError(f"{where}: a pattern needs exc_type, event_type or match")

@@ -1,0 +1,47 @@
+"""A tiny data-parallel job for tests/test_ranks.py, run under torchrun on gloo (CPU).
+
+    python -m torch.distributed.run --standalone --nproc_per_node=3 tests/rank_job.py OUT MODE
+
+MODE: ``healthy``; ``slow_data`` (rank 1's loader sleeps 30 ms per batch); ``raise``
+(rank 2 raises at step 30, the others then fail in the all-reduce or are stopped).
+"""
+
+import datetime
+import sys
+import time
+
+import torch
+import torch.distributed as dist
+from dltop.probe import Probe
+from torch import nn
+
+out, mode = sys.argv[1], sys.argv[2]
+dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=30))
+rank = dist.get_rank()
+torch.manual_seed(0)
+torch.set_num_threads(1)
+model = nn.parallel.DistributedDataParallel(nn.Linear(16, 1))
+opt = torch.optim.SGD(model.parameters(), lr=0.01)
+
+
+def batches(n: int = 200):
+    g = torch.Generator().manual_seed(rank)
+    for _ in range(n):
+        if mode == "slow_data" and rank == 1:
+            time.sleep(0.03)
+        x = torch.randn(32, 16, generator=g)
+        yield x, x.sum(1, keepdim=True)
+
+
+with Probe(
+    path=f"{out}/rank{rank}.jsonl", model=model, optimizer=opt, socket=False, system=False
+) as probe:
+    for i, (x, y) in enumerate(probe.loader(batches())):
+        if mode == "raise" and rank == 2 and i == 30:
+            raise RuntimeError("rank 2 broke on purpose")
+        loss = nn.functional.mse_loss(model(x), y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        probe.step(loss=loss)
+dist.destroy_process_group()

@@ -1,0 +1,231 @@
+"""One job, several ranks: what only a comparison of the ranks can tell.
+
+Each rank's log is diagnosed by its own :class:`RuleEngine` (NaN, OOM, memory growth and
+crashes are per process). Two questions need the ranks side by side:
+
+- **Which failure came first?** When one rank of a job dies, the others die seconds
+  later of collective timeouts or reset connections, and the log a user opens first is
+  usually one of those. The earliest exception by record time names ``first_rank`` on
+  every rank's crash/oom alert; failures that the crash catalogue marks ``secondary``
+  (collective timeouts, peers gone) lose the race to a non-secondary one within the
+  clock tolerance between hosts; the others carry ``secondary: true`` and the first's
+  checklist.
+- **Is one rank holding the others back?** In data-parallel training every step waits
+  for the slowest rank. A rank whose loader is slow waits for data while the others
+  wait in the all-reduce, so its data wait stands out against the other ranks' median,
+  step block after step block (``straggler``, on the slow rank's sink, naming it and
+  the phase). A rank slow in forward/backward compute cannot be told from the others by
+  step and data times alone (the fast ranks' wait is inside their backward); that needs
+  per-step forward/backward times the probe does not log yet.
+
+No Textual, no torch: read by ``dltop check`` on a folder of rank files.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from dltop.probe.schema import as_float, as_step
+from dltop.tui.core.alerts import CRITICAL, WARNING, Alert
+from dltop.tui.core.crashdiag import CatalogueError, secondary_patterns
+from dltop.tui.core.fmt import number as fmt
+from dltop.tui.core.rules.engine import RuleEngine
+from dltop.tui.core.rules.window import median_of
+
+SKEW_S = 2.0  # clock difference tolerated between hosts when ordering failures
+BUCKET_STEPS = 50  # steps per block compared across ranks
+MAX_BUCKETS = 20_000  # blocks kept per rank (a million steps at 50 per block)
+PERSIST = 3  # consecutive blocks the same rank must stand out in
+MIN_EXCESS_S = 0.005  # extra data wait below this is noise at any step time
+EXCESS_SHARE = 0.2  # ... and it must be this share of the step time
+CRITICAL_SHARE = 0.5  # the job runs at half speed or worse because of it: critical
+FAILURES = ("crash", "oom")
+
+
+@dataclass
+class RankTimes:
+    """Per block of ``BUCKET_STEPS`` steps: the median data wait and step time of a rank.
+
+    Fed the same records as the rank's engine; bounded (``MAX_BUCKETS`` blocks)."""
+
+    data: dict[int, float] = field(default_factory=dict)
+    step: dict[int, float] = field(default_factory=dict)
+    _cur: int | None = None
+    _d: list[float] = field(default_factory=list)
+    _s: list[float] = field(default_factory=list)
+
+    def feed(self, records: Iterable[dict[str, Any]]) -> None:
+        for rec in records:
+            if rec.get("kind") != "step":
+                continue
+            step = as_step(rec.get("step"))
+            st = as_float(rec.get("step_time"))
+            if step is None or st is None or not 0 < st < 1e6:
+                continue
+            b = step // BUCKET_STEPS
+            if b != self._cur:
+                self._close()
+                self._cur = b
+            dt = as_float(rec.get("data_time"))
+            self._s.append(st)
+            self._d.append(dt if dt is not None and 0 <= dt < 1e6 else 0.0)
+
+    def finish(self) -> None:
+        self._close()
+
+    def _close(self) -> None:
+        if self._cur is not None and self._s and len(self.step) < MAX_BUCKETS:
+            self.step[self._cur] = median_of(self._s) or 0.0
+            self.data[self._cur] = median_of(self._d) or 0.0
+        self._d, self._s = [], []
+
+
+@dataclass
+class Rank:
+    """One rank of the job: its number, its engine and its step timings."""
+
+    rank: int | None
+    engine: RuleEngine
+    times: RankTimes | None = None
+
+
+def judge(ranks: Sequence[Rank]) -> None:
+    """The cross-rank diagnosis, written into the ranks' alerts (a no-op for one rank)."""
+    if len(ranks) < 2:
+        return
+    first_failure(ranks)
+    straggler(ranks)
+
+
+# ------------------------------------------------------------------ first failure
+
+
+def _first_alert(r: Rank) -> Alert | None:
+    failed = [a for a in r.engine.alerts() if a.id in FAILURES and a.t is not None]
+    return min(failed, key=lambda a: a.t or 0.0, default=None)
+
+
+def first_failure(ranks: Sequence[Rank]) -> None:
+    """Name the rank whose failure came first on every failed rank's alert."""
+    failed = [(r, a) for r in ranks if (a := _first_alert(r)) is not None]
+    if len(failed) < 2:
+        return
+    try:
+        secondary = secondary_patterns()
+    except CatalogueError:
+        secondary = frozenset()
+
+    def is_secondary(a: Alert) -> bool:
+        # a signal death is the launcher stopping the job after a rank failed
+        return str(a.evidence.get("pattern")) in secondary | {"signal"}
+
+    failed.sort(key=lambda ra: ra[1].t or 0.0)
+    t0 = failed[0][1].t or 0.0
+    close = [ra for ra in failed if (ra[1].t or 0.0) - t0 <= SKEW_S]
+    primary = [ra for ra in close if not is_secondary(ra[1])]
+    first_rank, first = (primary or close)[0]
+    for _, a in failed:
+        a.evidence["first_rank"] = first_rank.rank
+        if a is first:
+            a.evidence["secondary"] = False
+            continue
+        a.evidence["secondary"] = True
+        a.checklist = first.checklist or first.id  # the first failure's steps are the ones to take
+        a.message = f"secondary: rank {first_rank.rank} failed first ({first.title}); " + a.message
+
+
+# ------------------------------------------------------------------ straggler
+
+
+def straggler(ranks: Sequence[Rank]) -> None:
+    """A rank whose data wait stands out against the other ranks' median, block after block."""
+    timed = [r for r in ranks if r.times is not None and r.times.step]
+    if len(timed) < 2:
+        return
+    buckets = sorted(set().union(*(r.times.step for r in timed if r.times)))
+    run_rank: Rank | None = None
+    run: list[tuple[int, float, float, float]] = []  # (bucket, excess, others' wait, step time)
+    fired: set[int] = set()
+    for b in buckets:
+        here = [r for r in timed if r.times and b in r.times.step]
+        if len(here) < 2:
+            run_rank, run = None, []
+            continue
+        slow = max(here, key=lambda r: r.times.data[b] if r.times else 0.0)
+        assert slow.times is not None
+        others = [r.times.data[b] for r in here if r is not slow and r.times]
+        ref = median_of(others) or 0.0
+        step_t = median_of([r.times.step[b] for r in here if r.times]) or 0.0
+        excess = slow.times.data[b] - ref
+        if excess >= max(MIN_EXCESS_S, EXCESS_SHARE * step_t):
+            if slow is not run_rank:
+                run_rank, run = slow, []
+            run.append((b, excess, ref, step_t))
+            if len(run) >= PERSIST and id(slow) not in fired:
+                fired.add(id(slow))
+                _raise(slow, run)
+            elif len(run) > PERSIST:
+                _refresh(slow, run)
+        else:
+            run_rank, run = None, []
+
+
+def _straggler_alert(r: Rank) -> Alert | None:
+    return next((a for a in r.engine.alerts() if a.id == "straggler"), None)
+
+
+def _evidence(r: Rank, run: list[tuple[int, float, float, float]]) -> dict[str, Any]:
+    excess = median_of([x[1] for x in run]) or 0.0
+    step_t = median_of([x[3] for x in run]) or 0.0
+    return {
+        "rank": r.rank,
+        "phase": "data",
+        "data_wait_extra_s": excess,
+        "others_data_wait_s": median_of([x[2] for x in run]),
+        "step_time_s": step_t,
+        "share_of_step": excess / step_t if step_t else None,
+        "blocks": len(run),
+        "block_steps": BUCKET_STEPS,
+        "last_step": (run[-1][0] + 1) * BUCKET_STEPS - 1,
+    }
+
+
+def _message(r: Rank, ev: dict[str, Any]) -> str:
+    share = ev["share_of_step"]
+    return (
+        f"rank {r.rank} waits {fmt(1000 * ev['data_wait_extra_s'])} ms more for data per step "
+        f"than the other ranks' median ({fmt(1000 * (ev['others_data_wait_s'] or 0.0))} ms), "
+        f"{fmt(100 * share) if share is not None else '?'} % of the job's step time, over "
+        f"{ev['blocks'] * BUCKET_STEPS} steps: every rank waits for it in the all-reduce"
+    )
+
+
+def _raise(r: Rank, run: list[tuple[int, float, float, float]]) -> None:
+    ev = _evidence(r, run)
+    share = ev["share_of_step"] or 0.0
+    alert = Alert(
+        id="straggler",
+        severity=CRITICAL if share >= CRITICAL_SHARE else WARNING,
+        step=run[0][0] * BUCKET_STEPS,
+        title=f"Rank {r.rank} is a straggler (data loading)",
+        message=_message(r, ev),
+        evidence=ev,
+        last_step=ev["last_step"],
+        t=r.engine.last_t,
+    )
+    alert.evidence["raised_at_step"] = ev["last_step"]
+    r.engine.sink.add(alert)
+
+
+def _refresh(r: Rank, run: list[tuple[int, float, float, float]]) -> None:
+    a = _straggler_alert(r)
+    if a is None:
+        return
+    raised = a.evidence.get("raised_at_step")
+    a.evidence = _evidence(r, run) | {"raised_at_step": raised}
+    a.message = _message(r, a.evidence)
+    a.last_step = a.evidence["last_step"]
+    if (a.evidence["share_of_step"] or 0.0) >= CRITICAL_SHARE:
+        a.severity = CRITICAL
