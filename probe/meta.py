@@ -17,6 +17,7 @@ import sys
 import time
 from typing import Any
 
+from dltop.probe.jobpath import restart_count
 from dltop.probe.schema import META, SCHEMA_VERSION
 from dltop.probe.system import gpu_status
 
@@ -50,6 +51,9 @@ def build_meta(run_id: str, log_path: str | None) -> dict[str, Any]:
         "log_path": _guard(lambda: os.path.abspath(log_path)) if log_path else None,
         "notes": notes,
     }
+    restarts = restart_count()
+    if restarts is not None:  # torchrun's attempt number (0 first); absent outside torchrun
+        rec["restart_count"] = restarts
     return rec
 
 

@@ -23,6 +23,9 @@ from typing import Any, Literal, TypeVar
 
 from dltop.probe.cudastep import CudaStep, cuda_step_for
 from dltop.probe.gradnorm import GradNormTracker
+from dltop.probe.jobpath import RUNS_DIR as RUNS_DIR  # re-exported: the default folder
+from dltop.probe.jobpath import default_path as default_path
+from dltop.probe.jobpath import rank_world, stamp
 from dltop.probe.loader import TimedLoader
 from dltop.probe.readback import DeviceBatch
 from dltop.probe.records import (
@@ -48,26 +51,30 @@ from dltop.probe.writer import FileSink, Sink, Writer
 
 T = TypeVar("T")
 
-_AUTO: Any = object()  # the default ``path``: dltop-runs/<time>-<pid>.jsonl
-RUNS_DIR = "dltop-runs"
+_AUTO: Any = object()  # the default ``path``: see ``jobpath.default_path``
 
 
-def default_path(prefix: str | None = None) -> str:
-    """``dltop-runs/[<prefix>-]<YYYYmmdd-HHMMSS>-<pid>.jsonl`` in the working directory."""
-    name = f"{prefix}-{_stamp()}" if prefix else _stamp()
-    return os.path.join(RUNS_DIR, name + ".jsonl")
-
-
-def _stamp() -> str:
-    return f"{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"
+def _default_run_id(path: str | None, default: bool) -> str:
+    """The log's file name without ``.jsonl``; ``<job>.rank<R>`` for a default rank file
+    (``rank0`` alone would name every job's rank 0 alike in ``dltop ls``)."""
+    if not path:
+        return stamp()
+    name = os.path.splitext(os.path.basename(path))[0]
+    if default and rank_world() is not None:
+        name = f"{os.path.basename(os.path.dirname(path))}.{name}"
+    return name
 
 
 class Probe:
     """Records a training run to a JSONL log (see ``docs/log-format.md``).
 
     Args:
-        path: the log file. By default ``dltop-runs/<YYYYmmdd-HHMMSS>-<pid>.jsonl``
-            (the folder is created); ``None`` (or ``""``) for no file.
+        path: the log file. By default ``dltop-runs/<YYYYmmdd-HHMMSS>-<pid>.jsonl``, and
+            for one rank of a multi-process job (torchrun: ``RANK``, ``WORLD_SIZE > 1``)
+            ``dltop-runs/<job>/rank<R>.jsonl``, ``<job>`` shared by the job's ranks (see
+            ``dltop.probe.jobpath``); the folder is created and an existing file is
+            appended to, never truncated (an elastic restart adds a new segment).
+            ``None`` (or ``""``) for no file.
         model: a ``torch.nn.Module``; when given, the global gradient norm before
             clipping and the per-layer figures are measured during backward.
         optimizer: its param groups give ``lr`` (and ``lrs`` with several groups);
@@ -89,7 +96,8 @@ class Probe:
         memory_every: minimum seconds between two reads of the CUDA memory counters.
         system: start the sampler thread (process RSS/CPU, NVML GPUs) at ~1 Hz.
         crash: record exceptions, uncaught exceptions and SIGTERM/SIGINT.
-        run_id: the run's id in ``meta``; by default the log's file name.
+        run_id: the run's id in ``meta``; by default the log's file name without
+            ``.jsonl``, and ``<job>.rank<R>`` for a default rank file.
 
     ``path=None`` with no socket and no sink is an error: there would be nowhere to
     write.
@@ -131,9 +139,7 @@ class Probe:
         self.layers_every = max(0, int(layers_every))
         self.heartbeat_every = float(heartbeat_every)
         self.memory_every = float(memory_every)
-        self.run_id = run_id or (
-            os.path.splitext(os.path.basename(self.path))[0] if self.path else _stamp()
-        )
+        self.run_id = run_id or _default_run_id(self.path, path is _AUTO)
         self._use_system = system
         self._system_interval = system_interval
         self._use_crash = crash

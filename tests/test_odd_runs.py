@@ -314,3 +314,22 @@ def test_a_folder_made_read_only_mid_run(freezable_dir) -> None:
     )  # fmt: skip
     assert again.returncode == 0 and "trained" in again.stdout, "training never stops for us"
     assert "dltop" in again.stderr and "Traceback" not in again.stderr
+
+
+def test_a_crash_before_a_restart_is_history_not_a_critical_now() -> None:
+    """An elastic restart (or a rerun onto the same log) after a crash: the crash stays on
+    record, inactive and a warning; the run that came back finished."""
+    first = list(Run(steps=300, seed=1, end=None).records())
+    t_end = max(r["t"] for r in first if "t" in r)
+    first.append(
+        {"kind": "event", "type": "exception", "t": t_end, "step": 299,
+         "exc_type": "RuntimeError", "message": "worker died"}
+    )  # fmt: skip
+    again = list(Run(steps=300, seed=2, end="ok").records())
+    again[0] = dict(again[0], pid=4343)  # the restarted process
+    _shift(again, t_end + 5 - min(r["t"] for r in again if "t" in r))
+    eng = _engine(first + again)
+    (crash,) = alerts_of(eng, "crash")
+    assert crash.severity == "warning" and not crash.active
+    assert crash.evidence["restarted"] is True
+    assert eng.status(now=t_end + 1e6).status == "finished"

@@ -15,7 +15,7 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 from dltop.probe.schema import as_float
-from dltop.tui.core.alerts import Alert, AlertSink
+from dltop.tui.core.alerts import CRITICAL, WARNING, Alert, AlertSink
 from dltop.tui.core.facts import Fact
 from dltop.tui.core.rules.base import Rule, Tracker
 from dltop.tui.core.rules.config import Config
@@ -400,9 +400,20 @@ class RuleEngine:
         if self.blk.steps:
             self._close_block()
         for r in self.rules:  # an episode still up belongs to the part that ended
-            for tr in vars(r).values():
-                if isinstance(tr, Tracker) and tr.active:
-                    tr.clear(self.last_step)
+            for value in vars(r).values():
+                trackers = value.values() if isinstance(value, dict) else (value,)
+                for tr in trackers:
+                    if isinstance(tr, Tracker) and tr.active:
+                        tr.clear(self.last_step)
+        for a in self.sink.alerts:
+            # a crash of an earlier part that the job came back from (an elastic restart,
+            # a rerun onto the same log) is history, not a run wasting its compute now
+            if a.id in ("crash", "oom") and a.severity == CRITICAL and not a.evidence.get(
+                "restarted"
+            ):
+                a.severity = WARNING
+                a.evidence["restarted"] = True
+                a.message += "; the run started again after it"
         kept = {name: getattr(self, name) for name in self._KEPT_ACROSS_SEGMENTS}
         self.__init__(self.config)  # type: ignore[misc]
         for name, value in kept.items():
