@@ -408,8 +408,10 @@ class RuleEngine:
         for a in self.sink.alerts:
             # a crash of an earlier part that the job came back from (an elastic restart,
             # a rerun onto the same log) is history, not a run wasting its compute now
-            if a.id in ("crash", "oom") and a.severity == CRITICAL and not a.evidence.get(
-                "restarted"
+            if (
+                a.id in ("crash", "oom")
+                and a.severity == CRITICAL
+                and not a.evidence.get("restarted")
             ):
                 a.severity = WARNING
                 a.evidence["restarted"] = True
