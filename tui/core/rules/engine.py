@@ -36,6 +36,7 @@ class RuleEngine:
     def __init__(self, config: Config | None = None) -> None:
         from dltop.tui.core.rules import (  # noqa: PLC0415 - rule modules import this one
             crashes,
+            divergence,
             dropped,
             gradients,
             numeric,
@@ -129,7 +130,7 @@ class RuleEngine:
         self.nonfinite_rule = numeric.NonFinite(self)
         self.spike_rule = spikes.LossSpike(self)
         self.explosion_rule = spikes.GradExplosion(self)
-        self.divergence_rule = spikes.Divergence(self)
+        self.divergence_rule = divergence.Divergence(self)
         self.layers_rule = gradients.LayerGradients(self)
         self.plateau_rule = progress.Plateau(self)
         self.oscillation_rule = progress.Oscillation(self)
