@@ -31,6 +31,7 @@ non-blocking read-back of both vectors.
 
 from __future__ import annotations
 
+from time import perf_counter
 from typing import Any
 
 from dltop.probe.readback import Deadline, DeviceBatch
@@ -55,6 +56,11 @@ class GradNormTracker:
         self.backward_passes = 0
         self.scaler = scaler  # an AMP GradScaler: backward leaves grads multiplied by its scale
         self._queued: set[int] = set()
+        # host times (perf_counter) of the latest backward's first gradient and its end:
+        # the step's forward/backward split (a rank waiting in the all-reduce for a slow one
+        # has a long backward); read and cleared by take_times()
+        self.first_t = 0.0
+        self.end_t = 0.0
         self._engine = torch.autograd.Variable._execution_engine
         self._task_id = torch._C._current_graph_task_id
         self._handles = [p.register_post_accumulate_grad_hook(self._hook) for p in self.params]
@@ -72,6 +78,7 @@ class GradNormTracker:
         gid = self._task_id()
         if gid in self._queued:
             return
+        self.first_t = perf_counter()
         try:
             if len(self._queued) > 64:  # ids of passes that failed before their callback ran
                 self._queued.clear()
@@ -87,6 +94,7 @@ class GradNormTracker:
             self._end_of_backward(gid)
 
     def _end_of_backward(self, gid: int) -> None:
+        self.end_t = perf_counter()  # before our own norm computation
         self._queued.discard(gid)
         try:
             self.backward_passes += 1
@@ -158,6 +166,12 @@ class GradNormTracker:
             self.want_layers = want_layers
         error, self.error = self.error, None
         return given, error
+
+    def take_times(self) -> tuple[float, float] | None:
+        """(first gradient, end of backward) of the latest backward since the last call."""
+        first, end = self.first_t, self.end_t
+        self.first_t = self.end_t = 0.0
+        return (first, end) if first and end >= first else None
 
     def take_layers(self) -> tuple[list[str], DeviceBatch, list[int], list[str]] | None:
         """The per-layer figures of the last layers-step backward, once."""

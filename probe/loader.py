@@ -74,6 +74,7 @@ class TimedLoader(Generic[T]):
                 return
             t1 = perf_counter()
             probe._data_wait += t1 - t0
+            probe._batch_t = t1  # batch ready: the step's forward starts here
             if infer and (bs := batch_size_of(batch)) is not None:
                 # summed until the next probe.step(): K micro-batches of gradient
                 # accumulation make one step of K times the samples

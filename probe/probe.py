@@ -148,6 +148,7 @@ class Probe:
         self._next_step = 0
         self._last_step: int | None = None
         self._steps = 0
+        self._batch_t = 0.0  # perf_counter when probe.loader() last handed out a batch
         self._data_wait = 0.0
         self._loader_used = False
         self._loader_bs: int | None = None
@@ -322,7 +323,12 @@ class Probe:
             st = now - self._prev_end
             self._prev_end = now
             tr = self._grad
+            phases = None
             if tr is not None:
+                times = tr.take_times()
+                bt = self._batch_t
+                if times is not None and bt and self._prev_end - st <= bt <= times[0]:
+                    phases = (times[0] - bt, times[1] - times[0])
                 every = self.layers_every
                 grad_norm, err = tr.on_step(grad_norm, self._steps % every == 0 if every else None)
                 if err is not None:
@@ -367,6 +373,7 @@ class Probe:
                     ex or None,  # an empty dict would keep the tuple GC-tracked
                     mem,
                     dev,
+                    phases,
                 )
             )
             if tr is not None and tr.layers is not None:

@@ -47,6 +47,7 @@ STEP_ITEM = (
     "extras",  # None or a dict of the user's extra values
     "memory",  # None or (allocated, reserved, peak, limit)
     "device",  # None or (DeviceBatch, keys): values read back on the writer thread
+    "phases",  # None or (forward_time, backward_time), host seconds
 )
 
 
@@ -151,7 +152,7 @@ class StepRecords:
         self._prev_timing_ev: Any = None
 
     def build(self, item: tuple[Any, ...], force: bool | Deadline) -> dict[str, Any] | None:
-        _, step, t, loss, gn, lr, lrs, dw, st, bs, extras, mem, dev = item  # see STEP_ITEM
+        _, step, t, loss, gn, lr, lrs, dw, st, bs, extras, mem, dev, phases = item  # STEP_ITEM
         rec: dict[str, Any] = {"kind": STEP, "step": step, "t": t}
         device_time = None
         if dev is not None:
@@ -190,6 +191,8 @@ class StepRecords:
         rec["compute_time"] = max(0.0, st - (dw or 0.0))
         if device_time is not None:
             rec["device_time"] = device_time
+        if phases is not None:
+            rec["forward_time"], rec["backward_time"] = phases
         if bs is not None:
             rec["batch_size"] = bs
             if st > 0:

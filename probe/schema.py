@@ -48,6 +48,11 @@ STEP_FIELDS = (
     "step_time",  # float s, wall time from the previous step's end to this one's
     "compute_time",  # float s, step_time - data_time
     "device_time",  # float s, CUDA event time of the step, read back when complete
+    # host clock, probe.loader() and model= needed (the probe's backward hooks): batch
+    # ready -> first gradient of the step's last backward, and first -> last gradient; in
+    # data-parallel training the fast ranks' wait for a slow one sits in backward_time
+    "forward_time",  # float s
+    "backward_time",  # float s
     "batch_size",  # int, samples in the step when known
     "samples_per_s",  # float, batch_size / step_time
     "mem_allocated",  # int bytes, torch.cuda.memory_allocated

@@ -2,7 +2,8 @@
 
     python -m torch.distributed.run --standalone --nproc_per_node=3 tests/rank_job.py OUT MODE
 
-MODE: ``healthy``; ``slow_data`` (rank 1's loader sleeps 30 ms per batch); ``raise``
+MODE: ``healthy``; ``slow_data`` (rank 1's loader sleeps 30 ms per batch);
+``slow_forward`` (rank 1's forward takes 30 ms longer: a model hook sleeps); ``raise``
 (rank 2 raises at step 30, the others then fail in the all-reduce or are stopped).
 """
 
@@ -20,7 +21,10 @@ dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=30))
 rank = dist.get_rank()
 torch.manual_seed(0)
 torch.set_num_threads(1)
-model = nn.parallel.DistributedDataParallel(nn.Linear(16, 1))
+net = nn.Linear(16, 1)
+if mode == "slow_forward" and rank == 1:  # a slower GPU, another process on it...
+    net.register_forward_hook(lambda *_: time.sleep(0.03))
+model = nn.parallel.DistributedDataParallel(net)
 opt = torch.optim.SGD(model.parameters(), lr=0.01)
 
 

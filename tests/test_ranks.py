@@ -62,8 +62,18 @@ def test_a_slow_data_rank_is_named_with_its_phase(tmp_path: Path) -> None:
     out = _torchrun(tmp_path, "slow_data")
     (s,) = [a for a in out["alerts"] if a["id"] == "straggler"]
     assert s["rank"] == 1 and s["evidence"]["rank"] == 1 and s["evidence"]["phase"] == "data"
-    assert s["evidence"]["data_wait_extra_s"] > 0.02
+    assert s["evidence"]["extra_s"] > 0.02
     assert s["severity"] in ("warning", "critical")
+
+
+def test_a_slow_forward_rank_is_named_with_its_phase(tmp_path: Path) -> None:
+    """Rank 1 computes 30 ms longer: every rank's step takes as long (the others wait in
+    the all-reduce, inside their backward), but rank 1's batch-to-first-gradient time
+    (the probe's forward_time) stands out."""
+    out = _torchrun(tmp_path, "slow_forward")
+    (s,) = [a for a in out["alerts"] if a["id"] == "straggler"]
+    assert s["rank"] == 1 and s["evidence"]["phase"] == "forward", s["message"]
+    assert s["evidence"]["extra_s"] > 0.02
 
 
 def test_the_first_failure_is_named_on_every_rank(tmp_path: Path) -> None:

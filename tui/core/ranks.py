@@ -11,12 +11,12 @@ crashes are per process). Two questions need the ranks side by side:
   clock tolerance between hosts; the others carry ``secondary: true`` and the first's
   checklist.
 - **Is one rank holding the others back?** In data-parallel training every step waits
-  for the slowest rank. A rank whose loader is slow waits for data while the others
-  wait in the all-reduce, so its data wait stands out against the other ranks' median,
-  step block after step block (``straggler``, on the slow rank's sink, naming it and
-  the phase). A rank slow in forward/backward compute cannot be told from the others by
-  step and data times alone (the fast ranks' wait is inside their backward); that needs
-  per-step forward/backward times the probe does not log yet.
+  for the slowest rank. A rank whose loader is slow waits for data, one whose forward
+  is slow takes longer from batch to first gradient (the probe's ``forward_time``),
+  while the others wait in the all-reduce; so its phase stands out against the other
+  ranks' median, block after block (``straggler``, on the slow rank's sink, naming it
+  and the phase). A rank slow in *backward* cannot be told apart this way: the fast
+  ranks' wait for it is inside their own backward, so every rank's backward is long.
 
 No Textual, no torch: read by ``dltop check`` on a folder of rank files.
 """
@@ -51,10 +51,15 @@ class RankTimes:
     Fed the same records as the rank's engine; bounded (``MAX_BUCKETS`` blocks)."""
 
     data: dict[int, float] = field(default_factory=dict)
+    forward: dict[int, float] = field(default_factory=dict)
     step: dict[int, float] = field(default_factory=dict)
     _cur: int | None = None
     _d: list[float] = field(default_factory=list)
+    _f: list[float] = field(default_factory=list)
     _s: list[float] = field(default_factory=list)
+
+    def phase(self, name: str) -> dict[int, float]:
+        return self.data if name == "data" else self.forward
 
     def feed(self, records: Iterable[dict[str, Any]]) -> None:
         for rec in records:
@@ -71,6 +76,9 @@ class RankTimes:
             dt = as_float(rec.get("data_time"))
             self._s.append(st)
             self._d.append(dt if dt is not None and 0 <= dt < 1e6 else 0.0)
+            ft = as_float(rec.get("forward_time"))
+            if ft is not None and 0 <= ft < 1e6:
+                self._f.append(ft)
 
     def finish(self) -> None:
         self._close()
@@ -79,7 +87,9 @@ class RankTimes:
         if self._cur is not None and self._s and len(self.step) < MAX_BUCKETS:
             self.step[self._cur] = median_of(self._s) or 0.0
             self.data[self._cur] = median_of(self._d) or 0.0
-        self._d, self._s = [], []
+            if self._f:
+                self.forward[self._cur] = median_of(self._f) or 0.0
+        self._d, self._f, self._s = [], [], []
 
 
 @dataclass
@@ -139,51 +149,69 @@ def first_failure(ranks: Sequence[Rank]) -> None:
 # ------------------------------------------------------------------ straggler
 
 
+PHASES = ("data", "forward")  # where a slow rank's time can be told apart from the others'
+
+
+def _slowest(here: list[Rank], b: int, phase: str) -> tuple[Rank, float, float] | None:
+    """(the rank with the longest phase in block b, its excess over the others' median,
+    that median); None when fewer than two ranks logged the phase."""
+    have = [r for r in here if r.times is not None and b in r.times.phase(phase)]
+    if len(have) < 2:
+        return None
+    slow = max(have, key=lambda r: r.times.phase(phase)[b] if r.times else 0.0)
+    others = [r.times.phase(phase)[b] for r in have if r is not slow and r.times]
+    ref = median_of(others) or 0.0
+    assert slow.times is not None
+    return slow, slow.times.phase(phase)[b] - ref, ref
+
+
 def straggler(ranks: Sequence[Rank]) -> None:
-    """A rank whose data wait stands out against the other ranks' median, block after block."""
+    """A rank whose data wait or forward time stands out against the other ranks' median,
+    block after block. (Backward cannot be told apart: the fast ranks wait for the slow
+    one inside their own backward, in the all-reduce.)"""
     timed = [r for r in ranks if r.times is not None and r.times.step]
     if len(timed) < 2:
         return
     buckets = sorted(set().union(*(r.times.step for r in timed if r.times)))
-    run_rank: Rank | None = None
-    run: list[tuple[int, float, float, float]] = []  # (bucket, excess, others' wait, step time)
-    fired: set[int] = set()
+    run_key: tuple[int, str] | None = None
+    run: list[tuple[int, float, float, float]] = []  # (bucket, excess, others' median, step)
+    fired: set[tuple[int, str]] = set()
     for b in buckets:
         here = [r for r in timed if r.times and b in r.times.step]
         if len(here) < 2:
-            run_rank, run = None, []
+            run_key, run = None, []
             continue
-        slow = max(here, key=lambda r: r.times.data[b] if r.times else 0.0)
-        assert slow.times is not None
-        others = [r.times.data[b] for r in here if r is not slow and r.times]
-        ref = median_of(others) or 0.0
         step_t = median_of([r.times.step[b] for r in here if r.times]) or 0.0
-        excess = slow.times.data[b] - ref
-        if excess >= max(MIN_EXCESS_S, EXCESS_SHARE * step_t):
-            if slow is not run_rank:
-                run_rank, run = slow, []
-            run.append((b, excess, ref, step_t))
-            if len(run) >= PERSIST and id(slow) not in fired:
-                fired.add(id(slow))
-                _raise(slow, run)
-            elif len(run) > PERSIST:
-                _refresh(slow, run)
-        else:
-            run_rank, run = None, []
+        bar = max(MIN_EXCESS_S, EXCESS_SHARE * step_t)
+        found = [(p, x) for p in PHASES if (x := _slowest(here, b, p)) is not None]
+        found = [(p, x) for p, x in found if x[1] >= bar]
+        if not found:
+            run_key, run = None, []
+            continue
+        phase, (slow, excess, ref) = max(found, key=lambda px: px[1][1])
+        key = (id(slow), phase)
+        if key != run_key:
+            run_key, run = key, []
+        run.append((b, excess, ref, step_t))
+        if len(run) >= PERSIST and key not in fired:
+            fired.add(key)
+            _raise(slow, run, phase)
+        elif len(run) > PERSIST:
+            _refresh(slow, run, phase)
 
 
 def _straggler_alert(r: Rank) -> Alert | None:
     return next((a for a in r.engine.alerts() if a.id == "straggler"), None)
 
 
-def _evidence(r: Rank, run: list[tuple[int, float, float, float]]) -> dict[str, Any]:
+def _evidence(r: Rank, run: list[tuple[int, float, float, float]], phase: str) -> dict[str, Any]:
     excess = median_of([x[1] for x in run]) or 0.0
     step_t = median_of([x[3] for x in run]) or 0.0
     return {
         "rank": r.rank,
-        "phase": "data",
-        "data_wait_extra_s": excess,
-        "others_data_wait_s": median_of([x[2] for x in run]),
+        "phase": phase,
+        "extra_s": excess,
+        "others_s": median_of([x[2] for x in run]),
         "step_time_s": step_t,
         "share_of_step": excess / step_t if step_t else None,
         "blocks": len(run),
@@ -192,24 +220,28 @@ def _evidence(r: Rank, run: list[tuple[int, float, float, float]]) -> dict[str, 
     }
 
 
+_WHAT = {"data": "waits {x} ms more for data", "forward": "takes {x} ms longer in forward"}
+
+
 def _message(r: Rank, ev: dict[str, Any]) -> str:
     share = ev["share_of_step"]
+    what = _WHAT[ev["phase"]].format(x=fmt(1000 * ev["extra_s"]))
     return (
-        f"rank {r.rank} waits {fmt(1000 * ev['data_wait_extra_s'])} ms more for data per step "
-        f"than the other ranks' median ({fmt(1000 * (ev['others_data_wait_s'] or 0.0))} ms), "
+        f"rank {r.rank} {what} per step "
+        f"than the other ranks' median ({fmt(1000 * (ev['others_s'] or 0.0))} ms), "
         f"{fmt(100 * share) if share is not None else '?'} % of the job's step time, over "
         f"{ev['blocks'] * BUCKET_STEPS} steps: every rank waits for it in the all-reduce"
     )
 
 
-def _raise(r: Rank, run: list[tuple[int, float, float, float]]) -> None:
-    ev = _evidence(r, run)
+def _raise(r: Rank, run: list[tuple[int, float, float, float]], phase: str) -> None:
+    ev = _evidence(r, run, phase)
     share = ev["share_of_step"] or 0.0
     alert = Alert(
         id="straggler",
         severity=CRITICAL if share >= CRITICAL_SHARE else WARNING,
         step=run[0][0] * BUCKET_STEPS,
-        title=f"Rank {r.rank} is a straggler (data loading)",
+        title=f"Rank {r.rank} is a straggler ({'data loading' if phase == 'data' else phase})",
         message=_message(r, ev),
         evidence=ev,
         last_step=ev["last_step"],
@@ -219,12 +251,12 @@ def _raise(r: Rank, run: list[tuple[int, float, float, float]]) -> None:
     r.engine.sink.add(alert)
 
 
-def _refresh(r: Rank, run: list[tuple[int, float, float, float]]) -> None:
+def _refresh(r: Rank, run: list[tuple[int, float, float, float]], phase: str) -> None:
     a = _straggler_alert(r)
-    if a is None:
+    if a is None or a.evidence.get("phase") != phase:
         return
     raised = a.evidence.get("raised_at_step")
-    a.evidence = _evidence(r, run) | {"raised_at_step": raised}
+    a.evidence = _evidence(r, run, phase) | {"raised_at_step": raised}
     a.message = _message(r, a.evidence)
     a.last_step = a.evidence["last_step"]
     if (a.evidence["share_of_step"] or 0.0) >= CRITICAL_SHARE:
