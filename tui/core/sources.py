@@ -26,13 +26,13 @@ from __future__ import annotations
 
 import contextlib
 import os
-import threading
 import traceback
 from collections.abc import Callable, Iterator
 from typing import Any
 
 from dltop.probe.schema import META, LineDecoder, decode_line
 from dltop.tui.core.backfill import TailFirst
+from dltop.tui.core.reader import ReaderThread
 from dltop.tui.core.run import RunModel
 from dltop.tui.core.sourcefiles import (
     SourceError,
@@ -81,7 +81,7 @@ def _same_run(a: dict[str, Any] | None, b: dict[str, Any]) -> bool:
     return a == b
 
 
-class FileSource(TailFirst):
+class FileSource(TailFirst, ReaderThread):
     """Follows one log file into ``model`` on a reader thread (or inline via :meth:`run`)."""
 
     def __init__(
@@ -109,34 +109,13 @@ class FileSource(TailFirst):
         self.missing = False  # the path is gone (rotated away, not yet recreated)
         self.error: str | None = None  # why the reader thread stopped early
         self.traceback: str | None = None  # for a bug report, when it was a bug
-        self.caught_up = threading.Event()  # set each time the reader reaches end of file
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._init_reader()  # caught_up: set each time the reader reaches end of file
         self._fd = -1
         self._ident: tuple[int, int] = (0, 0)
         self._head: bytes | None = None
         self._dec = LineDecoder()
 
-    # -- control -------------------------------------------------------------------------
-    def start(self) -> FileSource:
-        """Start the reader thread (a daemon: it never keeps the viewer alive)."""
-        self._thread = threading.Thread(target=self.run, name="dltop-reader", daemon=True)
-        self._thread.start()
-        return self
-
-    def stop(self, timeout: float = 2.0) -> None:
-        """Ask the reader to stop and wait for it (it checks between chunks and polls)."""
-        self._stop.set()
-        if self._thread is not None and self._thread is not threading.current_thread():
-            self._thread.join(timeout)
-
-    @property
-    def alive(self) -> bool:
-        return self._thread is not None and self._thread.is_alive()
-
-    def wait_caught_up(self, timeout: float | None = None) -> bool:
-        return self.caught_up.wait(timeout)
-
+    # -- control: start / stop / alive / wait_caught_up (reader.ReaderThread) ------------
     def run(self) -> None:
         """The reader loop; returns at end of file when ``follow`` is False, else on stop()."""
         try:
@@ -330,7 +309,7 @@ class DirectorySource(FileSource):
                 self.files = list_rank_files(self.directory)
 
 
-class ForeignSource:
+class ForeignSource(ReaderThread):
     """Another tool's log (``core/foreign``): a finished replay, read once on the reader
     thread, ingested in slices, never followed and never written to.
 
@@ -360,26 +339,7 @@ class ForeignSource:
         self.on_update = on_update
         self.error: str | None = None
         self.traceback: str | None = None
-        self.caught_up = threading.Event()
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
-
-    def start(self) -> ForeignSource:
-        self._thread = threading.Thread(target=self.run, name="dltop-reader", daemon=True)
-        self._thread.start()
-        return self
-
-    def stop(self, timeout: float = 2.0) -> None:
-        self._stop.set()
-        if self._thread is not None and self._thread is not threading.current_thread():
-            self._thread.join(timeout)
-
-    @property
-    def alive(self) -> bool:
-        return self._thread is not None and self._thread.is_alive()
-
-    def wait_caught_up(self, timeout: float | None = None) -> bool:
-        return self.caught_up.wait(timeout)
+        self._init_reader()
 
     def run(self) -> None:
         """Read the whole log (bounded by foreign/common.py's limits), then ingest it."""

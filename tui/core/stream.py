@@ -20,6 +20,7 @@ from urllib.parse import parse_qs, urlsplit
 
 from dltop.probe.schema import LineDecoder, as_step
 from dltop.probe.socket_server import mask_secret
+from dltop.tui.core.reader import ReaderThread
 
 if TYPE_CHECKING:
     from dltop.tui.core.run import RunModel
@@ -133,7 +134,7 @@ def peek(addr: Address, timeout: float = 0.5) -> list[dict[str, Any]]:
     return out
 
 
-class SocketSource:
+class SocketSource(ReaderThread):
     """Follows a live run's socket into a RunModel on a reader thread.
 
     Shaped like :class:`~dltop.tui.core.sources.FileSource` (start / stop / run /
@@ -143,6 +144,8 @@ class SocketSource:
     run's log file is readable here it switches to the file instead, which holds the
     whole history, not just the socket's bounded backlog.
     """
+
+    thread_name = "dltop-socket-reader"
 
     def __init__(
         self,
@@ -164,7 +167,7 @@ class SocketSource:
         self.backoff_max = backoff_max
         self.error: str | None = None
         self.connected = threading.Event()
-        self.caught_up = threading.Event()  # set once the backlog has been read
+        self._init_reader()  # caught_up: set once the backlog has been read
         self.connections = 0
         self.received = 0  # records read from the socket (before skipping replays)
         self.dropped = 0  # records the run skipped for us because we fell behind
@@ -174,28 +177,14 @@ class SocketSource:
         self._last_rec: dict[str, Any] | None = None  # the newest record ingested
         self._max_t = float("-inf")  # the largest "t" ingested
         self._skipping = False  # reading a replayed backlog after a reconnect
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
         self._sock: socket.socket | None = None
 
-    def start(self) -> SocketSource:
-        self._thread = threading.Thread(target=self.run, name="dltop-socket-reader", daemon=True)
-        self._thread.start()
-        return self
-
     def stop(self, timeout: float = 2.0) -> None:
+        """Stop the reader, and the file source it switched to when the socket closed."""
         self._stop.set()
         if self.file_source is not None:
             self.file_source.stop(timeout)
-        if self._thread is not None and self._thread is not threading.current_thread():
-            self._thread.join(timeout)
-
-    @property
-    def alive(self) -> bool:
-        return self._thread is not None and self._thread.is_alive()
-
-    def wait_caught_up(self, timeout: float | None = None) -> bool:
-        return self.caught_up.wait(timeout)
+        self._join(timeout)
 
     def run(self) -> None:
         delay = 0.1
