@@ -134,10 +134,11 @@ class CrashRecorder:
             # handler nested, and the outer call still goes on to the default action
             return None
         self._handling = signum
-        # SIGCHLD held while we record: a DataLoader's SIGCHLD handler raises RuntimeError
+        # SIGCHLD's handler put aside while we record: a DataLoader's raises RuntimeError
         # ("worker exited unexpectedly") into whatever Python code runs when its workers die
-        # of the same process-group SIGTERM, and inside our write that lost the record
-        held = _hold_sigchld()
+        # of the same process-group SIGTERM; inside our write that lost the record, and
+        # between the write and the clean-up it left the run's live entry behind
+        held = _HeldSigchld()
         try:
             if self._active:
                 try:
@@ -148,8 +149,7 @@ class CrashRecorder:
                 self._write(event | {"signal": name})
             prev = self._prev_handlers.get(signum, signal.SIG_DFL)
             if callable(prev):  # the user's handler, or SIGINT's default_int_handler
-                _release(held)
-                held = None
+                held.release()
                 return prev(signum, frame)
             if prev == signal.SIG_DFL:  # die by the signal, exactly as without the probe
                 _forget_live_entries()  # no close will run: leave no socket of a dead run
@@ -157,8 +157,8 @@ class CrashRecorder:
                 signal.raise_signal(signum)
             return None
         finally:
-            _release(held)
             self._handling = None
+            held.release()
 
     # -- records ----------------------------------------------------------------------
 
@@ -232,18 +232,38 @@ class CrashRecorder:
             self._flush(True)
 
 
-def _hold_sigchld() -> set[int | signal.Signals] | None:
-    """Block SIGCHLD on this thread; the previous mask, or None where that cannot be done."""
-    try:
-        return signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGCHLD})
-    except (AttributeError, ValueError, OSError):
-        return None
+class _HeldSigchld:
+    """A Python-level SIGCHLD handler (a DataLoader's) put aside while a signal is recorded.
 
+    Blocking SIGCHLD with ``pthread_sigmask`` is not enough: the kernel then delivers it
+    to another thread (the writer's), and Python still runs the handler on the main thread
+    at the next bytecode, inside our handler. So the handler itself is swapped for one that
+    only notes the signal; ``release`` restores it and runs it once if it was missed.
+    """
 
-def _release(held: set[int | signal.Signals] | None) -> None:
-    if held is not None:
+    def __init__(self) -> None:
+        self.old: Any = None
+        self.missed: tuple[int, Any] | None = None
+        try:
+            old = signal.getsignal(signal.SIGCHLD)
+            if callable(old):
+                signal.signal(signal.SIGCHLD, self._note)
+                self.old = old
+        except (AttributeError, ValueError, OSError):  # no SIGCHLD, or not the main thread
+            pass
+
+    def _note(self, signum: int, frame: Any) -> None:
+        self.missed = (signum, frame)
+
+    def release(self) -> None:
+        old, self.old = self.old, None
+        if old is None:
+            return
         with contextlib.suppress(AttributeError, ValueError, OSError):
-            signal.pthread_sigmask(signal.SIG_SETMASK, held)
+            signal.signal(signal.SIGCHLD, old)
+        if self.missed is not None:
+            missed, self.missed = self.missed, None
+            old(*missed)  # the DataLoader's check, as it would have run: it may raise
 
 
 def _forget_live_entries() -> None:
