@@ -7,7 +7,6 @@ the clock tolerance between hosts, where real processes cannot be made to disagr
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import subprocess
@@ -16,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from checkkit import check_run
 from dltop.tui.core import ranks
 from dltop.tui.core.alerts import Alert
 from dltop.tui.core.rules import Config, RuleEngine
@@ -43,12 +43,7 @@ def _torchrun(tmp_path: Path, mode: str) -> dict[str, Any]:
         if not gloo_startup_race(job.stderr):
             break
     assert sorted(p.name for p in out.iterdir()) == ["rank0.jsonl", "rank1.jsonl", "rank2.jsonl"]
-    done = subprocess.run(
-        [sys.executable, "-m", "dltop.tui", "check", str(out), "--json"],
-        capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
-    assert done.returncode in (0, 1, 2), done.stderr
-    return json.loads(done.stdout)
+    return check_run(out)
 
 
 def test_a_healthy_job_raises_nothing(tmp_path: Path) -> None:

@@ -9,11 +9,18 @@ they live here once; each source writes its own ``run()``.
 from __future__ import annotations
 
 import threading
-from typing import Self
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Self
+
+if TYPE_CHECKING:
+    from dltop.tui.core.run import RunModel
 
 
 class ReaderThread:
     thread_name = "dltop-reader"
+    model: RunModel
+    on_update: Callable[[int], Any] | None
+    error: str | None
     caught_up: threading.Event  # set when the reader has read what there is (per source)
     _stop: threading.Event
     _thread: threading.Thread | None
@@ -47,3 +54,19 @@ class ReaderThread:
 
     def wait_caught_up(self, timeout: float | None = None) -> bool:
         return self.caught_up.wait(timeout)
+
+    def _notify(self, n: int) -> None:
+        """Tell the UI that n records arrived; a UI that is gone stops the reader."""
+        if self.on_update is None:
+            return
+        try:
+            self.on_update(n)
+        except Exception as exc:  # the UI is gone: no point in reading further
+            self._fail(f"update callback failed: {exc}")
+            self._stop.set()
+
+    def _fail(self, message: str) -> None:
+        """The reader's one-line error, where the UI reads it (the model, under its lock)."""
+        self.error = message
+        with self.model.lock:
+            self.model.source_error = message

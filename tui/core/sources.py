@@ -81,7 +81,7 @@ def _same_run(a: dict[str, Any] | None, b: dict[str, Any]) -> bool:
     return a == b
 
 
-class FileSource(TailFirst, ReaderThread):
+class FileSource(ReaderThread, TailFirst):  # ReaderThread first: its _notify is real
     """Follows one log file into ``model`` on a reader thread (or inline via :meth:`run`)."""
 
     def __init__(
@@ -199,20 +199,6 @@ class FileSource(TailFirst, ReaderThread):
             model.ingest([], malformed=self._dec.malformed)
         if records or changed:
             self._notify(len(records))
-
-    def _notify(self, n: int) -> None:
-        if self.on_update is None:
-            return
-        try:
-            self.on_update(n)
-        except Exception as exc:  # the UI is gone: no point in reading further
-            self._fail(f"update callback failed: {exc}")
-            self._stop.set()
-
-    def _fail(self, message: str) -> None:
-        self.error = message
-        with self.model.lock:
-            self.model.source_error = message
 
     def _remember_head(self) -> None:
         blob = os.pread(self._fd, _HEAD, 0)
@@ -362,20 +348,6 @@ class ForeignSource(ReaderThread):
             self._fail(f"reader failed: {type(exc).__name__}: {exc}")
         finally:
             self.caught_up.set()
-
-    def _notify(self, n: int) -> None:
-        if self.on_update is None:
-            return
-        try:
-            self.on_update(n)
-        except Exception as exc:  # the UI is gone
-            self._fail(f"update callback failed: {exc}")
-            self._stop.set()
-
-    def _fail(self, message: str) -> None:
-        self.error = message
-        with self.model.lock:
-            self.model.source_error = message
 
 
 def open_source(

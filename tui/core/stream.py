@@ -327,11 +327,9 @@ class SocketSource(ReaderThread):
         if self.on_update is not None:
             try:
                 self.on_update(n)
-            except Exception:
+            except Exception:  # the UI is gone: stop quietly (no error to show anyone)
                 self._stop.set()
 
     def _fail(self, message: str) -> None:
-        self.error = message
-        with self.model.lock:
-            self.model.source_error = message
-        self.caught_up.set()
+        super()._fail(message)
+        self.caught_up.set()  # nothing more to wait for
