@@ -7,11 +7,11 @@ then the loss sits at chance) and synthetic streams for the exact shapes.
 
 from __future__ import annotations
 
-import json
 import subprocess
 import sys
 from pathlib import Path
 
+from checkkit import check_run
 from dltop.tui.core.rules.figures import start_level
 from rulekit import Run, alerts_of, run_engine
 
@@ -34,21 +34,12 @@ with Probe(path=sys.argv[1], model=model, optimizer=opt, socket=False, system=Fa
 """
 
 
-def _check(log: Path) -> dict:
-    done = subprocess.run(
-        [sys.executable, "-m", "dltop.tui", "check", str(log), "--json"],
-        capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
-    assert done.returncode in (0, 1, 2), done.stderr
-    return json.loads(done.stdout)
-
-
 def test_adam_at_a_too_high_lr_kills_every_relu(tmp_path: Path) -> None:
     """The blow-up is named on its step, the dead network is critical in its own words,
     and the plateau is measured from before the blow-up (not "97 % better")."""
     log = tmp_path / "dead.jsonl"
     subprocess.run([sys.executable, "-c", DEAD_NET, str(log), "1.0"], check=True, timeout=300)
-    out = _check(log)
+    out = check_run(log)
     by_id = {a["id"]: a for a in out["alerts"]}
     early = by_id["divergence"]
     assert early["severity"] == "critical" and early["step"] <= 3
@@ -63,7 +54,7 @@ def test_adam_at_a_too_high_lr_kills_every_relu(tmp_path: Path) -> None:
 def test_the_same_network_at_a_sane_lr_is_quiet(tmp_path: Path) -> None:
     log = tmp_path / "ok.jsonl"
     subprocess.run([sys.executable, "-c", DEAD_NET, str(log), "1e-3"], check=True, timeout=300)
-    out = _check(log)
+    out = check_run(log)
     loud = [(a["id"], a["severity"]) for a in out["alerts"] if a["severity"] != "info"]
     assert loud == [], loud
 
@@ -168,3 +159,25 @@ def test_a_gap_in_a_log_without_heartbeats_is_information() -> None:
     (a,) = alerts_of(eng, "stall")
     assert (a.severity, a.title) == ("info", "Gap between steps")
     assert "no heartbeats" in a.message
+
+
+def test_the_early_watch_closes_when_the_step_never_advances() -> None:
+    """A log whose step number stays the same (a user logging step=0 every time): the watch
+    is bounded in records too, so its list of losses cannot grow with the file."""
+    from dltop.tui.core.rules import Config, RuleEngine
+
+    eng = RuleEngine(Config.load())
+    eng.feed({"kind": "meta", "v": 1, "pid": 1, "t": 0.0})
+    for i in range(500):
+        eng.feed({"kind": "step", "step": 0, "t": float(i), "loss": 1.0 + 0.01 * (i % 7)})
+    rule = eng.divergence_rule
+    assert not rule.early_open and len(rule.early_logs) <= rule.early_steps
+
+
+def test_a_rank_block_keeps_a_bounded_sample() -> None:
+    from dltop.tui.core.ranks import BUCKET_RECORDS, RankTimes
+
+    times = RankTimes()
+    times.feed({"kind": "step", "step": 3, "step_time": 0.1} for _ in range(10 * BUCKET_RECORDS))
+    times.finish()
+    assert times.step == {0: 0.1} and len(times._s) == 0

@@ -36,6 +36,7 @@ from dltop.tui.core.rules.window import median_of
 
 SKEW_S = 2.0  # clock difference tolerated between hosts when ordering failures
 BUCKET_STEPS = 50  # steps per block compared across ranks
+BUCKET_RECORDS = 4 * BUCKET_STEPS  # records a block keeps (more only if steps repeat)
 MAX_BUCKETS = 20_000  # blocks kept per rank (a million steps at 50 per block)
 PERSIST = 3  # consecutive blocks the same rank must stand out in
 MIN_EXCESS_S = 0.005  # extra data wait below this is noise at any step time
@@ -73,6 +74,8 @@ class RankTimes:
             if b != self._cur:
                 self._close()
                 self._cur = b
+            if len(self._s) >= BUCKET_RECORDS:
+                continue  # a step number that never advances: the block has its sample
             dt = as_float(rec.get("data_time"))
             self._s.append(st)
             self._d.append(dt if dt is not None and 0 <= dt < 1e6 else 0.0)

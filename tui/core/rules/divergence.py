@@ -67,6 +67,7 @@ class Divergence(Rule):
         self.log_early = math.log(max(1.0 + 1e-9, float(c["early_ratio"])))
         self.early_open = self.on and self.early_steps > 0  # the engine calls early() while set
         self.early_from: int | None = None  # the first step early() saw
+        self.early_n = 0  # losses early() has seen
         self.early_logs: list[float] = []  # log losses of the first steps, before any high
         self.high_from: int | None = None  # first step of the current run of early highs
         self.high_ref: float | None = None  # the reference it was judged against
@@ -163,9 +164,11 @@ class Divergence(Rule):
             return
         if self.early_from is None:
             self.early_from = step
-        # in steps, not records: a log written every 50 steps has left its first steps
-        # after two records
-        if step - self.early_from >= self.early_steps:
+        self.early_n += 1
+        # in steps (a log written every 50 steps is past its start after one record), and
+        # never more than early_steps records: a log whose step number never advances must
+        # not keep this watch, and its list of losses, open
+        if step - self.early_from >= self.early_steps or self.early_n > self.early_steps:
             self.early_open = False
             return
         self._early(e, step, loss, math.log(loss))
