@@ -27,33 +27,71 @@ class Demo:
     breaks: str  # one line for `dltop demo --list`
     alert: str | None  # the alert id dltop must raise; None for `healthy` (no alert at all)
     budget: int | None  # the alert must first hold at or before this step
-    seconds: int  # rough wall time on 2 CPU cores, torch import included
+    seconds: int  # rough wall time on 2 CPU cores with --fast, torch import included
     slow: bool = True  # the default test run skips slow demos
+    # optimizer steps of a whole run: spread over PACE_SECONDS unless --fast (0: not paced,
+    # the demo already runs at a human pace, or pacing would hide its fault)
+    steps: int = 0
 
 
-# name, what breaks (for --list), alert id, step budget, seconds, slow
+# name, what breaks (for --list), alert id, step budget, seconds (--fast), slow, steps paced
 # fmt: off
 _TABLE = [
-    ("healthy", "nothing: a well-tuned run, dltop stays quiet", None, None, 4, False),
-    ("nan", "LR warm-up to a peak far too high: the loss turns NaN", "nan_loss", 300, 4, False),
-    ("explode", "2nd data file in mm, not m: gradients explode (clipping hides it)", "grad_explosion", 300, 4, True),
-    ("vanishing", "20 stacked sigmoids: gradients vanish before the first layer", "vanishing_grad", 400, 5, True),
-    ("dead_units", "LR too high for a ReLU net: the units die and never recover", "dead_units", 400, 5, True),
-    ("plateau", "learning rate 1e-6 instead of 1e-3: the loss does not move", "plateau", 400, 4, True),
-    ("oscillation", "data sorted by class, not shuffled: the loss saws up and down", "oscillation", 400, 5, True),
-    ("overfit", "big net, 128 noisy samples: eval loss climbs, train loss falls", "overfitting", 800, 8, True),
+    ("healthy", "nothing: a well-tuned run, dltop stays quiet", None, None, 4, False, 640),
+    ("nan", "LR warm-up to a peak far too high: the loss turns NaN", "nan_loss", 300, 4, False, 384),
+    ("explode", "2nd data file in mm, not m: gradients explode (clipping hides it)", "grad_explosion", 300, 4, True, 300),
+    ("vanishing", "20 stacked sigmoids: gradients vanish before the first layer", "vanishing_grad", 400, 5, True, 512),
+    ("dead_units", "LR too high for a ReLU net: the units die and never recover", "dead_units", 400, 5, True, 512),
+    ("plateau", "learning rate 1e-6 instead of 1e-3: the loss does not move", "plateau", 400, 4, True, 384),
+    ("oscillation", "data sorted by class, not shuffled: the loss saws up and down", "oscillation", 400, 5, True, 600),
+    ("overfit", "big net, 128 noisy samples: eval loss climbs, train loss falls", "overfitting", 800, 8, True, 800),
     ("data_bound", "a slow dataset, no workers: the model waits for data", "data_bound", 120, 11, True),
     ("leak", "held-out loss kept with its graph: memory grows every step", "memory_growth", 1600, 30, True),
-    ("oom", "batch size doubled until it does not fit: a real out-of-memory", "oom", 40, 7, True),
+    ("oom", "batch size doubled until it does not fit: a real out-of-memory", "oom", 40, 7, True, 16),
     ("stall", "a read blocks on a dead storage server: training hangs 70 s", "stall", 200, 75, True),
-    ("crash", "batch size hard-coded in a reshape: the last batch crashes", "crash", 100, 4, False),
+    ("crash", "batch size hard-coded in a reshape: the last batch crashes", "crash", 100, 4, False, 31),
 ]
 # fmt: on
-DEMOS: dict[str, Demo] = {row[0]: Demo(*row) for row in _TABLE}
+DEMOS: dict[str, Demo] = {row[0]: Demo(*row) for row in _TABLE}  # type: ignore[arg-type]
+PACE_SECONDS = 30.0  # a paced demo's training time: long enough to watch it go wrong
+
+
+class Pacer:
+    """Spreads a demo's steps over about :data:`PACE_SECONDS` so a person can watch it.
+
+    Unpaced, most demos finish in 2-4 s: the first thing a newcomer saw was a finished
+    run, "elapsed 0:00", and a memory panel without readings (the 1 Hz sampler never
+    ran). Called after ``probe.step()``: the wait lands in the step's compute time (as a
+    slower model would), never in its data wait, which would read as a data-bound run.
+    The schedule is absolute (step i is due at ``start + i * delay``), so the demo's own
+    compute is absorbed, not added.
+    """
+
+    def __init__(self, delay: float) -> None:
+        self.delay = max(0.0, delay)
+        self.due: float | None = None
+
+    def __call__(self) -> None:
+        if not self.delay:
+            return
+        now = time.monotonic()
+        if self.due is None:
+            self.due = now
+        self.due += self.delay
+        if self.due > now:
+            time.sleep(self.due - now)
+        else:  # behind (a slow machine, a long step): never sleep to catch up, never race ahead
+            self.due = now
+
+
+def pacer(args: argparse.Namespace) -> Pacer:
+    """The demo's pacer: a no-op with ``--fast`` or for demos that are not paced."""
+    steps = DEMOS[args.demo].steps
+    return Pacer(0.0 if args.fast or not steps else PACE_SECONDS / steps)
 
 
 def parse_args(name: str, argv: list[str] | None = None) -> argparse.Namespace:
-    """The command line every demo accepts: ``--out PATH`` and ``--device cpu|cuda``."""
+    """The command line every demo accepts: ``--out PATH``, ``--device cpu|cuda``, ``--fast``."""
     demo = DEMOS[name]
     parser = argparse.ArgumentParser(
         prog=f"python -m dltop.demos.{name}", description=f"dltop demo: {demo.breaks}"
@@ -62,7 +100,13 @@ def parse_args(name: str, argv: list[str] | None = None) -> argparse.Namespace:
         "--out", default=None, help="log file (default: ./dltop-runs/demo-NAME-TIME.jsonl)"
     )
     parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu", help="where to train")
+    parser.add_argument(
+        "--fast",
+        action="store_true",
+        help=f"train at full speed (default: spread over ~{PACE_SECONDS:.0f} s so you can watch)",
+    )
     args = parser.parse_args(argv)
+    args.demo = name
     if args.out is None:
         args.out = default_log_path(name)
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)

@@ -15,7 +15,7 @@ checklist for shape errors. Fix: ``x.flatten(1)`` (or ``x.view(x.size(0), -1)``)
 """
 
 import torch
-from dltop.demos._common import parse_args, setup
+from dltop.demos._common import pacer, parse_args, setup
 from dltop.probe import Probe
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
@@ -37,6 +37,7 @@ class Net(nn.Module):
 def main() -> None:
     args = parse_args("crash")
     device = setup(args)
+    pace = pacer(args)  # --fast: full speed
     print(
         "crash: the model reshapes with a hard-coded batch size, so the epoch's last, smaller batch crashes."
     )
@@ -59,6 +60,7 @@ def main() -> None:
                 opt.step()
                 opt.zero_grad()
                 probe.step(loss=loss)
+                pace()
     print(f"crash: done, log in {args.out}")  # never reached
 
 

@@ -16,7 +16,7 @@ initialization and input scaling.
 """
 
 import torch
-from dltop.demos._common import parse_args, setup
+from dltop.demos._common import pacer, parse_args, setup
 from dltop.probe import Probe
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
@@ -25,6 +25,7 @@ from torch.utils.data import DataLoader, TensorDataset
 def main() -> None:
     args = parse_args("dead_units")
     device = setup(args)
+    pace = pacer(args)  # --fast: full speed
     print(
         "dead_units: SGD at lr 0.5, momentum 0.9, no warm-up, drives the ReLUs negative for good."
     )
@@ -52,6 +53,7 @@ def main() -> None:
                 opt.step()
                 opt.zero_grad()
                 probe.step(loss=loss)
+                pace()
     print(f"dead_units: done, log in {args.out}")
 
 

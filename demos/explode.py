@@ -15,7 +15,7 @@ learning rate and clipping.
 """
 
 import torch
-from dltop.demos._common import parse_args, setup
+from dltop.demos._common import pacer, parse_args, setup
 from dltop.probe import Probe
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
@@ -33,6 +33,7 @@ def sensor_file(n: int, scale: float) -> TensorDataset:
 def main() -> None:
     args = parse_args("explode")
     device = setup(args)
+    pace = pacer(args)  # --fast: full speed
     print(
         "explode: the second data file is in millimetres, not metres, so input scale and gradients jump ~1000x."
     )
@@ -62,6 +63,7 @@ def main() -> None:
             opt.step()
             opt.zero_grad()
             probe.step(loss=loss)
+            pace()
     print(f"explode: done, log in {args.out}")
 
 

@@ -8,7 +8,7 @@ raise no alert at all. Compare its panels with the broken demos.
 """
 
 import torch
-from dltop.demos._common import parse_args, setup
+from dltop.demos._common import pacer, parse_args, setup
 from dltop.probe import Probe
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
@@ -17,6 +17,7 @@ from torch.utils.data import DataLoader, TensorDataset
 def main() -> None:
     args = parse_args("healthy")
     device = setup(args)
+    pace = pacer(args)  # --fast: full speed
     print(
         "healthy: a well-tuned run (Adam, cosine schedule, held-out eval), so dltop should stay quiet."
     )
@@ -52,6 +53,7 @@ def main() -> None:
                 sched.step()
                 acc = (logits.argmax(dim=1) == yb).float().mean()
                 probe.step(loss=loss, acc=acc)
+                pace()
 
                 step += 1
                 if step % 64 == 0:  # evaluate on held-out data every 64 steps

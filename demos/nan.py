@@ -13,7 +13,7 @@ learning rate at that step (the ``lr`` panel shows the warm-up ramp).
 """
 
 import torch
-from dltop.demos._common import parse_args, setup
+from dltop.demos._common import pacer, parse_args, setup
 from dltop.probe import Probe
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
@@ -22,6 +22,7 @@ from torch.utils.data import DataLoader, TensorDataset
 def main() -> None:
     args = parse_args("nan")
     device = setup(args)
+    pace = pacer(args)  # --fast: full speed
     print(
         "nan: warming the learning rate up to 4.0 (several times too high), so SGD diverges until the loss is NaN."
     )
@@ -52,6 +53,7 @@ def main() -> None:
                 opt.zero_grad()
                 sched.step()
                 probe.step(loss=loss)
+                pace()
     print(f"nan: done, log in {args.out}")
 
 

@@ -22,7 +22,7 @@ import resource
 import sys
 
 import torch
-from dltop.demos._common import parse_args, setup
+from dltop.demos._common import pacer, parse_args, setup
 from dltop.probe import Probe
 from torch import nn
 
@@ -47,6 +47,7 @@ def cap_memory(device: torch.device) -> None:
 def main() -> None:
     args = parse_args("oom")
     device = setup(args)
+    pace = pacer(args)  # --fast: full speed
     print(
         "oom: doubling the batch size every 4 steps under a 768 MB cap until a real allocation fails."
     )
@@ -73,6 +74,7 @@ def main() -> None:
             opt.step()
             opt.zero_grad()
             probe.step(loss=loss)
+            pace()
     print(f"oom: done, log in {args.out}")  # never reached
 
 

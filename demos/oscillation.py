@@ -15,7 +15,7 @@ checklist asks about shuffling, the learning rate and the batch size.
 """
 
 import torch
-from dltop.demos._common import parse_args, setup
+from dltop.demos._common import pacer, parse_args, setup
 from dltop.probe import Probe
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
@@ -24,6 +24,7 @@ from torch.utils.data import DataLoader, TensorDataset
 def main() -> None:
     args = parse_args("oscillation")
     device = setup(args)
+    pace = pacer(args)  # --fast: full speed
     print(
         "oscillation: the data is sorted by class and not shuffled, so the loss saws up and down batch after batch."
     )
@@ -54,6 +55,7 @@ def main() -> None:
                 opt.step()
                 opt.zero_grad()
                 probe.step(loss=loss)
+                pace()
     print(f"oscillation: done, log in {args.out}")
 
 

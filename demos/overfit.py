@@ -15,7 +15,7 @@ decay/dropout, or a smaller model.
 """
 
 import torch
-from dltop.demos._common import parse_args, setup
+from dltop.demos._common import pacer, parse_args, setup
 from dltop.probe import Probe
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
@@ -24,6 +24,7 @@ from torch.utils.data import DataLoader, TensorDataset
 def main() -> None:
     args = parse_args("overfit")
     device = setup(args)
+    pace = pacer(args)  # --fast: full speed
     print(
         "overfit: a 280k-parameter net on 128 noisy samples memorizes them, so held-out loss climbs."
     )
@@ -56,6 +57,7 @@ def main() -> None:
                 opt.step()
                 opt.zero_grad()
                 probe.step(loss=loss)
+                pace()
 
                 step += 1
                 if step % 20 == 0:  # evaluate on the held-out set

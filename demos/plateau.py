@@ -13,7 +13,7 @@ the learning rate and suggests an LR range test.
 """
 
 import torch
-from dltop.demos._common import parse_args, setup
+from dltop.demos._common import pacer, parse_args, setup
 from dltop.probe import Probe
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
@@ -22,6 +22,7 @@ from torch.utils.data import DataLoader, TensorDataset
 def main() -> None:
     args = parse_args("plateau")
     device = setup(args)
+    pace = pacer(args)  # --fast: full speed
     print(
         "plateau: Adam with lr=1e-6 instead of 1e-3 takes steps too small to move the loss at all."
     )
@@ -49,6 +50,7 @@ def main() -> None:
                 opt.step()
                 opt.zero_grad()
                 probe.step(loss=loss)
+                pace()
     print(f"plateau: done, log in {args.out}")
 
 

@@ -13,7 +13,7 @@ activations, normalization layers, residual connections, or a shallower net.
 """
 
 import torch
-from dltop.demos._common import parse_args, setup
+from dltop.demos._common import pacer, parse_args, setup
 from dltop.probe import Probe
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
@@ -22,6 +22,7 @@ from torch.utils.data import DataLoader, TensorDataset
 def main() -> None:
     args = parse_args("vanishing")
     device = setup(args)
+    pace = pacer(args)  # --fast: full speed
     print(
         "vanishing: 20 stacked sigmoid layers shrink the gradient at every layer, so the first ones never learn."
     )
@@ -49,6 +50,7 @@ def main() -> None:
                 opt.step()
                 opt.zero_grad()
                 probe.step(loss=loss)
+                pace()
     print(f"vanishing: done, log in {args.out}")
 
 

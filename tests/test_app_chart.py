@@ -13,6 +13,7 @@ from dltop.tui.core.chartdata import (
     column_to_step,
     ema_buckets,
     step_to_column,
+    wants_log,
     y_range,
 )
 from dltop.tui.core.fmt import compact as format_value
@@ -157,3 +158,26 @@ def test_chart_cursor_and_log_scale() -> None:
 
 def test_chart_few_points_draw_a_line_not_dashes() -> None:
     asyncio.run(_test_chart_few_points_draw_a_line_not_dashes())
+
+
+def test_an_axis_never_goes_below_zero_for_a_series_that_never_does() -> None:
+    # the NaN demo's shape on a linear axis: 1.5 ... 1e35; padding used to put -1e34 on it
+    blown = ChartData(0, 9, (Trace("loss", [1.5, 0.01, 1e35], [1.5, 0.01, 1e35]),))
+    low, high = y_range(blown) or (None, None)
+    assert low == 0.0 and high is not None and high > 1e35
+    lr = ChartData(0, 9, (Trace("lr", [0.0, 1.0], [0.0, 3.0]),))
+    assert (y_range(lr) or (None,))[0] == 0.0
+    # a series away from zero keeps its padding (no squashed axis from 0 to 2.5)
+    flat = ChartData(0, 9, (Trace("loss", [2.3, 2.4], [2.4, 2.5]),))
+    assert 2.0 < (y_range(flat) or (0.0,))[0] < 2.3
+    # ... and one that does go negative is drawn below zero as before
+    neg = ChartData(0, 9, (Trace("x", [-1.0], [1.0]),))
+    assert (y_range(neg) or (0.0,))[0] < -1.0
+
+
+def test_more_than_three_decades_of_positive_values_want_a_log_axis() -> None:
+    assert wants_log([Trace("loss", [1.5, 2e3], [1.6, 2e3])])  # 1.5 -> 2000: > 1000x
+    assert not wants_log([Trace("loss", [1.5, 1e3], [1.6, 1e3])])  # under 3 decades
+    assert not wants_log([Trace("loss", [0.0, 1e9], [0.0, 1e9])])  # zero: no log axis
+    assert not wants_log([Trace("x", [-1.0, 1e9], [1.0, 1e9])])  # negative: no log axis
+    assert not wants_log([Trace("loss", [None], [None])])

@@ -455,3 +455,21 @@ def test_no_mouse_leaves_the_mouse_to_the_terminal(tmp_path: Path) -> None:
     mouse_on = b"\x1b[?1000h"
     assert mouse_on in _run_in_a_pty([str(log), "--replay"], tmp_path)
     assert mouse_on not in _run_in_a_pty([str(log), "--replay", "--no-mouse"], tmp_path)
+
+
+async def _test_a_loss_over_decades_is_log_by_itself_and_l_turns_it_back(tmp_path: Path) -> None:
+    log = write_log(tmp_path / "run.jsonl", "blowup", 320)
+    app = _replay(log, 320)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await _loaded(pilot, app, 319)
+        assert _legend(app).startswith("[auto log] ") and app.state.log_loss is None
+        await pilot.press("l")  # the other way from what is drawn: linear
+        await pilot.pause()
+        assert "log]" not in _legend(app) and app.state.log_loss is False
+        await pilot.press("l")
+        await pilot.pause()
+        assert _legend(app).startswith("[log] ") and app.state.log_loss is True
+
+
+def test_a_loss_over_decades_is_log_by_itself_and_l_turns_it_back(tmp_path: Path) -> None:
+    asyncio.run(_test_a_loss_over_decades_is_log_by_itself_and_l_turns_it_back(tmp_path))

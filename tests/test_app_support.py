@@ -24,7 +24,7 @@ from dltop.probe.schema import encode_record
 
 T0 = 1_700_000_000.0
 DT = 0.1  # seconds per step
-SCENARIOS = ("healthy", "nan", "data_bound", "crashed", "gpu", "killed")
+SCENARIOS = ("healthy", "nan", "data_bound", "crashed", "gpu", "killed", "blowup")
 SCRIPT = str(Path(__file__).resolve())
 
 
@@ -59,6 +59,9 @@ def step(i: int, scenario: str) -> dict[str, Any]:
         rec["mem_allocated"] = 2 * 2**30 + i * 2**20
         rec["mem_reserved"] = 3 * 2**30
         rec["mem_limit"] = 16 * 2**30
+    if scenario == "blowup" and i > BLOWUP_STEP:  # the lr is too high from here: x1.6 a step
+        rec["loss"] = step(BLOWUP_STEP, "healthy")["loss"] * 1.6 ** (i - BLOWUP_STEP)
+        rec["grad_norm"] = gn * 1.5 ** (i - BLOWUP_STEP)
     if scenario == "nan" and i >= NAN_STEP:
         rec["loss"] = math.nan
         rec["grad_norm"] = math.inf if i == NAN_STEP else math.nan
@@ -66,6 +69,7 @@ def step(i: int, scenario: str) -> dict[str, Any]:
 
 
 NAN_STEP = 240
+BLOWUP_STEP = 150  # "blowup": healthy until here, then 1.5 -> 1e35 (the NaN demo's shape)
 
 
 def sys_rec(i: int, scenario: str) -> dict[str, Any]:

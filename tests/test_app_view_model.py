@@ -251,3 +251,11 @@ def test_checklist_title_is_not_said_twice() -> None:
         (alert,) = [a for a in model.alerts() if a.id == "crash"]
         title, steps = vm.checklist_view(model, alert, "en")
         assert steps and title.count(alert.title) == 1, title
+
+
+def test_an_ended_run_reports_its_average_speed(tmp_path: Path) -> None:
+    # 180 steps (0..179) over 18 s from the meta record to the last step: the whole run's
+    # speed, not the median of its last steps
+    model = _model(tmp_path, "crashed", 180)
+    info = vm.header_info(model, end_time(180) + 5, vm.ViewState(), follow=False)
+    assert info.rate == f"{179 / 18.0:.3g} steps/s" and info.elapsed == "0:18"

@@ -43,7 +43,7 @@ def _dltop(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
 def run_demo(name: str, tmp_path: Path) -> tuple[Path, str]:
     """``dltop demo NAME --no-ui``: returns the log and the demo's stdout."""
     log = tmp_path / f"demo-{name}.jsonl"
-    proc = _dltop("demo", name, "--no-ui", "--out", str(log), timeout=540)
+    proc = _dltop("demo", name, "--no-ui", "--fast", "--out", str(log), timeout=540)
     assert proc.returncode == 0, (
         f"dltop demo {name} exited {proc.returncode}:\n{proc.stderr[-3000:]}"
     )
@@ -82,6 +82,11 @@ def test_demo_ends_with_its_alert(name: str, tmp_path: Path) -> None:
     )
 
     report = check(log)
+    if demo.steps:  # the pace spreads this many steps over PACE_SECONDS: it must stay true
+        n = report["steps"]
+        assert 0.7 * demo.steps <= n <= 1.3 * demo.steps, (
+            f"{name}: {n} steps, paced for {demo.steps}"
+        )
     if demo.alert is None:
         assert report["alerts"] == [], f"{name} must stay quiet, got {report['alerts']}"
         assert report["status"] == "finished"
@@ -113,6 +118,43 @@ def test_oom_is_a_real_allocator_failure_with_memory_state(tmp_path: Path) -> No
     # the cap the demo set on itself held: the process never came near the machine's memory
     rss = max(r["rss"] for r in records if r.get("kind") == "sys")
     assert rss < 2 * 2**30
+
+
+def test_a_paced_demo_waits_in_compute_never_in_data(tmp_path: Path) -> None:
+    """The pace a person watches at must not make a healthy demo look data-bound: the
+    wait lands after ``probe.step()``, in the step's compute time."""
+    code = f"""
+import time, torch
+from dltop.demos._common import Pacer
+from dltop.probe import Probe
+model = torch.nn.Linear(4, 1)
+opt = torch.optim.SGD(model.parameters(), lr=0.01)
+pace = Pacer(0.05)
+t0 = time.monotonic()
+with Probe(path={str(tmp_path / "p.jsonl")!r}, model=model, optimizer=opt, system=False) as probe:
+    for x in probe.loader([torch.randn(8, 4) for _ in range(20)]):
+        loss = model(x).pow(2).mean()
+        loss.backward(); opt.step(); opt.zero_grad()
+        probe.step(loss=loss)
+        pace()
+print(time.monotonic() - t0)
+"""
+    proc = subprocess.run([PY, "-c", code], capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr
+    assert float(proc.stdout.split()[-1]) >= 0.9, "20 steps at 50 ms apart"
+    records, _ = read_records(str(tmp_path / "p.jsonl"))
+    steps = [r for r in records if r.get("kind") == "step"][1:]  # the first has no interval
+    assert steps and all(r["data_time"] < 0.02 for r in steps), steps
+    assert sum(r["compute_time"] for r in steps) / len(steps) > 0.03
+
+
+def test_fast_and_unpaced_demos_never_sleep() -> None:
+    from dltop.demos._common import DEMOS, pacer, parse_args
+
+    assert pacer(parse_args("nan", ["--fast", "--out", "/dev/null"])).delay == 0.0
+    assert pacer(parse_args("stall", ["--out", "/dev/null"])).delay == 0.0  # paced by its own fault
+    paced = pacer(parse_args("nan", ["--out", "/dev/null"]))
+    assert paced.delay * DEMOS["nan"].steps == pytest.approx(30.0)
 
 
 def test_list_shows_every_demo_on_one_line() -> None:

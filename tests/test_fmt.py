@@ -45,3 +45,10 @@ def test_no_other_module_formats_numbers_on_its_own() -> None:
         if p.name != "fmt.py" and own.search(p.read_text())
     ]
     assert found == [], f"format numbers in tui/core/fmt.py, not in {found}"
+
+
+def test_a_short_run_is_not_zero_seconds_and_a_fast_one_not_1e_plus_03() -> None:
+    # the NaN demo ran 0.4 s at ~1 000 steps/s: "elapsed 0:00" and "1e+03 steps/s"
+    assert fmt.duration(0.4) == "0.4s" and fmt.duration(9.94) == "9.9s"
+    assert fmt.duration(10) == "0:10"
+    assert fmt.rate(1000.0) == "1000" and fmt.rate(1420.6) == "1421" and fmt.rate(9.94) == "9.94"

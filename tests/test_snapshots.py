@@ -1,5 +1,5 @@
 """SVG snapshots of the dashboard (pytest-textual-snapshot): healthy, NaN, data-bound,
-crashed replay and no-GPU screens, at 120x40 and 80x24.
+crashed replay, no-GPU and blow-up (auto log axis) screens, at 120x40 and 80x24.
 
 Deterministic by construction: the logs are generated with fixed timestamps, "now" is
 frozen (the app's ``now=``), the host in the log is not this host (so no pid lookup), and
@@ -25,6 +25,8 @@ SCREENS = {
     "data_bound": ("data_bound", 300, ()),
     "crashed_replay": ("crashed", 180, ()),
     "no_gpu": ("healthy", 200, ("6",)),  # zoom the GPU panel: the N/A card
+    # a loss from 1.5 to 1e35: a log axis by itself, nothing below zero on any axis
+    "blowup": ("blowup", 320, ()),
 }
 
 

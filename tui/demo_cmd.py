@@ -43,6 +43,11 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--device", choices=("cpu", "cuda"), default="cpu", help="where to train (default cpu)"
     )
+    parser.add_argument(
+        "--fast",
+        action="store_true",
+        help="train at full speed (default: spread over ~30 s so you can watch it go wrong)",
+    )
 
 
 def list_lines() -> list[str]:
@@ -74,7 +79,7 @@ def run(args: argparse.Namespace) -> int:
     log = Path(args.out or default_log_path(args.name))
     log.parent.mkdir(parents=True, exist_ok=True)
     cmd = [sys.executable, "-m", f"dltop.demos.{args.name}", "--out", str(log)]
-    cmd += ["--device", args.device]
+    cmd += ["--device", args.device] + (["--fast"] if args.fast else [])
     if args.no_ui:
         return _run_headless(args.name, cmd, log)
     if not (sys.stdin.isatty() and sys.stdout.isatty()):

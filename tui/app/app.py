@@ -354,7 +354,9 @@ class DltopApp(App[int]):
             self.call_after_refresh(widget.update)
 
     def action_toggle_log(self) -> None:
-        self.set_state(log_loss=not self.state.log_loss)
+        with vm.locked(self.model):  # the other way from what is drawn (by choice or by itself)
+            shown = vm.loss_log_shown(self.model, self.state)
+        self.set_state(log_loss=not shown)
 
     def action_toggle_smoothing(self) -> None:
         self.set_state(smoothing=not self.state.smoothing)

@@ -19,6 +19,7 @@ legend), never as a gap; a step cursor is a highlighted column.
 from __future__ import annotations
 
 import math
+import textwrap
 from collections.abc import Callable
 from typing import ClassVar
 
@@ -149,6 +150,10 @@ class Chart(Widget):
             empty = self._style("empty")
             for r in range(plot_h):
                 text = msg.center(cols) if r == plot_h // 2 else ""
+            # wrapped at words, centred: a narrow panel shows "no memory / readings", not
+            # "no memory readi…"
+            lines = textwrap.wrap(msg, cols)[:plot_h] or [""]
+            top = max(0, (plot_h - len(lines)) // 2)
                 rows.append(Strip([Segment(" " * GUTTER, axis), *_pad(text, cols, empty)], width))
             rows.append(_text_strip("", width, axis))
             return rows
@@ -311,8 +316,16 @@ def _put(line: list[str], at: int, text: str) -> None:
 
 
 def _fit(text: str, width: int) -> str:
-    """``text`` cut to ``width`` with an ellipsis, so a cut legend says it was cut."""
-    return text if len(text) <= width else text[: max(0, width - 1)] + "…"
+    """``text`` cut to ``width`` with an ellipsis, so a cut legend says it was cut; at the
+    end of a whole legend item ("step 100.0ms"), else of a word, never mid-word."""
+    if len(text) <= width:
+        return text
+    cut = text[: max(0, width - 1)]
+    for sep in ("  ", " "):
+        i = cut.rfind(sep)
+        if i > 0 and text[i : i + len(sep)] == sep:
+            return cut[:i].rstrip() + "…"
+    return cut + "…"
 
 
 def _pad(text: str, width: int, style: Style) -> list[Segment]:

@@ -90,9 +90,34 @@ def y_range(data: ChartData) -> tuple[float, float] | None:
     # span, the padding and the drawing scale overflow: they are drawn at the edge instead
     lo, hi = max(lo, -_EDGE), min(hi, _EDGE)
     pad = (abs(hi) * 0.1 if hi else 1.0) if hi - lo < 1e-12 else (hi - lo) * 0.05
-    # a floor (0 B, 0 s) is a real bound: never pad below it into impossible values
-    bottom = lo if floor is not None and lo >= floor else lo - pad
+    # a floor (0 B, 0 s) is a real bound: never pad below it into impossible values; nor
+    # below zero for a series that never goes there (a loss axis at -1e34 reads as a
+    # negative loss)
+    if floor is None and not data.log and lo >= 0:
+        floor = 0.0
+    bottom = max(lo - pad, floor) if floor is not None and lo >= floor else lo - pad
     return bottom, hi + pad
+
+
+DECADES_FOR_LOG = 3.0  # a visible range wider than this many decades is drawn on a log axis
+
+
+def wants_log(traces: Sequence[Trace]) -> bool:
+    """A series spanning more than :data:`DECADES_FOR_LOG` decades (a loss that blew up to
+    1e35 from 1.5) is one flat line on a linear axis with the interesting part crushed at
+    the bottom: a log axis shows both. Only when every drawable value is positive, since a
+    log axis cannot show zero or below."""
+    lo = math.inf
+    hi = 0.0
+    for t in traces:
+        for a, b in zip(t.lo, t.hi, strict=False):
+            if a is None or b is None:
+                continue
+            if a <= 0 or b <= 0:
+                return False
+            lo = min(lo, a)
+            hi = max(hi, b)
+    return lo != math.inf and hi > lo * 10.0**DECADES_FOR_LOG
 
 
 def untransform(value: float, log: bool) -> float:

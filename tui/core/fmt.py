@@ -71,9 +71,13 @@ def seconds(value: float) -> str:
 
 
 def duration(seconds: float | None) -> str:
-    """A run's elapsed time: "1:05", "1:02:05", "3d 2h" ("" when unknown)."""
+    """A run's elapsed time: "2.6s", "1:05", "1:02:05", "3d 2h" ("" when unknown).
+
+    Under 10 s with a decimal: a demo that ran 0.4 s read "0:00", as if nothing had run."""
     if seconds is None or seconds != seconds:
         return ""
+    if seconds < 10:
+        return f"{max(0.0, seconds):.1f}s"
     s = int(max(0, min(seconds, 1e15)))
     if s >= 86400:  # an old log: days and hours say enough
         d, rem = divmod(s, 86400)
@@ -81,6 +85,11 @@ def duration(seconds: float | None) -> str:
     h, rem = divmod(s, 3600)
     m, sec = divmod(rem, 60)
     return f"{h}:{m:02d}:{sec:02d}" if h else f"{m}:{sec:02d}"
+
+
+def rate(per_second: float) -> str:
+    """A speed: "0.52", "38.4", "10", "1420" (never "1.42e+03")."""
+    return f"{per_second:.3g}" if abs(per_second) < 1000 else f"{per_second:.0f}"
 
 
 def age(seconds: float | None) -> str:

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 from dltop.tui.core.fmt import age as format_age
 from dltop.tui.core.fmt import compact, compact_bytes
 from dltop.tui.core.fmt import duration as format_duration
+from dltop.tui.core.fmt import rate as format_rate
 from dltop.tui.core.safetext import escape_fields, visible
 
 if TYPE_CHECKING:
@@ -84,6 +85,18 @@ def header_info(
     first_t = getattr(engine, "first_t", None) or meta.get("t")
     last_t = store.last_t
     elapsed = format_duration(last_t - first_t) if first_t and last_t else ""
+    span = store.step_range()
+    if (
+        (status in ("finished", "crashed") or facts_rate is None)
+        and span is not None
+        and span[1] > span[0]
+        and first_t
+        and last_t
+        and last_t > first_t
+    ):
+        # an ended run (or a log without step times): its average over the whole run; the
+        # median of its last steps says how fast its end went, not how fast it trained
+        facts_rate = (span[1] - span[0]) / (last_t - first_t)
     mode: list[str] = []
     if error or model.source_error:
         mode.append(str(error or model.source_error))
@@ -110,7 +123,7 @@ def header_info(
         status=status,
         age=f"last record {format_age(age_s)}" if age_s is not None else "",
         step=str(last) if last is not None else "—",
-        rate=f"{facts_rate:.3g} steps/s" if facts_rate else "",
+        rate=f"{format_rate(facts_rate)} steps/s" if facts_rate else "",
         elapsed=elapsed,
         skipped=int(model.malformed),
         mode="  ".join(mode),

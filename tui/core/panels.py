@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from dltop.tui.core.chartdata import ALT, ALT2, EMA, EVAL, RAW, ChartData, Trace
+from dltop.tui.core.chartdata import ALT, ALT2, EMA, EVAL, RAW, ChartData, Trace, wants_log
 from dltop.tui.core.fmt import compact as format_value
 from dltop.tui.core.safetext import visible
 
@@ -42,6 +42,11 @@ class PanelSpec:
     series: tuple[Series, ...]
     unit: str = ""
     log: bool = False  # fixed log scale (grad norm); the loss panel follows ViewState
+    # a log axis by itself when the visible values span > 3 decades (ViewState.log_loss
+    # None). Only the loss: a time or memory panel starts at zero and reads right on a
+    # linear axis, where a data wait of 10 us looks as small as it is (on a log axis it
+    # would look as big as the compute)
+    auto_log: bool = False
     smooth: bool = False  # EMA overlay on the first series
     y_floor: float | None = None
     empty: str = "waiting for data"
@@ -58,6 +63,7 @@ PANELS: tuple[PanelSpec, ...] = (
             Series("eval.loss", "eval", EVAL, connect=False),
         ),
         smooth=True,
+        auto_log=True,
         empty="no loss yet",
     ),
     PanelSpec(
@@ -76,7 +82,7 @@ PANELS: tuple[PanelSpec, ...] = (
     ),
     PanelSpec(
         "step_time",
-        "step time: data wait vs compute",
+        "step time",  # the legend leads with the data wait: the title fits a narrow panel
         (
             Series("step_time", "step", ALT),
             Series("compute_time", "compute", ALT2),
@@ -164,17 +170,22 @@ def panel_signature(model: RunModel, key: str, state: ViewState) -> tuple[Any, .
     versions = tuple(getattr(store.series(s.metric), "version", -1) for s in spec.series)
     if key == "throughput":  # without samples/s the panel draws 1 / step_time
         versions += (getattr(store.series("step_time"), "version", -1),)
-    log = spec.log or (key == "loss" and state.log_loss)
+    log = (spec.log, state.log_loss if key == "loss" else None)
     smooth = state.smoothing if spec.smooth else None
     return (spec.title, versions, window(store, state), state.cursor, log, smooth)
 
 
 def panel_chart(model: RunModel, key: str, state: ViewState, buckets: int) -> ChartData:
     """Decimated traces and the legend for one panel."""
-    store = _store(model)
+    return store_chart(_store(model), key, state, buckets)
+
+
+def store_chart(store: Store, key: str, state: ViewState, buckets: int) -> ChartData:
+    """:func:`panel_chart` of a bare store: ``dltop report`` draws the viewer's charts
+    from the records it read, without a live model."""
     spec = panel_spec(store, key)
     start, end = window(store, state)
-    log = spec.log or (key == "loss" and state.log_loss)
+    log = spec.log or (key == "loss" and state.log_loss is True)
     traces: list[Trace] = []
     legend: list[str] = []
     lead: list[str] = []
@@ -197,21 +208,31 @@ def panel_chart(model: RunModel, key: str, state: ViewState, buckets: int) -> Ch
             value = point[1] * scale if scale is not None else point[1]
             (lead if s.lead else legend).append(f"{s.label} {format_value(value, spec.unit)}")
     legend = lead + legend
+    if log and key == "loss":  # first, so a narrow panel never cuts the mark
+        legend.insert(0, "[log]")
     if key == "throughput" and not traces:
         traces, legend = _steps_per_second(store, start, end, buckets, at)
     prefix = f"@{at} " if at is not None else ""
-    scale_note = " [log]" if log and key == "loss" else ""
+    if not log and spec.auto_log and state.log_loss is None and wants_log(traces):
+        log = True
+        legend.insert(0, "[auto log]")
     return ChartData(
         start=start,
         end=max(end, start),
         traces=tuple(traces),
         log=log,
         cursor=at,
-        legend=visible(prefix + "  ".join(legend) + scale_note),  # metric names are the user's
+        legend=visible(prefix + "  ".join(legend)),  # metric names are the user's
         unit=spec.unit,
         empty_text=spec.empty,
         y_floor=None if log else spec.y_floor,
     )
+
+
+def loss_log_shown(model: RunModel, state: ViewState, buckets: int = 120) -> bool:
+    """Whether the loss panel draws a log axis now (chosen, or by itself): what the ``l``
+    key turns the other way."""
+    return panel_chart(model, "loss", state, buckets).log
 
 
 def _scale(store: Store, metric: str) -> float | None:

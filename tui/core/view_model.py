@@ -31,7 +31,12 @@ from dltop.tui.core.header_view import (  # noqa: F401 - re-exported
     rank_lines,
     rank_note,
 )
-from dltop.tui.core.panels import PANELS, panel_chart, panel_signature  # noqa: F401 - re-exported
+from dltop.tui.core.panels import (  # noqa: F401 - re-exported
+    PANELS,
+    loss_log_shown,
+    panel_chart,
+    panel_signature,
+)
 from dltop.tui.core.safetext import visible
 
 if TYPE_CHECKING:
@@ -45,7 +50,7 @@ class ViewState:
 
     window: tuple[int, int] | None = None  # None: follow the whole run
     cursor: int | None = None
-    log_loss: bool = False
+    log_loss: bool | None = None  # None: linear, or log by itself over > 3 decades
     smoothing: bool = True
     paused: bool = False
     selected: str | None = None  # alert key
