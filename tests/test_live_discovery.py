@@ -43,6 +43,7 @@ def serve_run(
     servers: list[SocketServer],
     records: list[dict],
     started: float | str | None = None,
+    log_path: str | None = None,
 ) -> SocketServer:
     """A real socket at the rendezvous path of ``key``, announced as a run of this process."""
     meta = records[0]
@@ -52,6 +53,8 @@ def serve_run(
     server.write(b"".join(encode_record(r) for r in records))
     info = {"run_id": meta["run_id"], "pid": os.getpid(), "host": socket.gethostname()}
     info["started"] = meta["t"] if started is None else started
+    if log_path is not None:
+        info["log_path"] = log_path
     rendezvous.register(key, info, run_dir)
     return server
 
@@ -194,7 +197,56 @@ def test_bare_dltop_and_ls_find_logs_at_any_depth(
     nested = write_lines(runs / "exp" / "rank0.jsonl", [encode_record(meta)])
     os.utime(top, (time.time() - 100, time.time() - 100))
     assert discover.recent_logs(runs) == [nested, top]
-    assert view_cmd.resolve_source(None, cwd=tmp_path) == nested
+    assert view_cmd.resolve_source(None, cwd=tmp_path) == nested.parent  # a rank: its job
     done = dltop("ls", "--json", cwd=tmp_path, env_dir=short_dir)
     sources = [json.loads(line)["source"] for line in done.stdout.splitlines()]
-    assert sources == ["dltop-runs/exp/rank0.jsonl", "dltop-runs/top.jsonl"], done.stderr
+    assert sources == ["dltop-runs/exp", "dltop-runs/top.jsonl"], done.stderr
+
+
+def _rank_log(path: Path, run_id: str, t0: float, steps: int, crash: bool = False) -> Path:
+    recs = run_records(run_id, t0, steps)
+    lines = [encode_record(r) for r in recs]
+    if crash:
+        end = {"kind": "event", "type": "exception", "t": t0 + steps + 1, "step": steps - 1,
+               "exc_type": "RuntimeError", "message": "boom", "traceback": []}  # fmt: skip
+        lines += [encode_record(end), encode_record({"kind": "event", "type": "exit",
+                  "status": "exception", "t": t0 + steps + 2})]  # fmt: skip
+    else:
+        lines.append(encode_record({"kind": "event", "type": "exit", "status": "ok",
+                                    "t": t0 + steps + 2}))  # fmt: skip
+    return write_lines(path, lines)
+
+
+def test_ls_shows_a_job_as_one_line_with_its_ranks(
+    run_dir: Path, short_dir: Path, tmp_path: Path
+) -> None:
+    runs = tmp_path / "dltop-runs"
+    t0 = time.time() - 300
+    for r in range(3):  # rank 1 crashed at step 9; the others finished 20 steps
+        _rank_log(runs / "job-7" / f"rank{r}.jsonl", "job-7", t0 + r, 10 if r == 1 else 20, r == 1)
+    _rank_log(runs / "solo.jsonl", "solo", t0 - 100, 5)
+    os.utime(runs / "solo.jsonl", (t0 - 100, t0 - 100))
+    done = dltop("ls", "--json", cwd=tmp_path, env_dir=short_dir)
+    rows = [json.loads(line) for line in done.stdout.splitlines()]
+    assert [r["source"] for r in rows] == ["dltop-runs/job-7", "dltop-runs/solo.jsonl"]
+    job = rows[0]
+    assert job["run_id"] == "job-7 (3 ranks)" and job["extra"]["ranks"] == 3
+    assert job["status"] == "crashed" and job["step"] == 9  # the worst rank, the slowest step
+    text = dltop("ls", cwd=tmp_path, env_dir=short_dir).stdout
+    assert sum("job-7" in line for line in text.splitlines()) == 1 and "rank1" not in text
+
+
+def test_a_live_job_is_one_line_and_bare_dltop_opens_its_folder(
+    run_dir: Path, short_dir: Path, tmp_path: Path, servers: list
+) -> None:
+    now = time.time()
+    job = tmp_path / "dltop-runs" / "job-live"
+    for r in range(2):
+        log = _rank_log(job / f"rank{r}.jsonl", "job-live", now - 5, 3)
+        serve_run(run_dir, f"job-live.r{r}.{os.getpid()}", servers,
+                  run_records("job-live", now - 5, 3 + r), log_path=str(log))  # fmt: skip
+    assert view_cmd.resolve_source(None, cwd=tmp_path) == job
+    done = dltop("ls", "--json", cwd=tmp_path, env_dir=short_dir)
+    rows = [json.loads(line) for line in done.stdout.splitlines()]
+    assert len(rows) == 1, rows  # the live job, and its files not again as recent logs
+    assert rows[0]["live"] and rows[0]["source"] == str(job) and rows[0]["extra"]["ranks"] == 2

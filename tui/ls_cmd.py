@@ -3,7 +3,8 @@
 Live runs are found in the probe's private rendezvous directory and asked for their
 latest step and status over their socket (a run that writes heartbeats but no steps is
 ``stalled``); logs are the newest ``*.jsonl`` under ``./dltop-runs`` at any depth (or
-``--dir``). Pass any SOURCE column to ``dltop`` to watch it. An entry or a log that
+``--dir``). A multi-rank job (``<job>/rank<R>.jsonl``) is one line, live or not, whose
+SOURCE is its folder. Pass any SOURCE column to ``dltop`` to watch it. An entry or a log that
 cannot be read shows ``?`` where a value is missing or malformed, or one line on
 stderr; it never stops the listing.
 """
@@ -14,6 +15,7 @@ import argparse
 import json
 import sys
 import time
+from pathlib import Path
 
 from dltop.tui.core.discover import (
     DEFAULT_LOG_DIR,
@@ -23,7 +25,10 @@ from dltop.tui.core.discover import (
     live_runs,
     recent_logs,
 )
+from dltop.tui.core.jobs import group_live, group_sources, is_rank_file, job_dir, merge_job
 from dltop.tui.core.safetext import visible
+
+RANKS_READ = 256  # rank files of one job read for its line (the first by name)
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -62,18 +67,18 @@ def run(args: argparse.Namespace) -> int:
             )
     logs: list[RunInfo] = []
     live_logs = {r.log_path for r in runs if r.log_path}
-    for path in recent_logs(args.dir, limit=max(0, args.n)):
-        if str(path.resolve()) in live_logs or str(path) in live_logs:
+    live_jobs = {str(d) for d in (job_dir(p) for p in live_logs) if d is not None}
+    shown = 0
+    for path in group_sources(recent_logs(args.dir, limit=1 << 30)):
+        if shown >= max(0, args.n):
+            break
+        if str(path.resolve()) in live_logs | live_jobs or str(path) in live_logs | live_jobs:
             continue
-        try:
-            logs.append(describe_log(path))
-        except OSError as exc:
-            print(
-                f"dltop ls: cannot read {visible(path)}: {visible(exc.strerror or exc)}",
-                file=sys.stderr,
-            )
-        except Exception as exc:  # a log that is not what a probe writes
-            print(f"dltop ls: cannot read {visible(path)}: {visible(exc)}", file=sys.stderr)
+        info = _describe_job(path) if path.is_dir() else _describe(path)
+        if info is not None:
+            logs.append(info)
+            shown += 1
+    runs = group_live(runs)
     if args.json:
         for info in runs + logs:
             print(json.dumps(info.__dict__, default=str, ensure_ascii=True))
@@ -96,6 +101,34 @@ def run(args: argparse.Namespace) -> int:
         for r in logs:
             _print_row(r)
     return 0
+
+
+def _describe(path: Path) -> RunInfo | None:
+    """One log's line, or one line on stderr saying why it cannot be read."""
+    try:
+        return describe_log(path)
+    except OSError as exc:
+        print(
+            f"dltop ls: cannot read {visible(path)}: {visible(exc.strerror or exc)}",
+            file=sys.stderr,
+        )
+    except Exception as exc:  # a log that is not what a probe writes
+        print(f"dltop ls: cannot read {visible(path)}: {visible(exc)}", file=sys.stderr)
+    return None
+
+
+def _describe_job(folder: Path) -> RunInfo | None:
+    """A job folder's line from its rank files (at most RANKS_READ of them)."""
+    try:
+        files = sorted(p for p in folder.iterdir() if is_rank_file(p) and p.is_file())
+    except OSError as exc:
+        print(
+            f"dltop ls: cannot read {visible(folder)}: {visible(exc.strerror or exc)}",
+            file=sys.stderr,
+        )
+        return None
+    ranks = [info for p in files[:RANKS_READ] if (info := _describe(p)) is not None]
+    return merge_job(folder, ranks, live=False) if ranks else None
 
 
 def _print_row(r: RunInfo) -> None:

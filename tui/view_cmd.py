@@ -73,13 +73,15 @@ def newest_log(root: Path) -> Path | None:
     return found[0] if found else None
 
 
-def newest_live_run() -> str | None:
-    """The address of the newest live run on this host that accepts a viewer now.
+def newest_live_run() -> Path | str | None:
+    """The address of the newest live run on this host that accepts a viewer now, or,
+    when that run is one rank of a job, the job's folder (every rank, as ``dltop DIR``).
 
     A registered run whose socket refuses (its process hung up its server, or the pid
     was recycled) is passed over for the next one; none at all gives ``None``.
     """
     from dltop.tui.core.discover import live_runs
+    from dltop.tui.core.jobs import job_dir
     from dltop.tui.core.stream import StreamError, connect, parse_address
 
     for run in live_runs():
@@ -88,6 +90,10 @@ def newest_live_run() -> str | None:
             connect(parse_address(address), timeout=1.0).close()
         except StreamError:
             continue
+        log = run.get("log_path")
+        folder = job_dir(log if isinstance(log, str) else None)
+        if folder is not None and folder.is_dir():
+            return folder
         return address
     return None
 
@@ -95,8 +101,8 @@ def newest_live_run() -> str | None:
 def resolve_source(source: str | None, cwd: Path | None = None) -> Path | str:
     """The log, rank directory or live address to open; raises :class:`SourceError` with a hint.
 
-    With no source: the newest live run on this host that answers (its socket), else the
-    newest log under ./dltop-runs.
+    With no source: the newest live run on this host that answers (its socket; its job's
+    folder when it is one rank of several), else the newest log under ./dltop-runs.
     """
     cwd = cwd or Path.cwd()
     if source is None:
@@ -106,7 +112,9 @@ def resolve_source(source: str | None, cwd: Path | None = None) -> Path | str:
         found = newest_log(cwd / RUNS_DIR)
         if found is None:
             raise SourceError(START_HINT)
-        return found
+        from dltop.tui.core.jobs import job_dir
+
+        return job_dir(str(found)) or found  # one rank of a job: the whole job
     if source.startswith(("unix:", "tcp://")):
         from dltop.tui.core.stream import StreamError, connect, parse_address
 
