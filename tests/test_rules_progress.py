@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 
+from dltop.tui.core.rules import RuleEngine
 from rulekit import Run, alerts_of, lr_constant, lr_warmup_cosine, noisy, run_engine
 
 
@@ -85,3 +86,33 @@ def test_noisy_evaluations_are_not_overfitting() -> None:
         )
     )
     assert alerts_of(eng, "overfitting") == []
+
+
+def _two_eval_sets(kl: bool = False) -> RuleEngine:
+    """Evaluations on two sets, interleaved: ``clean_loss`` keeps falling with the train
+    loss, ``shifted_loss`` turns up at step 400 (or, with ``kl``, a ``loss`` that keeps
+    falling beside a ``kl_loss`` part that rises by design)."""
+    run = Run(steps=1500, tau=400, floor=0.05, eval_every=50, eval_at=lambda i, x: overfit(i, x))
+    eng = RuleEngine()
+    for rec in run.records():
+        if rec.get("kind") == "eval":
+            rising, step = rec.pop("loss"), rec["step"]
+            falling = 0.6 * math.exp(-step / 800) + 0.1
+            if kl:
+                rec.update(loss=falling, kl_loss=rising)
+            else:  # one record per set, as a Trainer with two eval datasets writes them
+                eng.feed({**rec, "clean_loss": falling})
+                rec["shifted_loss"] = rising
+        eng.feed(rec)
+    eng.finish()
+    return eng
+
+
+def test_each_evaluation_set_is_judged_on_its_own() -> None:
+    (a,) = alerts_of(_two_eval_sets(), "overfitting")
+    assert a.evidence["eval_set"] == "shifted_loss" and "eval shifted_loss" in a.message
+    assert 400 <= a.step <= 500
+
+
+def test_the_parts_of_an_eval_loss_are_not_evaluation_sets() -> None:
+    assert alerts_of(_two_eval_sets(kl=True), "overfitting") == []  # kl_loss may rise
