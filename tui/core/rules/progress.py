@@ -432,7 +432,7 @@ class Overfitting(Rule):
         train_falls = train < btrain * (1 - self.tol)
         gap, bgap = level - train, bloss - btrain
         if train_falls and gap > bgap:
-            ev = {
+            ev: dict[str, Any] = {
                 "eval_loss": loss,
                 "eval_loss_smoothed": level,
                 "eval_loss_best": bloss,
