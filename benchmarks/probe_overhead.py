@@ -18,7 +18,11 @@ One run measures, on the same machine and in the same process:
 (f) the cost of the post-accumulate-grad hooks per parameter and backward pass;
 (g) the probe under overload (benchmarks/probe_sustained.py): the sustained step rate
     that keeps every record, with and without a live viewer, what is dropped and
-    counted above it, the longest ``step()`` call, and the memory of a full queue.
+    counted above it, the longest ``step()`` call, and the memory of a full queue;
+(h) the framework adapters (benchmarks/adapter_overhead.py): the training thread's CPU
+    per optimizer step of Lightning's and the HF Trainer's ``DltopCallback``, next to the
+    plain ``Probe`` in a plain loop and each framework's own per-step logging (Lightning
+    ``self.log``, HF ``logging_steps=1``), on the same tiny model, as ratios.
 
 Variants of (e) are interleaved in rounds, their order rotated each round, and
 compared by medians: the machines are shared and noisy. Ratios measured in one run
@@ -37,6 +41,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from adapter_overhead import run as run_adapters  # beside this script
 from dltop.probe import Probe
 from probe_sustained import run as run_sustained  # beside this script
 
@@ -442,6 +447,8 @@ def main() -> None:
             print(f"  {label:<44} {hk[key] * 1e6:9.1f} µs{extra}")
         print()
     run_sustained(args.quick)
+    print()
+    run_adapters(args.quick, plain_step_us=p1)
 
 
 if __name__ == "__main__":

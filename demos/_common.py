@@ -50,9 +50,16 @@ _TABLE = [
     ("oom", "batch size doubled until it does not fit: a real out-of-memory", "oom", 40, 7, True, 16),
     ("stall", "a read blocks on a dead storage server: training hangs 70 s", "stall", 200, 75, True),
     ("crash", "batch size hard-coded in a reshape: the last batch crashes", "crash", 100, 4, False, 31),
+    ("hf_lr_blowup", "HF Trainer, lr 2.0 instead of 2e-3: the loss blows up (adapter)", "divergence", 200, 14, True, 240),
+    ("lightning_overfit", "Lightning, big net on 128 noisy samples: eval loss climbs (adapter)", "overfitting", 300, 16, True, 320),
 ]
 # fmt: on
-DEMOS: dict[str, Demo] = {row[0]: Demo(*row) for row in _TABLE}  # type: ignore[arg-type]
+DEMOS: dict[str, Demo] = {str(row[0]): Demo(*row) for row in _TABLE}  # type: ignore[arg-type]
+# demos that train through a framework adapter: demo -> (module it needs, the extra to install)
+NEEDS: dict[str, tuple[str, str]] = {
+    "hf_lr_blowup": ("transformers", "hf"),
+    "lightning_overfit": ("lightning", "lightning"),
+}
 PACE_SECONDS = 30.0  # a paced demo's training time: long enough to watch it go wrong
 
 

@@ -161,7 +161,7 @@ def test_list_shows_every_demo_on_one_line() -> None:
     proc = _dltop("demo", "--list")
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.strip().splitlines()
-    assert len(lines) == 13 == len(DEMOS)
+    assert len(lines) == 15 == len(DEMOS)
     assert [line.split()[0] for line in lines] == list(DEMOS)
     assert all(" — " in line and len(line) <= 100 for line in lines)
 

@@ -1,0 +1,317 @@
+"""What the framework adapters (``dltop.probe.lightning``, ``dltop.probe.hf``) share.
+
+A framework owns the training loop, so the adapter sees it only through callbacks that
+fire at points the framework chose. This module holds the framework-neutral part: which
+keyword arguments are ``Probe``'s, the log path of each rank, the step being assembled
+from several callbacks (micro-batch losses, data wait, the learning rate the optimizer
+used), phases opened in one callback and closed in another, and the crash record. Every
+method that a callback calls swallows its own errors (reported once by the probe): an
+adapter must never be the reason a training dies.
+
+Standard library only at import time, like the rest of the probe; the framework modules
+import their framework at their top, and only a user's explicit import loads them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import inspect
+import os
+import sys
+from collections.abc import Callable, Iterator
+from time import perf_counter
+from typing import TYPE_CHECKING, Any
+
+from dltop.probe import jobpath
+from dltop.probe.loader import batch_size_of
+
+if TYPE_CHECKING:
+    from dltop.probe.probe import Probe
+
+# taken from the trainer, never from the user: two sources of truth would disagree
+_FROM_TRAINER = ("model", "optimizer")
+_EVAL_PREFIXES = (
+    *("val_", "val/", "valid_", "valid/", "validation_", "validation/"),
+    *("eval_", "eval/"),
+)
+_EVAL_SPEED = ("runtime", "samples_per_second", "steps_per_second", "epoch")
+
+
+def probe_kwargs(owner: str, kwargs: dict[str, Any]) -> dict[str, Any]:
+    """``kwargs`` checked against ``Probe``'s signature, at the user's own line.
+
+    A typo (``layer_every=``) would otherwise surface only at the first ``fit``, inside
+    the framework, or never; a ``TypeError`` naming the valid keys is the clear error.
+    """
+    from dltop.probe.probe import Probe
+
+    params = inspect.signature(Probe.__init__).parameters
+    valid = [n for n in params if n != "self" and n not in _FROM_TRAINER]
+    taken = [k for k in kwargs if k in _FROM_TRAINER]
+    if taken:
+        raise TypeError(
+            f"{owner}() takes the model and optimizer from the trainer; "
+            f"drop {', '.join(k + '=' for k in taken)}"
+        )
+    unknown = [k for k in kwargs if k not in valid]
+    if unknown:
+        raise TypeError(
+            f"{owner}() got unknown keyword argument(s) {', '.join(map(repr, unknown))}; "
+            f"the keywords are Probe's: {', '.join(valid)}"
+        )
+    no_file = "path" in kwargs and not (kwargs["path"] and os.fspath(kwargs["path"]))
+    elsewhere = kwargs.get("socket", True) or kwargs.get("tcp") or kwargs.get("sinks")
+    if no_file and not elsewhere:
+        raise ValueError(
+            f"{owner}(path=None, socket=False) has nowhere to write: "
+            "give a log path (or leave the default), or socket=True"
+        )
+    return dict(kwargs)
+
+
+def shared_job(world: int) -> str:
+    """The job's folder name, the same on every rank: rank 0's, broadcast.
+
+    ``jobpath.job_name`` lets ranks agree without talking when one launcher starts them
+    all (torchrun, ``mp.spawn``), but Lightning's own DDP launcher makes rank 0 the parent
+    of the others, so their parents differ. Here the process group is up (the framework
+    started it before the first callback), so rank 0 decides and tells the others.
+    Rank 0 picks ``TORCHELASTIC_RUN_ID`` when set, else ``<time>-<its pid>``: two runs
+    started from one shell must not share a folder.
+    """
+    run_id = os.environ.get("TORCHELASTIC_RUN_ID", "").strip()
+    name = jobpath.job_name() if run_id and run_id.lower() != "none" else jobpath.stamp()
+    if world <= 1:
+        return name
+    try:
+        import torch.distributed as dist
+
+        if dist.is_available() and dist.is_initialized():
+            box = [name]
+            dist.broadcast_object_list(box, src=0)
+            return jobpath.safe_name(str(box[0]))
+    except Exception as e:
+        sys.stderr.write(f"dltop: warning: ranks could not agree on a log folder ({e})\n")
+    return jobpath.job_name()
+
+
+def rank_path(path: Any, auto: Any, rank: int, world: int) -> tuple[str | None, str | None]:
+    """(log path, run id) for this rank; a run id of ``None`` leaves the probe's default.
+
+    One rank alone: ``path`` as given, or the probe's default. Several ranks: one file
+    per rank (contract, "Multi-rank runs"), ``dltop-runs/<job>/rank<R>.jsonl`` by
+    default, and an explicit ``exp.jsonl`` becomes ``exp/rank<R>.jsonl``, a folder that
+    ``dltop exp/`` reads as one run (one file shared by the ranks would mix them).
+    """
+    if path is not auto and path is not None:
+        path = os.fspath(path) or None
+    if path is None:
+        return None, None
+    if world <= 1:
+        return (jobpath.default_path() if path is auto else path), None
+    if path is auto:
+        folder = os.path.join(jobpath.RUNS_DIR, shared_job(world))
+    else:
+        folder = path[: -len(".jsonl")] if path.endswith(".jsonl") else path.rstrip("/\\")
+    name = os.path.basename(folder) or "run"
+    return os.path.join(folder, f"rank{rank}.jsonl"), f"{name}.rank{rank}"
+
+
+def eval_name(key: str) -> str | None:
+    """A framework's eval metric under the name the rules read (``val_loss`` -> ``loss``);
+    ``None`` for the speed figures of the evaluation itself (not the model's)."""
+    low = key.lower()
+    for prefix in _EVAL_PREFIXES:
+        if low.startswith(prefix) and len(key) > len(prefix):
+            key = key[len(prefix) :]
+            break
+    if key.lower() in _EVAL_SPEED:
+        return None
+    if key.endswith("_epoch") and len(key) > 6:
+        key = key[:-6]  # Lightning's on_step+on_epoch name for the epoch value
+    return key
+
+
+class LrSnapshot:
+    """Stands in for the optimizer in ``Probe``: the learning rates the optimizer used
+    for the step, copied before the framework's scheduler moved them on.
+
+    Both frameworks step the scheduler before the callback that closes the step (Lightning
+    in the batch loop, the Trainer before ``on_step_end``); reading the optimizer there
+    would give the next step's lr. ``Probe`` only reads ``param_groups[i]["lr"]``.
+    """
+
+    def __init__(self) -> None:
+        self.param_groups: list[dict[str, Any]] = []
+
+    def take(self, optimizer: Any) -> None:
+        """Copy the lr of every param group (a tensor lr is cloned: schedulers edit it in place)."""
+        groups = []
+        for g in optimizer.param_groups:
+            lr = g.get("lr")
+            if hasattr(lr, "detach"):
+                lr = lr.detach().clone()
+            groups.append({"lr": lr, "params": ()})  # the model's hooks, never these
+        self.param_groups = groups
+
+
+class StepState:
+    """One optimizer step assembled across callbacks: the micro-batch losses (kept on the
+    device, summed without a read-back), samples, and whether the optimizer stepped."""
+
+    def __init__(self) -> None:
+        self.loss: Any = None
+        self.micro = 0
+        self.samples: int | None = None
+        self.stepped = False
+
+    def add(self, loss: Any, batch: Any = None) -> None:
+        if loss is not None:
+            if hasattr(loss, "detach"):
+                loss = loss.detach()
+            self.loss = loss if self.loss is None else self.loss + loss
+            self.micro += 1
+        if batch is not None:
+            bs = batch_size_of(batch)
+            if bs is not None:
+                self.samples = bs if self.samples is None else self.samples + bs
+
+    def reset(self) -> None:
+        self.loss = None
+        self.micro = 0
+        self.samples = None
+        self.stepped = False
+
+
+class Session:
+    """The probe of one ``fit``/``train`` call and the bookkeeping around it."""
+
+    def __init__(self, probe: Probe, lrs: LrSnapshot) -> None:
+        self.probe = probe
+        self.lrs = lrs
+        self.step = StepState()
+        self._phases: list[contextlib.AbstractContextManager[None]] = []
+        self._wait_from: float | None = None  # when the loop started waiting for a batch
+
+    @property
+    def live(self) -> bool:
+        return not self.probe._closed
+
+    def guard(self, where: str, fn: Callable[[], None]) -> None:
+        """Run ``fn``; a failure is the probe's own, reported once, never raised."""
+        try:
+            fn()
+        except Exception as e:
+            self.probe._error(f"{where} (adapter)", e)
+
+    # --- data wait -------------------------------------------------------------------
+    def wait_begins(self) -> None:
+        self._wait_from = perf_counter()
+
+    def wait_ends(self) -> None:
+        """The framework's fetch returned: the wait since ``wait_begins`` is data time."""
+        start, self._wait_from = self._wait_from, None
+        if start is not None:
+            self.add_wait(perf_counter() - start)
+
+    def batch_ready(self) -> None:
+        """The step's forward starts now: the probe splits forward/backward from here."""
+        self.probe._batch_t = perf_counter()
+
+    def add_wait(self, seconds: float) -> None:
+        p = self.probe
+        p._data_wait += seconds
+        p._loader_used = True
+
+    # --- phases ----------------------------------------------------------------------
+    def begin_phase(self, name: str) -> None:
+        cm = self.probe.phase(name)
+        cm.__enter__()
+        self._phases.append(cm)
+
+    def end_phase(self) -> None:
+        if self._phases:
+            self._phases.pop().__exit__(None, None, None)
+            self._wait_from = None  # the phase is not data wait either
+
+    @contextlib.contextmanager
+    def phase(self, name: str) -> Iterator[None]:
+        """A phase around a framework call; the call's own exceptions pass unchanged."""
+        entered = False
+        try:
+            self.begin_phase(name)
+            entered = True
+        except Exception as e:
+            self.probe._error("phase (adapter)", e)
+        try:
+            yield
+        finally:
+            if entered:
+                try:
+                    self.end_phase()
+                except Exception as e:
+                    self.probe._error("phase (adapter)", e)
+
+    # --- the step --------------------------------------------------------------------
+    def finish_step(self, step: int | None, loss_factor: float = 1.0) -> None:
+        """``probe.step()`` with the step's loss (times ``loss_factor``), samples, lr."""
+        s = self.step
+        loss = s.loss
+        if loss is not None and loss_factor != 1.0:
+            loss = loss * loss_factor
+        samples = s.samples
+        s.reset()
+        self.probe.step(loss=loss, batch_size=samples, step=step)
+
+    # --- the end ---------------------------------------------------------------------
+    def crashed(self, exc: BaseException) -> None:
+        """Record ``exc`` the way ``with Probe(...)`` does (an interrupt is no crash), close."""
+        p = self.probe
+        while self._phases:  # the phase ends with the exception: the crash record follows
+            with contextlib.suppress(Exception):
+                self._phases.pop()
+        with contextlib.suppress(Exception):
+            p.__exit__(type(exc), exc, exc.__traceback__)
+
+    def close(self) -> None:
+        while self._phases:
+            with contextlib.suppress(Exception):
+                self.end_phase()
+        self.probe.close("ok")
+
+
+class Patches:
+    """Methods of one framework object replaced by wrappers for the length of a run, and
+    put back after it: the framework calls ``self.method(...)``, so an instance attribute
+    takes the call without subclassing anything the user owns. Put back only where the
+    wrapper is still in place (someone may have patched over it since)."""
+
+    def __init__(self) -> None:
+        self._undo: list[tuple[Any, str, Any, bool, Any]] = []
+
+    def wrap(self, obj: Any, name: str, make: Callable[[Any], Any]) -> None:
+        had = name in vars(obj)
+        prev = vars(obj).get(name)
+        new = make(getattr(obj, name))
+        setattr(obj, name, new)
+        self._undo.append((obj, name, new, had, prev))
+
+    def undo(self) -> None:
+        while self._undo:
+            obj, name, new, had, prev = self._undo.pop()
+            with contextlib.suppress(Exception):
+                if vars(obj).get(name) is new:
+                    if had:
+                        setattr(obj, name, prev)
+                    else:
+                        delattr(obj, name)
+
+
+def framework_note(session: Session, framework: str, version: str, **fields: Any) -> None:
+    """One ``note`` event saying which adapter wrote the log and how the trainer is set."""
+    session.guard(
+        "note",
+        lambda: session.probe.note(
+            f"dltop {framework} adapter", framework=framework, framework_version=version, **fields
+        ),
+    )

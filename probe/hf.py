@@ -1,0 +1,231 @@
+"""Hugging Face ``Trainer`` in one line: ``Trainer(..., callbacks=[DltopCallback(path=...)])``.
+
+A ``TrainerCallback`` sees less than the probe needs: no callback receives the loss
+(``on_log`` gets a mean over ``logging_steps`` steps, on logging steps only, with NaN and
+inf losses replaced by ``logging_nan_inf_filter``), ``logs["grad_norm"]`` arrives only on
+logging steps, ``on_pre_optimizer_step`` runs after clipping, and evaluation and saving
+have no "begin" event. So at ``on_train_begin`` the adapter finds the ``Trainer`` running
+it (the caller's frame: callbacks get no reference to it) and wraps, for the length of
+``train()``, four of its methods on that instance only:
+
+- ``training_step``: its return value is the micro-batch's loss exactly as the Trainer
+  sums it into its own logged loss (already scaled for gradient accumulation, per-token
+  with ``num_items_in_batch``); the step's loss is that sum over the step's micro-batches,
+  kept on the device until the probe reads it back. Its start also marks the forward.
+- ``get_batch_samples``: the Trainer fetches all micro-batches of a step there, so the
+  time inside is the step's data wait, and the batches give its sample count.
+- ``evaluate`` and ``_save_checkpoint``: run inside ``eval`` and ``checkpoint`` phases,
+  so neither reads as a stall.
+
+An exception leaving any of them is recorded like ``with Probe(...)`` records it. The
+grad norm is the probe's own end-of-backward hooks on the model's parameters (before
+``max_grad_norm`` clipping, after DDP's all-reduce, unscaled with the fp16
+``GradScaler``); the lr is copied in ``on_optimizer_step``, before the scheduler steps;
+``on_step_end`` writes the step, numbered ``state.global_step - 1`` (from 0);
+``on_evaluate`` writes the ``eval`` record (``eval_loss`` as ``loss``). If the Trainer
+cannot be found (a custom loop calling the callbacks), steps still get grad norm and lr,
+without loss; a note in the log says so.
+"""
+
+from __future__ import annotations
+
+import sys
+from time import perf_counter
+from typing import Any
+
+try:
+    import torch
+    import transformers
+except ImportError as _e:  # only the missing package itself gets the short message
+    if (_e.name or "").split(".")[0] not in ("transformers", "torch"):
+        raise
+    raise ImportError(
+        "dltop.probe.hf needs Hugging Face transformers: pip install 'dltop-monitor[hf]'"
+    ) from None
+
+from dltop.probe.adapter import (
+    LrSnapshot,
+    Patches,
+    Session,
+    eval_name,
+    framework_note,
+    probe_kwargs,
+)
+from dltop.probe.adapter import rank_path as _rank_path
+from dltop.probe.probe import _AUTO, Probe
+
+__all__ = ["DltopCallback"]
+
+_FRAMES = 12  # how far up the stack the Trainer may be (call_event, on_train_begin, ...)
+
+
+def find_trainer() -> Any:
+    """The ``transformers.Trainer`` whose loop called this callback, or ``None``."""
+    frame = sys._getframe(1)
+    for _ in range(_FRAMES):
+        frame = frame.f_back  # type: ignore[assignment]
+        if frame is None:
+            return None
+        obj = frame.f_locals.get("self")
+        if isinstance(obj, transformers.Trainer):
+            return obj
+    return None
+
+
+class DltopCallback(transformers.TrainerCallback):
+    """Records a ``Trainer.train()`` with the probe; keyword arguments are ``Probe``'s
+    (``path``, ``socket``, ``layers_every``...), the model and optimizer come from the
+    Trainer. Never raises into training: the probe reports its own failures once."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        self._kwargs = probe_kwargs("DltopCallback", kwargs)
+        self._session: Session | None = None
+        self._patches = Patches()
+
+    @property
+    def probe(self) -> Probe | None:
+        """The probe of the ``train()`` in progress (or the last one)."""
+        return self._session.probe if self._session is not None else None
+
+    # --- start and end -------------------------------------------------------------------
+    def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        self._end()  # a retry (auto_find_batch_size) starts a new segment
+        try:
+            trainer = find_trainer()
+            model = kwargs.get("model")
+            if model is None and trainer is not None:
+                model = trainer.model
+            self._start(args, model, trainer)
+        except Exception as e:  # no probe for this run; the training goes on
+            sys.stderr.write(f"dltop: warning: no probe for this run ({type(e).__name__}: {e})\n")
+            self._end()
+            self._session = None
+
+    def _start(self, args: Any, model: Any, trainer: Any) -> None:
+        kw = dict(self._kwargs)
+        path, run_id = _rank_path(kw.pop("path", _AUTO), _AUTO, args.process_index, args.world_size)
+        if run_id is not None and not kw.get("run_id"):
+            kw["run_id"] = run_id
+        if kw.get("scaler") is None and trainer is not None:
+            kw["scaler"] = getattr(trainer.accelerator, "scaler", None)
+        lrs = LrSnapshot()
+        probe = Probe(path=path, model=model, optimizer=lrs, **kw)
+        if trainer is not None and trainer.optimizer is not None:
+            lrs.take(trainer.optimizer)
+        probe.start()
+        s = self._session = Session(probe, lrs)
+        framework_note(
+            s,
+            "transformers",
+            transformers.__version__,
+            gradient_accumulation_steps=args.gradient_accumulation_steps,
+            max_grad_norm=args.max_grad_norm,
+            precision="bf16" if args.bf16 else "fp16" if args.fp16 else "fp32",
+            world_size=args.world_size,
+            loss="training_step" if trainer is not None else None,
+        )
+        if trainer is None:
+            s.guard("trainer", lambda: probe.note("Trainer not found: steps have no loss"))
+            return
+        self._wrap(trainer, s)
+
+    def _wrap(self, trainer: Any, s: Session) -> None:
+        p = self._patches
+
+        def training_step(original: Any) -> Any:
+            def step(*a: Any, **kw: Any) -> Any:
+                if not s.live:
+                    return original(*a, **kw)
+                s.guard("batch start", s.batch_ready)
+                try:
+                    out = original(*a, **kw)
+                except BaseException as e:
+                    s.crashed(e)
+                    raise
+                s.guard("loss", lambda: s.step.add(out))
+                return out
+
+            return step
+
+        def batches(original: Any) -> Any:
+            def get(*a: Any, **kw: Any) -> Any:
+                if not s.live:
+                    return original(*a, **kw)
+                t0 = perf_counter()
+                try:
+                    out = original(*a, **kw)
+                except BaseException as e:
+                    s.crashed(e)
+                    raise
+                s.guard("data wait", lambda: self._fetched(s, perf_counter() - t0, out))
+                return out
+
+            return get
+
+        def phased(name: str) -> Any:
+            def make(original: Any) -> Any:
+                def run(*a: Any, **kw: Any) -> Any:
+                    if not s.live:
+                        return original(*a, **kw)
+                    try:
+                        with s.phase(name):
+                            return original(*a, **kw)
+                    except BaseException as e:
+                        s.crashed(e)
+                        raise
+
+                return run
+
+            return make
+
+        p.wrap(trainer, "training_step", training_step)
+        p.wrap(trainer, "get_batch_samples", batches)
+        p.wrap(trainer, "evaluate", phased("eval"))
+        if hasattr(trainer, "_save_checkpoint"):
+            p.wrap(trainer, "_save_checkpoint", phased("checkpoint"))
+
+    @staticmethod
+    def _fetched(s: Session, seconds: float, out: Any) -> None:
+        s.add_wait(seconds)
+        for batch in out[0]:
+            s.step.add(None, batch)
+
+    def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        self._end()
+
+    def _end(self) -> None:
+        self._patches.undo()
+        s = self._session
+        if s is not None and s.live:
+            s.guard("close", s.close)
+
+    # --- steps and evaluation ----------------------------------------------------------
+    def on_optimizer_step(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        s = self._session
+        optimizer = kwargs.get("optimizer")
+        if s is not None and s.live and optimizer is not None:
+            s.guard("lr", lambda: s.lrs.take(optimizer))
+
+    def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        s = self._session
+        if s is not None and s.live:
+            s.guard("step", lambda: s.finish_step(max(int(state.global_step) - 1, 0)))
+
+    def on_evaluate(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        s = self._session
+        metrics = kwargs.get("metrics")
+        if s is None or not s.live or not metrics:
+            return
+        s.guard("eval record", lambda: self._eval_record(s, metrics))
+
+    @staticmethod
+    def _eval_record(s: Session, metrics: dict[str, Any]) -> None:
+        out: dict[str, Any] = {}
+        for key, value in metrics.items():
+            if not isinstance(value, int | float | torch.Tensor) or isinstance(value, bool):
+                continue  # a model name, a list: not a metric
+            name = eval_name(str(key))
+            if name is not None and name not in out:
+                out[name] = value
+        if out:
+            s.probe.eval(**out)

@@ -1,0 +1,272 @@
+"""PyTorch Lightning in one line: ``Trainer(callbacks=[DltopCallback(path=...)])``.
+
+Why a callback and not a ``Logger``: Lightning's loggers run on rank 0 only and every
+``log_every_n_steps`` (50) steps, and see only what the module chose to ``self.log``; the
+probe wants every optimizer step of every rank, the gradient before clipping and the
+time the loop waits for data. So the adapter is a ``Callback`` that builds a ``Probe`` at
+``on_fit_start`` (after the strategy set up the model, optimizers and process group) and
+closes it at the end of ``fit``. Where each field comes from, and why there:
+
+- loss: ``outputs["loss"]`` of ``on_train_batch_end``, which Lightning has already divided
+  by ``accumulate_grad_batches``; the step's loss is the mean of its micro-batches' losses
+  as ``training_step`` returned them (the division undone), summed on the device, no sync.
+- grad norm: the probe's own end-of-backward hooks on the module's parameters (the whole
+  accumulated gradient, after DDP's all-reduce, unscaled with the AMP ``GradScaler`` of
+  ``16-mixed``), i.e. before Lightning's ``gradient_clip_val`` clipping.
+  ``on_before_optimizer_step`` would also see it unscaled and unclipped, but reading
+  ``.grad`` there costs a pass the hooks already made.
+- lr: copied in ``on_before_optimizer_step``, once per optimizer step: Lightning steps
+  ``interval="step"`` schedulers before ``on_train_batch_end``.
+- data wait: the time inside Lightning's own fetch of each training batch, the span the
+  training epoch loop brackets for its profiler (``train_dataloader_next``; those two
+  callables are wrapped during ``fit``), summed over the micro-batches of a step.
+- phases: validation (``eval``, sanity check included) and ``trainer.save_checkpoint``
+  (``checkpoint``, wrapped during ``fit``) are declared, so neither reads as a stall.
+- eval records: the metrics logged during validation (``val_loss`` recorded as ``loss``).
+- crashes: ``on_exception`` records the exception like ``with Probe(...)`` does.
+- ranks: one log per rank; the default folder is rank 0's, broadcast to the others.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+try:
+    import lightning.pytorch as pl
+    import torch
+except ImportError as _e:  # only the missing package itself gets the short message
+    if (_e.name or "").split(".")[0] not in ("lightning", "torch"):
+        raise
+    raise ImportError(
+        "dltop.probe.lightning needs PyTorch Lightning (the `lightning` package): "
+        "pip install 'dltop-monitor[lightning]'"
+    ) from None
+
+from dltop.probe.adapter import (
+    LrSnapshot,
+    Patches,
+    Session,
+    eval_name,
+    framework_note,
+    probe_kwargs,
+)
+from dltop.probe.adapter import rank_path as _rank_path
+from dltop.probe.probe import _AUTO, Probe
+
+__all__ = ["DltopCallback"]
+
+_FETCH = "train_dataloader_next"  # the profiler action around a training batch's fetch
+
+
+class DltopCallback(pl.Callback):
+    """Records a Lightning ``fit`` with the probe; keyword arguments are ``Probe``'s
+    (``path``, ``socket``, ``layers_every``...), the model and optimizer come from the
+    trainer. Never raises into training: the probe reports its own failures once."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__()
+        self._kwargs = probe_kwargs("DltopCallback", kwargs)
+        self._session: Session | None = None
+        self._patches = Patches()  # trainer.save_checkpoint, wrapped during fit
+        self._before_eval: dict[str, Any] = {}
+
+    @property
+    def probe(self) -> Probe | None:
+        """The probe of the ``fit`` in progress (or the last one), for ``note()`` and tests."""
+        return self._session.probe if self._session is not None else None
+
+    # --- start and end -------------------------------------------------------------------
+    def on_fit_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        try:
+            self._start(trainer, pl_module)
+        except Exception as e:  # no probe for this fit; the training goes on
+            import sys
+
+            sys.stderr.write(f"dltop: warning: no probe for this fit ({type(e).__name__}: {e})\n")
+            self._end()
+            self._session = None
+
+    def _start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        kw = dict(self._kwargs)
+        path, run_id = _rank_path(
+            kw.pop("path", _AUTO), _AUTO, trainer.global_rank, trainer.world_size
+        )
+        if run_id is not None and not kw.get("run_id"):
+            kw["run_id"] = run_id
+        if kw.get("scaler") is None:
+            kw["scaler"] = getattr(trainer.precision_plugin, "scaler", None)
+        lrs = LrSnapshot()
+        probe = Probe(path=path, model=pl_module, optimizer=lrs, **kw)
+        if trainer.optimizers:
+            lrs.take(trainer.optimizers[0])  # a step record before any optimizer step has one
+        probe.start()
+        s = self._session = Session(probe, lrs)
+        self._wrap_save(trainer, s)
+        self._wrap_fetch(trainer, s)
+        framework_note(
+            s,
+            "lightning",
+            pl.__version__,
+            accumulate_grad_batches=trainer.accumulate_grad_batches,
+            gradient_clip_val=trainer.gradient_clip_val,
+            precision=str(trainer.precision),
+            world_size=trainer.world_size,
+        )
+
+    def _wrap_save(self, trainer: pl.Trainer, s: Session) -> None:
+        """``trainer.save_checkpoint`` inside a ``checkpoint`` phase (``ModelCheckpoint``
+        and users call it through the trainer; Lightning has no hook after the write)."""
+
+        def make(original: Any) -> Any:
+            def save_checkpoint(*args: Any, **kwargs: Any) -> Any:
+                if not s.live:
+                    return original(*args, **kwargs)
+                with s.phase("checkpoint"):
+                    return original(*args, **kwargs)
+
+            return save_checkpoint
+
+        self._patches.wrap(trainer, "save_checkpoint", make)
+
+    def _wrap_fetch(self, trainer: pl.Trainer, s: Session) -> None:
+        """Time Lightning's fetch of each training batch. The training epoch loop hands its
+        fetcher two callables that bracket every ``next()`` (for the profiler); wrapping
+        those costs two calls a batch. Where a Lightning version lacks them, the trainer's
+        profiler ``start``/``stop`` are wrapped instead (every hook goes through them: ~60
+        calls a batch) and filtered on the fetch's action name."""
+        loop = trainer.fit_loop.epoch_loop
+        if callable(getattr(loop, "_on_before_fetch", None)) and callable(
+            getattr(loop, "_on_after_fetch", None)
+        ):
+
+            def around(original: Any, begins: bool) -> Any:
+                mark = s.wait_begins if begins else s.wait_ends
+
+                def call(*args: Any, **kwargs: Any) -> Any:
+                    if s.live:
+                        s.guard("data wait", mark)
+                    return original(*args, **kwargs)
+
+                return call
+
+            self._patches.wrap(loop, "_on_before_fetch", lambda o: around(o, True))
+            self._patches.wrap(loop, "_on_after_fetch", lambda o: around(o, False))
+            return
+
+        def make(original: Any, begins: bool) -> Any:
+            def call(action_name: str, *args: Any, **kwargs: Any) -> Any:
+                if action_name.endswith(_FETCH) and s.live:
+                    s.guard("data wait", s.wait_begins if begins else s.wait_ends)
+                return original(action_name, *args, **kwargs)
+
+            return call
+
+        profiler = trainer.profiler  # type: ignore[attr-defined]  # set in Trainer.__init__
+        self._patches.wrap(profiler, "start", lambda o: make(o, True))
+        self._patches.wrap(profiler, "stop", lambda o: make(o, False))
+
+    def on_fit_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self._end()
+
+    def teardown(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
+        self._end()  # also after an exception (closed already) or a fit stopped early
+
+    def _end(self) -> None:
+        self._patches.undo()
+        s = self._session
+        if s is not None and s.live:
+            s.guard("close", s.close)
+
+    def on_exception(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, exception: BaseException
+    ) -> None:
+        s = self._session
+        if s is not None and s.live:
+            s.crashed(exception)
+        self._patches.undo()
+
+    # --- the training loop -------------------------------------------------------------
+    def on_train_batch_start(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any, batch_idx: int
+    ) -> None:
+        s = self._session
+        if s is not None and s.live:
+            s.guard("batch start", s.batch_ready)
+
+    def on_before_optimizer_step(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, optimizer: Any
+    ) -> None:
+        s = self._session
+        if s is None or not s.live:
+            return
+        s.step.stepped = True
+        opts = trainer.optimizers
+        if not opts or optimizer is opts[0] or len(opts) == 1:
+            s.guard("lr", lambda: s.lrs.take(optimizer))
+
+    def on_train_batch_end(
+        self,
+        trainer: pl.Trainer,
+        pl_module: pl.LightningModule,
+        outputs: Any,
+        batch: Any,
+        batch_idx: int,
+    ) -> None:
+        s = self._session
+        if s is None or not s.live:
+            return
+        s.guard("batch end", lambda: self._batch_end(trainer, pl_module, s, outputs, batch))
+
+    def _batch_end(
+        self,
+        trainer: pl.Trainer,
+        pl_module: pl.LightningModule,
+        s: Session,
+        outputs: Any,
+        batch: Any,
+    ) -> None:
+        loss = outputs
+        if not isinstance(loss, torch.Tensor):  # automatic optimisation gives a dict
+            loss = outputs.get("loss") if isinstance(outputs, Mapping) else outputs
+            if not isinstance(loss, torch.Tensor | float | int):
+                loss = None
+        s.step.add(loss, batch)
+        if not s.step.stepped:
+            return  # an accumulation micro-batch: the step goes on
+        n = s.step.micro
+        # automatic optimisation divided each loss by accumulate_grad_batches; the step's
+        # loss is the mean over its micro-batches of what training_step returned
+        k = trainer.accumulate_grad_batches if pl_module.automatic_optimization else 1
+        factor = k / n if n else 1.0
+        s.finish_step(max(trainer.global_step - 1, 0), factor)
+
+    # --- validation ------------------------------------------------------------------
+    def on_validation_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        s = self._session
+        if s is None or not s.live:
+            return
+        s.guard("validation start", lambda: s.begin_phase("eval"))
+        self._before_eval = dict(trainer.callback_metrics)
+
+    def on_validation_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        s = self._session
+        if s is None or not s.live:
+            return
+        if not trainer.sanity_checking:
+            s.guard("eval record", lambda: self._eval_record(trainer, s))
+        s.guard("validation end", s.end_phase)
+
+    def _eval_record(self, trainer: pl.Trainer, s: Session) -> None:
+        """The metrics the validation logged: those new or changed since it began."""
+        before = self._before_eval
+        self._before_eval = {}
+        metrics: dict[str, Any] = {}
+        for key, value in trainer.callback_metrics.items():
+            if before.get(key) is value:
+                continue  # a training metric, untouched by the validation
+            name = eval_name(key)
+            if name is not None and name not in metrics:
+                metrics[name] = value
+        if metrics:
+            s.probe.eval(**metrics)

@@ -1,0 +1,81 @@
+"""What the adapter tests share: reading a log, and ``dltop check --json`` with thresholds."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from dltop.probe.schema import read_records
+
+ROOT = Path(__file__).resolve().parents[1]
+
+# a stall at 0.4 s instead of 60 s, from the first step on: the tests' trainings are short
+FAST_STALL = [
+    "--set", "stall.floor_s=0.4", "--set", "stall.critical_floor_s=0.8",
+    "--set", "stall.startup_s=0", "--set", "stall.phase_floor_s=30",
+]  # fmt: skip
+
+
+def records(path: Path, kind: str | None = None) -> list[dict[str, Any]]:
+    recs, dec = read_records(str(path))
+    assert dec.malformed == 0
+    return [r for r in recs if kind is None or r["kind"] == kind]
+
+
+def events(path: Path, typ: str) -> list[dict[str, Any]]:
+    return [r for r in records(path, "event") if r.get("type") == typ]
+
+
+def check(source: Path, *extra: str) -> dict[str, Any]:
+    """``dltop check SOURCE --json [extra...]`` in a subprocess; the parsed report."""
+    done = subprocess.run(
+        [sys.executable, "-m", "dltop.tui", "check", os.fspath(source), "--json", *extra],
+        capture_output=True, text=True, timeout=120, cwd=ROOT,
+    )  # fmt: skip
+    assert done.returncode in (0, 1, 2), done.stderr
+    return json.loads(done.stdout)
+
+
+def alert_ids(report: dict[str, Any]) -> list[str]:
+    return sorted(a["id"] for a in report["alerts"])
+
+
+def without_phases(src: Path, dst: Path) -> Path:
+    """The same log with its phase events taken out: what a run without them would read."""
+    keep = [
+        line
+        for line in src.read_text().splitlines()
+        if not ('"type":"phase"' in line and '"kind":"event"' in line)
+    ]
+    dst.write_text("\n".join(keep) + "\n")
+    return dst
+
+
+def blocked_import(module: str, package: str) -> subprocess.CompletedProcess[str]:
+    """Import ``module`` in a fresh interpreter where ``package`` is missing."""
+    code = (
+        "import sys\n"
+        f"sys.modules[{package!r}] = None\n"
+        "try:\n"
+        f"    import {module}\n"
+        "except ImportError as e:\n"
+        "    print(type(e).__name__, e)\n"
+        "    print('cause', e.__cause__, e.__suppress_context__)\n"
+        "else:\n"
+        "    print('imported')\n"
+    )
+    return subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=ROOT / "tests"
+    )
+
+
+def loaded_after(code: str) -> set[str]:
+    out = subprocess.run(
+        [sys.executable, "-c", code + "\nimport sys; print(' '.join(sorted(sys.modules)))"],
+        capture_output=True, text=True, check=True, cwd=ROOT / "tests", timeout=60,
+    ).stdout.split()  # fmt: skip
+    return {m.split(".")[0] for m in out}
