@@ -4,8 +4,9 @@ Why a callback and not a ``Logger``: Lightning's loggers run on rank 0 only and 
 ``log_every_n_steps`` (50) steps, and see only what the module chose to ``self.log``; the
 probe wants every optimizer step of every rank, the gradient before clipping and the
 time the loop waits for data. So the adapter is a ``Callback`` that builds a ``Probe`` at
-``on_fit_start`` (after the strategy set up the model, optimizers and process group) and
-closes it at the end of ``fit``. Where each field comes from, and why there:
+the start of the sanity check or of training, whichever comes first (after the strategy
+set up the model, optimizers and process group, and after Lightning's signal connector
+took its copy of the signal handlers: see ``_begin``) and closes it at the end of ``fit``. Where each field comes from, and why there:
 
 - loss: ``outputs["loss"]`` of ``on_train_batch_end``, which Lightning has already divided
   by ``accumulate_grad_batches``; the step's loss is the mean of its micro-batches' losses
@@ -70,6 +71,7 @@ class DltopCallback(pl.Callback):
         self._session: Session | None = None
         self._patches = Patches()  # trainer.save_checkpoint, wrapped during fit
         self._before_eval: dict[str, Any] = {}
+        self._started = False  # this fit's probe was built (or failed to build)
 
     @property
     def probe(self) -> Probe | None:
@@ -78,6 +80,22 @@ class DltopCallback(pl.Callback):
 
     # --- start and end -------------------------------------------------------------------
     def on_fit_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self._started = False  # a new fit: a new probe at its sanity check or training
+
+    def on_sanity_check_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self._begin(trainer, pl_module)
+
+    def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self._begin(trainer, pl_module)
+
+    def _begin(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        """Build the probe at the first of the sanity check and the training, not at
+        ``on_fit_start``: Lightning's signal connector captures the signal handlers in
+        between and puts them back after the fit, so a probe started before it left its
+        handler installed after the fit (a closed probe's, passing the signal through)."""
+        if self._started:
+            return
+        self._started = True
         try:
             self._start(trainer, pl_module)
         except Exception as e:  # no probe for this fit; the training goes on
