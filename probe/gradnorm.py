@@ -27,14 +27,32 @@ turned into a float here, outside the step.
 On the steps where per-layer figures are wanted, the same pass also counts the
 non-zero elements of every gradient (see ``_count_nonzero``) and starts one
 non-blocking read-back of both vectors.
+
+**Sharded gradients (FSDP2, any DTensor).** A rank holds only its shard of such a
+gradient, so the whole model's norm needs every rank's figure, and finding it here would
+take a collective: ``float()`` of a DTensor norm is an all-reduce inside backward (and a
+GPU value read back later, on the writer thread, would run it there, out of order with
+the training's own collectives). So no rank computes it. Each one measures its local
+shards only (``to_local()``, no communication) and leaves ``latest_sq``: its share of the
+squared norm, logged as ``grad_sq_local`` instead of ``grad_norm``. A piece held by
+several ranks (a ``Replicate`` mesh dimension, as in HSDP; a plain tensor, taken as
+replicated on every rank) is weighted by one over its number of copies, so that the sum
+of every rank's share is the squared norm of the whole gradient; the viewer adds them up
+per step (``GradNormJoin`` in ``tui/core/ranks.py``). A ``Partial`` gradient (not
+reduced yet) has no such share: the probe says so once and logs no norm.
 """
 
 from __future__ import annotations
 
+import sys
 from time import perf_counter
 from typing import Any
 
 from dltop.probe.readback import Deadline, DeviceBatch
+
+# names, their norms and non-zero counts (one read-back), numels, parameters without a
+# gradient, and whether the figures are of this rank's shards only (sharded gradients)
+Layers = tuple[list[str], DeviceBatch, list[int], list[str], bool]
 
 
 class GradNormTracker:
@@ -51,7 +69,12 @@ class GradNormTracker:
         # one); off by default so that no per-layer pass runs on backwards nobody asked for
         self.want_layers = False
         self.latest: Any = None  # float (CPU) or 0-d device tensor, None when no backward ran
-        self.layers: tuple[list[str], DeviceBatch, list[int], list[str]] | None = None
+        # sharded gradients: this rank's share of the squared norm instead (module docstring)
+        self.latest_sq: Any = None
+        self._dtensor: Any = None  # the DTensor class, once torch.distributed.tensor is loaded
+        self._copies: dict[Any, float] = {}  # (placements, mesh) -> 1 / copies of a piece
+        self._partial_said = False
+        self.layers: Layers | None = None
         self.error: BaseException | None = None  # first failure, reported once by the probe
         self.backward_passes = 0
         self.scaler = scaler  # an AMP GradScaler: backward leaves grads multiplied by its scale
@@ -111,9 +134,16 @@ class GradNormTracker:
             if g is not None:
                 grads.append(g)
                 index.append(i)
+        self.latest_sq = None
         if not grads:
             self.latest = None
             return
+        weights = self._shard_weights(grads)
+        if weights is not None:
+            if not weights:  # a Partial gradient: no local share to log
+                self.latest = None
+                return
+            grads = [g.to_local() if isinstance(g, self._dtensor) else g for g in grads]
         with torch.no_grad():
             groups: dict[tuple[Any, Any], list[int]] = {}
             for j, g in enumerate(grads):
@@ -140,9 +170,15 @@ class GradNormTracker:
             )  # a device tensor: no sync, unlike get_scale()
             if scale is not None:
                 stacked = stacked / scale.to(stacked.device)
-            total = torch.linalg.vector_norm(stacked)
-            if self.compute_total:
-                self.latest = float(total) if total.device.type == "cpu" else total
+            if weights is not None:
+                total = _weighted_sq(torch, stacked, weights)
+                if self.compute_total:
+                    self.latest = None
+                    self.latest_sq = float(total) if total.device.type == "cpu" else total
+            else:
+                total = torch.linalg.vector_norm(stacked)
+                if self.compute_total:
+                    self.latest = float(total) if total.device.type == "cpu" else total
             if layers:
                 batch = DeviceBatch([stacked, torch.stack(nnz)])
                 with_grad = set(index)
@@ -151,6 +187,7 @@ class GradNormTracker:
                     batch,
                     [g.numel() for g in grads],
                     [n for i, n in enumerate(self.names) if i not in with_grad],
+                    weights is not None,
                 )
 
     def on_step(self, given: Any, want_layers: bool | None) -> tuple[Any, BaseException | None]:
@@ -161,11 +198,54 @@ class GradNormTracker:
             given = self.latest
         elif self.compute_total:
             self.compute_total = False  # the user's value from now on: no more work for us
+        if given is not None:
+            self.latest_sq = None  # a norm given (or measured) wins over a local share
         self.latest = None
         if want_layers is not None:
             self.want_layers = want_layers
         error, self.error = self.error, None
         return given, error
+
+    def take_sq(self) -> Any:
+        """This rank's share of the squared norm (sharded gradients), once; else None."""
+        out, self.latest_sq = self.latest_sq, None
+        return out
+
+    def _shard_weights(self, grads: list[Any]) -> list[float] | None:
+        """None when no gradient is a DTensor (the plain path); else one weight per
+        gradient, 1 / the number of ranks holding the same local piece (see the module
+        docstring), or an empty list when a piece is ``Partial`` (said once)."""
+        dt = self._dtensor
+        if dt is None:
+            mod = sys.modules.get("torch.distributed.tensor")  # no DTensor exists without it
+            dt = self._dtensor = getattr(mod, "DTensor", None)
+            if dt is None:
+                return None
+        if not any(isinstance(g, dt) for g in grads):
+            return None
+        plain = None
+        out: list[float] = []
+        copies = self._copies
+        for g in grads:
+            if isinstance(g, dt):
+                key = (g.placements, id(g.device_mesh))
+                w = copies.get(key)
+                if w is None:
+                    w = copies[key] = _piece_weight(g)
+                if w == 0.0:
+                    if not self._partial_said:
+                        self._partial_said = True
+                        self.error = self.error or RuntimeError(
+                            "a Partial (unreduced) DTensor gradient: its norm needs a "
+                            "collective, which the probe never runs; grad_norm not logged"
+                        )
+                    return []
+            else:
+                if plain is None:
+                    plain = 1.0 / _world_size(self._torch)
+                w = plain
+            out.append(w)
+        return out
 
     def take_times(self) -> tuple[float, float] | None:
         """(first gradient, end of backward) of the latest backward since the last call."""
@@ -173,10 +253,52 @@ class GradNormTracker:
         self.first_t = self.end_t = 0.0
         return (first, end) if first and end >= first else None
 
-    def take_layers(self) -> tuple[list[str], DeviceBatch, list[int], list[str]] | None:
+    def take_layers(self) -> Layers | None:
         """The per-layer figures of the last layers-step backward, once."""
         out, self.layers = self.layers, None
         return out
+
+
+def _piece_weight(g: Any) -> float:
+    """1 / the number of ranks that hold the same local piece of DTensor ``g``: the product
+    of the mesh sizes along its ``Replicate`` dimensions (``Shard`` ones split it); 0.0 for
+    a ``Partial`` one, whose local values are not a piece of the gradient at all."""
+    copies = 1
+    mesh = g.device_mesh
+    for dim, placement in enumerate(g.placements):
+        if placement.is_partial():
+            return 0.0
+        if placement.is_replicate():
+            copies *= mesh.size(dim)
+    return 1.0 / copies
+
+
+def _world_size(torch: Any) -> int:
+    """Ranks in the default process group (a local read, no communication); 1 without one."""
+    try:
+        dist = torch.distributed
+        return dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
+    except Exception:
+        return 1
+
+
+def _weighted_sq(torch: Any, stacked: Any, weights: list[float]) -> Any:
+    """Sum of ``weight * norm**2`` over ``stacked`` (the per-gradient norms, AMP scale
+    removed) as a 0-d tensor on their device, without a host copy: the weights are Python
+    floats, one multiplication per distinct weight (FSDP: all 1.0; HSDP: all 1/replicas),
+    so no weight tensor is ever sent to the device (a pageable copy would sync)."""
+    groups: dict[float, list[int]] = {}
+    for j, w in enumerate(weights):
+        groups.setdefault(w, []).append(j)
+    if len(groups) == 1:
+        (w,) = groups
+        sq = stacked.square().sum()
+        return sq if w == 1.0 else sq * w
+    total = None
+    for w, members in groups.items():
+        part = torch.stack([stacked[j] for j in members]).square().sum() * w
+        total = part if total is None else total + part
+    return total
 
 
 def _count_nonzero(torch: Any, grads: list[Any]) -> list[Any]:
@@ -194,25 +316,22 @@ def _count_nonzero(torch: Any, grads: list[Any]) -> list[Any]:
 def layers_record(
     step: int,
     t: float,
-    taken: tuple[list[str], DeviceBatch, list[int], list[str]],
+    taken: Layers,
     force: bool | Deadline,
 ) -> dict[str, Any] | None:
     """Build the ``layers`` record on the writer thread; ``None`` while the read-back is in flight."""
-    names, batch, numels, no_grad = taken
+    names, batch, numels, no_grad, sharded = taken
     vals = batch.values(force)
     if vals is None:
         return None
     n = len(names)
-    if len(vals) != 2 * n:
-        return {"kind": "layers", "step": step, "t": t, "names": names, "no_grad": no_grad}
-    norms = vals[:n]
-    zero = [1.0 - c / m if m else 0.0 for c, m in zip(vals[n:], numels, strict=True)]
-    return {
-        "kind": "layers",
-        "step": step,
-        "t": t,
-        "names": names,
-        "grad_norm": norms,
-        "zero_frac": zero,
-        "no_grad": no_grad,
-    }
+    rec: dict[str, Any] = {"kind": "layers", "step": step, "t": t, "names": names}
+    if len(vals) == 2 * n:
+        rec["grad_norm"] = vals[:n]
+        rec["zero_frac"] = [
+            1.0 - c / m if m else 0.0 for c, m in zip(vals[n:], numels, strict=True)
+        ]
+    rec["no_grad"] = no_grad
+    if sharded:
+        rec["sharded"] = True  # the figures are of this rank's shards of each gradient
+    return rec

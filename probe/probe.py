@@ -46,6 +46,7 @@ from dltop.probe.schema import (
     EV_WARNING,
     EVAL,
     EVENT,
+    GRAD_SQ_LOCAL,
 )
 from dltop.probe.writer import FileSink, Sink, Writer
 
@@ -333,6 +334,8 @@ class Probe:
                 grad_norm, err = tr.on_step(grad_norm, self._steps % every == 0 if every else None)
                 if err is not None:
                     self._error("grad norm", err)
+                if tr.latest_sq is not None:  # sharded gradients: this rank's share (gradnorm.py)
+                    extras.setdefault(GRAD_SQ_LOCAL, tr.take_sq())
             lrs = None
             if lr is None:
                 opt = self.optimizer

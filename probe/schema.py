@@ -42,6 +42,9 @@ STEP_FIELDS = (
     "t",  # float, Unix seconds at the end of the step
     "loss",  # float
     "grad_norm",  # float, global L2 norm of the accumulated gradient, before clipping
+    # float, sharded gradients (FSDP, DTensor) instead of grad_norm: this rank's share of the
+    # squared norm; the sum over the job's ranks at one step is grad_norm ** 2
+    "grad_sq_local",
     "lr",  # float, the first param group's learning rate
     "lrs",  # list[float], every param group's lr, only when there is more than one group
     "data_time",  # float s, time blocked in the data loader's next()
@@ -60,6 +63,8 @@ STEP_FIELDS = (
     "mem_max_allocated",  # int bytes, torch.cuda.max_memory_allocated
     "mem_limit",  # int bytes, the device's total memory (or the per-process cap)
 )
+
+GRAD_SQ_LOCAL = "grad_sq_local"  # see STEP_FIELDS; its presence marks a sharded grad norm
 
 # ``event`` record ``type`` values.
 EV_EXCEPTION = "exception"  # any exception that ended the run (type, message, traceback)

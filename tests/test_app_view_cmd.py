@@ -84,10 +84,11 @@ def test_options() -> None:
         ["run.jsonl", "--no-mouse", "--refresh", "4", "--replay", "--lang", "zh"]
     )
     assert (args.source, args.no_mouse, args.refresh, args.replay, args.lang) == (
-        "run.jsonl", True, 4.0, True, "zh"
+        ["run.jsonl"], True, 4.0, True, "zh"
     )  # fmt: skip
     defaults = parser.parse_args([])
-    assert defaults.source is None and defaults.refresh == 3.0 and not defaults.replay
+    assert defaults.source == [] and defaults.refresh == 3.0 and not defaults.replay
+    assert parser.parse_args(["a.jsonl", "b.jsonl"]).source == ["a.jsonl", "b.jsonl"]  # overlay
     with pytest.raises(SystemExit):
         parser.parse_args(["--refresh", "10"])  # outside 2-4 Hz
 

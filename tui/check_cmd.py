@@ -25,9 +25,11 @@ from dltop.tui.core.rules import Config, ConfigError, RuleEngine
 from dltop.tui.core.safetext import visible, visible_lines
 from dltop.tui.core.sourcefiles import SourceError, is_missing, list_rank_files, open_log
 from dltop.tui.core.status import RunState, explain_unrecorded_end, local_pid_alive
+from dltop.tui.core.store import Store
 from dltop.tui.core.stream import is_stream_spec
 
 EXIT_OK, EXIT_WARN, EXIT_CRIT, EXIT_UNREADABLE = 0, 1, 2, 3
+SOURCE_HINT = "pass a .jsonl log written by dltop.probe, or a directory of them"
 # argparse exits 2 on a usage error, which this command's contract reserves for "a
 # critical alert"; cli.py reads these to report a bad argument as "could not check" instead
 USAGE_EXIT = EXIT_UNREADABLE
@@ -49,6 +51,7 @@ class FileResult:
     rank: int | None = None
     checklists: dict[int, list[dict[str, Any]]] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)  # another tool's log: what was lost
+    store: Store | None = None  # the records as the viewer charts them (``collect``)
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -81,29 +84,13 @@ def run(args: argparse.Namespace) -> int:
         return EXIT_OK
     if not args.source:
         return _fail("no SOURCE given", "usage: dltop check RUN.jsonl [--json]")
-    hint = "pass a .jsonl log written by dltop.probe, or a directory of them"
-    skipped: list[str] = []  # in a directory, one bad rank file must not hide the others
     try:
-        files = _log_files(args.source, skipped)
+        results, skipped = collect(args.source, config)
+    except foreign.MissingExtra as exc:  # the whole line says what to install
+        sys.stderr.write(f"dltop: {visible(str(exc))}\n")
+        return EXIT_UNREADABLE
     except CheckError as exc:
-        return _fail(str(exc), hint)
-    results: list[FileResult] = []
-    timings: dict[str, ranks.RankTimes] = {}
-    for path in files:
-        times = ranks.RankTimes() if len(files) > 1 else None
-        try:
-            results.append(check_file(path, config, times))
-            if times is not None:
-                timings[path] = times
-        except foreign.MissingExtra as exc:  # the whole line says what to install
-            sys.stderr.write(f"dltop: {visible(str(exc))}\n")
-            return EXIT_UNREADABLE
-        except CheckError as exc:
-            skipped.append(str(exc))
-    if not results:
-        return _fail(skipped[0], hint)
-    # the ranks of one job side by side: the first failure, a straggler (tui/core/ranks.py)
-    ranks.judge([ranks.Rank(r.rank, r.engine, timings.get(r.path)) for r in results])
+        return _fail(str(exc), SOURCE_HINT)
     for r in results:
         r.checklists = _checklists(r, args.lang)
     alerts = [(r, a) for r in results for a in r.engine.alerts()]
@@ -123,6 +110,41 @@ def run(args: argparse.Namespace) -> int:
     except BrokenPipeError:  # `dltop check x | head`
         pass
     return code
+
+
+def collect(
+    source: str, config: Config, with_store: bool = False
+) -> tuple[list[FileResult], list[str]]:
+    """Every log of ``source`` through the rules, the ranks of a job judged side by side;
+    returns the results and why files were left out. ``with_store``: each result also
+    gets the viewer's chart store of its records (``dltop report``), from the same read.
+    Raises :class:`CheckError` when nothing could be read, ``foreign.MissingExtra`` when
+    another tool's log needs an optional package."""
+    skipped: list[str] = []  # in a directory, one bad rank file must not hide the others
+    files = _log_files(source, skipped)
+    results: list[FileResult] = []
+    timings: dict[str, ranks.RankTimes] = {}
+    # sharded gradients: the other ranks' grad_sq_local first, then the first rank's file
+    # takes the whole model's grad_norm as it is read (tui/core/ranks.py, GradNormJoin)
+    join = ranks.GradNormJoin()
+    for path in files[1:] + files[:1]:
+        times = ranks.RankTimes() if len(files) > 1 else None
+        store = Store() if with_store else None
+        shares = join.primary() if path == files[0] else join.other()
+        try:
+            results.append(check_file(path, config, times, store, shares=shares))
+            if times is not None:
+                timings[path] = times
+        except CheckError as exc:
+            skipped.append(str(exc))
+    if not results:
+        raise CheckError(skipped[0])
+    results.sort(key=lambda r: files.index(r.path))  # back to rank order
+    if join.summary is not None and results[0].path == files[0]:
+        results[0].notes.append(join.summary)
+    # the ranks of one job side by side: the first failure, a straggler (tui/core/ranks.py)
+    ranks.judge([ranks.Rank(r.rank, r.engine, timings.get(r.path)) for r in results])
+    return results, skipped
 
 
 def _fail(message: str, hint: str) -> int:
@@ -161,7 +183,7 @@ def _open_log(path: str) -> int:
         raise CheckError(str(exc)) from None
 
 
-def check_foreign(path: str, fmt: str, config: Config) -> FileResult:
+def check_foreign(path: str, fmt: str, config: Config, store: Store | None = None) -> FileResult:
     """Another tool's log: converted to our records once (bounded: foreign/common.py), then
     through a fresh engine like any log."""
     try:
@@ -173,31 +195,51 @@ def check_foreign(path: str, fmt: str, config: Config) -> FileResult:
     engine = RuleEngine(config)
     engine.feed_many(log.records)
     engine.finish()
+    if store is not None:
+        store.ingest(log.records)
     state = engine.status(now=time.time(), pid_alive=None)
-    return FileResult(path, engine, state, log.skipped, notes=list(log.notes))
+    return FileResult(path, engine, state, log.skipped, notes=list(log.notes), store=store)
 
 
-def check_file(path: str, config: Config, times: ranks.RankTimes | None = None) -> FileResult:
+def check_file(
+    path: str,
+    config: Config,
+    times: ranks.RankTimes | None = None,
+    store: Store | None = None,
+    *,
+    shares: ranks.RankShares | None = None,
+) -> FileResult:
     """Feed one log through a fresh engine in chunks (bounded memory for any log size);
-    ``times`` (one rank of a job) gets the step timings the ranks are compared by."""
+    ``times`` (one rank of a job) gets the step timings the ranks are compared by, ``store``
+    the records for charts, ``shares`` its sharded grad-norm shares (the first rank's steps
+    get the joined norm before the engine and the store see them)."""
     fmt = foreign.detect(path)
     if fmt is not None:
-        return check_foreign(path, fmt, config)
+        return check_foreign(path, fmt, config, store)
     dec = LineDecoder()
     engine = RuleEngine(config)
     try:
         with os.fdopen(_open_log(path), "rb") as f:
             while chunk := f.read(1 << 20):
                 recs = dec.feed(chunk)
+                if shares is not None:
+                    shares.feed(recs)
                 engine.feed_many(recs)
                 if times is not None:
                     times.feed(recs)
+                if store is not None:
+                    store.ingest(recs)
     except IsADirectoryError:
         raise CheckError(f"{path} is a directory") from None
     except OSError as exc:
         raise CheckError(f"cannot read {path}: {exc.strerror or exc}") from None
     tail = dec.finish()
+    if shares is not None:
+        shares.feed(tail)
+        shares.finish()
     engine.feed_many(tail)
+    if store is not None:
+        store.ingest(tail)
     if times is not None:
         times.feed(tail)
         times.finish()
@@ -208,7 +250,8 @@ def check_file(path: str, config: Config, times: ranks.RankTimes | None = None) 
     state = engine.status(now=time.time(), pid_alive=local_pid_alive(engine.meta))
     state = explain_unrecorded_end(state, path)
     rank = (engine.meta or {}).get("rank")
-    return FileResult(path, engine, state, dec.malformed, rank if isinstance(rank, int) else None)
+    rank_ = rank if isinstance(rank, int) else None
+    return FileResult(path, engine, state, dec.malformed, rank_, store=store)
 
 
 def _checklists(r: FileResult, lang: str) -> dict[int, list[dict[str, Any]]]:
@@ -252,11 +295,13 @@ def _first_failure(r: FileResult) -> bool:
     return any(a.evidence.get("secondary") is False for a in r.engine.alerts())
 
 
+def primary(results: list[FileResult]) -> FileResult:
+    """The rank whose status is the job's: the worst; among equals, the one that failed first."""
+    return min(results, key=lambda r: (_STATUS_ORDER.index(r.state.status), not _first_failure(r)))
+
+
 def _combined_status(results: list[FileResult]) -> RunState:
-    """The worst status of the ranks; among equals, the rank that failed first tells why."""
-    return min(
-        results, key=lambda r: (_STATUS_ORDER.index(r.state.status), not _first_failure(r))
-    ).state
+    return primary(results).state
 
 
 def _alert_json(r: FileResult, a: Alert, multi: bool) -> dict[str, Any]:

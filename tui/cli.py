@@ -22,6 +22,7 @@ COMMANDS = {
     "check": "dltop.tui.check_cmd",
     "demo": "dltop.tui.demo_cmd",
     "ls": "dltop.tui.ls_cmd",
+    "report": "dltop.tui.report_cmd",
 }
 VIEW_MODULE = "dltop.tui.view_cmd"
 
@@ -60,7 +61,9 @@ def _base_parser(prog: str, description: str) -> argparse.ArgumentParser:
 
 EPILOG = """commands:
   dltop [SOURCE]                 watch a run: a .jsonl log (followed while it grows)
+  dltop A B [C...]               overlay up to 8 runs (a colour per run, aligned by step)
   dltop check SOURCE [--json]    headless diagnosis for scripts and CI (exit 0/1/2/3)
+  dltop report SOURCE [-o FILE]  a Markdown incident report with charts, to paste in an issue
   dltop ls                       live runs on this host and recent logs
   dltop demo NAME | --list       watch a demo training hit a real failure
 

@@ -19,6 +19,7 @@ from dltop.tui.core.safetext import visible
 
 EXIT_NO_SOURCE = 3
 RUNS_DIR = "dltop-runs"
+MAX_OVERLAY = 8  # runs one viewer overlays: overlay.MAX_RUNS (a test holds them equal)
 START_HINT = (
     "no SOURCE given and no log under ./dltop-runs. Start a run with the probe, e.g.\n"
     "  from dltop.probe import Probe\n"
@@ -42,11 +43,13 @@ def _refresh_hz(text: str) -> float:
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "source",
-        nargs="?",
+        nargs="*",
+        metavar="SOURCE",
         help="a .jsonl log (followed while it grows), a directory of rank logs, "
         "unix:PATH or tcp://HOST:PORT[?token=T] (a live run's socket), or another tool's "
         "log (trainer_state.json, Lightning metrics.csv, TensorBoard event files); "
-        "default: the newest live run on this host, else the newest log under ./dltop-runs",
+        "default: the newest live run on this host, else the newest log under ./dltop-runs; "
+        f"2 to {MAX_OVERLAY} sources are overlaid (a colour per run, aligned by step)",
     )
     parser.add_argument("--no-mouse", action="store_true", help="do not capture the mouse")
     parser.add_argument(
@@ -169,9 +172,15 @@ def _thresholds(args: argparse.Namespace) -> Any:
 
 
 def run(args: argparse.Namespace) -> int:
+    sources: list[str] = list(args.source or [])
     try:
         config = _thresholds(args)
-        path = resolve_source(args.source)
+        if len(sources) > MAX_OVERLAY:
+            raise SourceError(
+                f"{len(sources)} sources: at most {MAX_OVERLAY} runs can be overlaid "
+                "(hint: pick the runs to compare)"
+            )
+        paths = [resolve_source(s) for s in sources] if sources else [resolve_source(None)]
     except SourceError as e:
         print(f"dltop: {visible(e)}", file=sys.stderr)  # it may quote a crafted file name
         return EXIT_NO_SOURCE
@@ -179,13 +188,16 @@ def run(args: argparse.Namespace) -> int:
     from dltop.tui.core import foreign
 
     # another tool's log is a finished replay: read once, never followed
-    replay = args.replay or (isinstance(path, Path) and foreign.detect(str(path)) is not None)
+    replay = args.replay or all(
+        isinstance(p, Path) and foreign.detect(str(p)) is not None for p in paths
+    )
     app = DltopApp(
-        str(path),
+        str(paths[0]),
         follow=not replay,
         refresh_hz=args.refresh,
         lang=args.lang,
         config=config,
+        overlay=[str(p) for p in paths] if len(paths) > 1 else None,
     )
     app.run(mouse=not args.no_mouse)
     return int(app.return_code or 0)

@@ -22,7 +22,12 @@ from dltop.tui.app.crash_banner import CrashBanner
 from dltop.tui.app.header import Header
 from dltop.tui.app.help import HelpScreen
 from dltop.tui.app.messages import Ingested, SourceEnded, SourceFailed
+from dltop.tui.app.rank_focus import RankFocus
+from dltop.tui.app.rank_table import RankTable
+from dltop.tui.core import rankjob
 from dltop.tui.core import view_model as vm
+from dltop.tui.core.overlay import OverlayView
+from dltop.tui.core.overlay_source import OverlaySource
 from dltop.tui.core.safetext import visible
 from dltop.tui.core.sources import FileSource, ForeignSource, SourceError, open_source
 from dltop.tui.core.stream import SocketSource, StreamError, is_stream_spec, redact
@@ -40,7 +45,7 @@ HINT = "q quit ? help 1-7 zoom l log s ema p pause ←→ cursor g goto a alerts
 FIXED_NOW_ENV = "DLTOP_FIXED_NOW"  # Unix seconds: freeze "now" (ages) for snapshots and demos
 
 
-class DltopApp(App[int]):
+class DltopApp(RankFocus, App[int]):
     """The dashboard. ``source`` is a log path; ``model`` may be given instead (tests).
     ``config`` (``rules.Config``: ``--config FILE`` / ``--set KEY=VALUE``) sets the rule
     thresholds of every rules engine the viewer builds for this run."""
@@ -66,8 +71,10 @@ class DltopApp(App[int]):
         Binding("g", "goto", "go to step"),
         Binding("a", "next_alert", "next alert"),
         Binding("c", "toggle_checklist", "checklist"),
+        Binding("f", "focus_rank", "next rank / all ranks"),
         Binding("escape", "reset_view", show=False),
         Binding("e", "screenshot_svg", "screenshot"),
+        Binding("r", "report", "report"),
     ]
 
     def __init__(
@@ -82,9 +89,14 @@ class DltopApp(App[int]):
         screenshot_dir: str | None = None,
         poll_interval: float = 0.1,
         config: Any | None = None,
+        overlay: list[str] | None = None,
     ) -> None:
         super().__init__()
         self.config = config
+        # ``dltop A B [C...]``: the runs overlaid (``source`` is then run A)
+        self.overlay = list(overlay) if overlay and len(overlay) > 1 else None
+        if self.overlay is not None:
+            source = self.overlay[0]
         self.source = source
         self.follow = follow
         self.refresh_hz = min(4.0, max(2.0, refresh_hz))
@@ -93,11 +105,17 @@ class DltopApp(App[int]):
         self.clock = vm.Clock(fixed)
         label = redact(source) if source else "run"  # a tcp://...?token= never on screen
         self.model = model if model is not None else vm.new_model(label, config)
+        self.primary = self.model  # a job's rank 0; ``model`` is the rank shown (rank_focus.py)
+        self.job = (
+            OverlayView(self._rank_logs)
+            if self.overlay is not None
+            else rankjob.JobView(self._rank_logs)
+        )
         self.state = vm.ViewState()
         self.ticks = Ticks(source if source and os.path.isfile(source) else None)
         self.screenshot_dir = screenshot_dir
         self.poll_interval = poll_interval
-        self.reader: FileSource | ForeignSource | SocketSource | None = None
+        self.reader: FileSource | ForeignSource | SocketSource | OverlaySource | None = None
         self.chunks = 0  # Ingested messages seen (one per chunk, never per record)
         self.ticks_drawn = 0  # timer ticks that found something to draw
         self.source_error: str | None = None
@@ -113,6 +131,7 @@ class DltopApp(App[int]):
         yield Header(id="header")
         yield BadgeBar(id="badges")
         yield CrashBanner(id="crash")
+        yield RankTable(id="ranks")
         with Horizontal(id="body"):
             with Container(id="panels"):
                 for i, spec in enumerate(vm.PANELS, start=1):
@@ -139,12 +158,14 @@ class DltopApp(App[int]):
         self._apply_size_classes()
         if self.source is not None and self.reader is None:
             self._start_source(self.source)
+            self._show_rank_hint()
         if self.ticks.error:  # a bad sidecar, said once; toggles say their own errors
             self.notify(visible(self.ticks.error), severity="warning", timeout=8)
         self.set_interval(1.0 / self.refresh_hz, self.redraw, name="redraw")
         self.redraw()
 
     def on_unmount(self) -> None:
+        self.job.stop()
         if self.reader is not None:
             self.reader.stop()
 
@@ -160,7 +181,15 @@ class DltopApp(App[int]):
         """Open the core's source and run its loop in a thread worker that never kills the
         app: a failing source becomes a one-line error in the header."""
         try:
-            if is_stream_spec(path):  # a live run's socket: same reader shape, no file
+            if self.overlay is not None:  # one reader per run, run A's into self.model
+                self.reader = OverlaySource(
+                    self.overlay,
+                    self.model,
+                    self._records_arrived,
+                    follow=self.follow,
+                    poll_interval=self.poll_interval,
+                )
+            elif is_stream_spec(path):  # a live run's socket: same reader shape, no file
                 self.reader = SocketSource(path, self.model, self._records_arrived)
             else:
                 self.reader = open_source(
@@ -220,8 +249,7 @@ class DltopApp(App[int]):
     # ------------------------------------------------------------- drawing
     def _provider(self, key: str) -> Any:
         def provide(buckets: int) -> vm.ChartData:
-            with vm.locked(self.model):
-                return vm.panel_chart(self.model, key, self.state, buckets)
+            return self._chart(key, buckets)
 
         return provide
 
@@ -238,6 +266,7 @@ class DltopApp(App[int]):
         restart = vm.take_restart(model)  # the reason, made terminal-safe
         if restart is not None:
             self._show_restart(restart)
+        self._judge_ranks()
         now = self.clock.now()
         with vm.locked(model):
             run_state = model.status(now)
@@ -250,7 +279,7 @@ class DltopApp(App[int]):
                 run_state=run_state,
                 ranks=self._rank_note(),
             )
-            version = vm.model_version(model)
+            version = (vm.model_version(model), self.job.version())
             # what the banner depends on beyond the data: a crash the log does not record
             # (a vanished pid); a stalled run's reason counts seconds, so it is left out
             st = getattr(run_state, "status", None)
@@ -261,14 +290,15 @@ class DltopApp(App[int]):
             # paused: the window is frozen and new data waits, but the person's keys still act
             charts_due = changed_state or (new_data and not self.state.paused)
             if info_due:
-                alerts = vm.alerts_of(model)
+                alerts = self._alerts()
                 self._explain_first_critical(alerts)
-                crash = vm.crash_info(model, run_state)
+                crash = self._crash(now, run_state)
                 gpu_na = vm.gpu_na_reason(model)
                 checklist = self._checklist_view(alerts) if self._pane_shown() else None
             if charts_due:
-                sigs = {p.key: vm.panel_signature(model, p.key, self.state) for p in vm.PANELS}
+                sigs = {p.key: self._signature(p.key) for p in vm.PANELS}
         header_widget.show(header, self.screen.has_class("-compact"))
+        self._draw_ranks(now)
         if not (info_due or charts_due):
             return
         self.ticks_drawn += 1
@@ -281,7 +311,8 @@ class DltopApp(App[int]):
             self.query_one("#body").set_class(self._pane_shown(), "-pane")
             if checklist is not None:
                 alert, title, steps = checklist
-                ticked = self.ticks.ticked(vm.alert_key(alert)) if alert else set()
+                ticks, key = self._ticks_for(alert)
+                ticked = ticks.ticked(key) if alert else set()
                 pane.show(alert, title, steps, ticked)
             self._drawn["version"] = version
             self._drawn["status"] = status
@@ -295,15 +326,11 @@ class DltopApp(App[int]):
                     widget.update()
         self._drawn["state"] = self.state
 
-    def _rank_note(self) -> str:
-        reader = self.reader
-        return vm.rank_note(getattr(reader, "files", []), getattr(reader, "chosen", None))
-
     def _checklist_view(self, alerts: list[Any]) -> tuple[Any, str, list[Any]]:
         alert = vm.find_alert(alerts, self.state.selected)
         if alert is None:
             return None, "", []
-        title, steps = vm.checklist_view(self.model, alert, self.lang)
+        title, steps = vm.checklist_view(self._checklist_model(alert), alert, self.lang)
         return alert, title, steps
 
     def _explain_first_critical(self, alerts: list[Any]) -> None:
@@ -330,9 +357,7 @@ class DltopApp(App[int]):
 
     # ------------------------------------------------------------- actions
     def action_help(self) -> None:
-        reader = self.reader
-        ranks = vm.rank_lines(getattr(reader, "files", []), getattr(reader, "chosen", None))
-        self.push_screen(HelpScreen(ranks))
+        self.push_screen(HelpScreen(self._rank_lines()))
 
     def action_zoom(self, n: int) -> None:
         if n > len(vm.PANELS):
@@ -416,9 +441,7 @@ class DltopApp(App[int]):
         self.set_state(cursor=step, window=window)
 
     def action_next_alert(self) -> None:
-        with vm.locked(self.model):
-            alerts = vm.alerts_of(self.model)
-        key = vm.next_alert_key(alerts, self.state.selected)
+        key = vm.next_alert_key(self._alerts(), self.state.selected)
         if key is None:
             self.notify("no alerts", timeout=2)
             return
@@ -430,7 +453,7 @@ class DltopApp(App[int]):
 
     def _select_alert(self, key: str) -> None:
         with vm.locked(self.model):
-            alert = vm.find_alert(vm.alerts_of(self.model), key)
+            alert = vm.find_alert(self._alerts(), key)
             window = vm.window_for_alert(self.model, alert) if alert else None
         self._pane_user = None
         self.set_state(selected=key, window=window, cursor=alert.step if alert else None)
@@ -451,9 +474,10 @@ class DltopApp(App[int]):
     def _ticked(self, event: StepList.Ticked) -> None:
         if self.state.selected is None:
             return
-        self.ticks.toggle(self.state.selected, event.step_id)
-        if self.ticks.error:
-            self.notify(visible(self.ticks.error), severity="warning", timeout=5)
+        ticks, key = self._ticks_for(vm.find_alert(self._alerts(), self.state.selected))
+        ticks.toggle(key if key else self.state.selected, event.step_id)
+        if ticks.error:
+            self.notify(visible(ticks.error), severity="warning", timeout=5)
         self._drawn.pop("state", None)
         self.redraw()
 
@@ -477,6 +501,19 @@ class DltopApp(App[int]):
             return
         self.last_screenshot = path
         self.notify(f"screenshot saved to {path}", timeout=6)
+
+    def action_report(self) -> None:
+        """Write ``dltop report`` of the run as shown (tui/core/report.py) and say where."""
+        from dltop.tui.core.report import write_from_model
+
+        try:
+            out = write_from_model(self.model, self.source, self.ticks, self.lang, self.clock.now())
+        except Exception as e:  # a full disk or a bug: one line, never a dead viewer
+            self.notify(
+                f"report not written: {getattr(e, 'strerror', None) or e}", severity="error"
+            )
+            return
+        self.notify(f"report written to {visible(out.report)}", timeout=10)
 
     # ------------------------------------------------------------- helpers
     def _plot_columns(self) -> int:

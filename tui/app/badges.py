@@ -4,7 +4,10 @@ checklist and moves the charts to the alert's step window (the app does both).""
 from __future__ import annotations
 
 from dltop.tui.core.alerts import Alert
+from dltop.tui.core.overlay import LETTERS, RUN_COLOURS
 from dltop.tui.core.view_model import alert_key, badge_label
+from rich.style import Style
+from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import HorizontalScroll
@@ -23,7 +26,7 @@ class Badge(Static, can_focus=True):
             self.key = key
 
     def __init__(self, alert: Alert, selected: bool) -> None:
-        super().__init__(badge_label(alert), classes=f"badge -{alert.severity}", markup=False)
+        super().__init__(_label(alert), classes=f"badge -{alert.severity}", markup=False)
         self.key = alert_key(alert)
         self.set_class(not alert.active, "-inactive")
         self.set_class(selected, "-selected")
@@ -68,6 +71,20 @@ class BadgeBar(HorizontalScroll, can_focus=False, inherit_bindings=False):
         for b in badges:  # keep keyboard focus on the same alert across rebuilds
             if b.key == focused_key:
                 self.call_after_refresh(b.focus)
+
+
+def _label(alert: Alert) -> str | Text:
+    """The badge's text; an overlaid run's letter on the run's colour (as its chart line),
+    the severity staying the badge's own colour."""
+    label = badge_label(alert)
+    if alert.run is None or alert.run not in LETTERS:
+        return label
+    at = label.find(f" {alert.run} ")
+    text = Text(label)
+    if at >= 0:
+        colour = RUN_COLOURS[LETTERS.index(alert.run)]
+        text.stylize(Style(color="black", bgcolor=colour, bold=True), at, at + 3)
+    return text
 
 
 def _newest_first(a: Alert) -> tuple[int, float]:

@@ -31,6 +31,7 @@ from dltop.tui.core.chartdata import (
     y_range,
 )
 from dltop.tui.core.fmt import compact as format_value
+from dltop.tui.core.overlay import RUN_COLOURS, RUN_STYLES
 from rich.segment import Segment
 from rich.style import Style
 from textual.geometry import Size
@@ -58,9 +59,11 @@ class Chart(Widget):
         "chart--eval",
         "chart--alt",
         "chart--alt2",
+        "chart--band",
         "chart--bad",
         "chart--cursor",
         "chart--empty",
+        *(f"chart--{style}" for style in RUN_STYLES),
     }
 
     DEFAULT_CSS = """
@@ -72,10 +75,14 @@ class Chart(Widget):
     Chart > .chart--eval { color: $success; }
     Chart > .chart--alt { color: $accent; }
     Chart > .chart--alt2 { color: $secondary; }
+    Chart > .chart--band { color: $primary-darken-3; }
     Chart > .chart--bad { color: $error; text-style: bold; }
     Chart > .chart--cursor { background: $boost; color: $text; }
     Chart > .chart--empty { color: $text-muted; text-style: italic; }
-    """
+    """ + "".join(  # overlaid runs: one fixed colour each, as on their badges
+        f"Chart > .chart--{style} {{ color: {colour}; }}\n"
+        for style, colour in zip(RUN_STYLES, RUN_COLOURS, strict=True)
+    )
 
     def __init__(
         self, provider: Provider | None = None, *, name: str | None = None, id: str | None = None
@@ -148,12 +155,13 @@ class Chart(Widget):
         if data is None or not data.has_points:
             msg = data.empty_text if data else "waiting for data"
             empty = self._style("empty")
-            for r in range(plot_h):
-                text = msg.center(cols) if r == plot_h // 2 else ""
             # wrapped at words, centred: a narrow panel shows "no memory / readings", not
             # "no memory readi…"
             lines = textwrap.wrap(msg, cols)[:plot_h] or [""]
             top = max(0, (plot_h - len(lines)) // 2)
+            for r in range(plot_h):
+                i = r - top
+                text = lines[i].center(cols) if 0 <= i < len(lines) else ""
                 rows.append(Strip([Segment(" " * GUTTER, axis), *_pad(text, cols, empty)], width))
             rows.append(_text_strip("", width, axis))
             return rows
@@ -227,7 +235,10 @@ class Chart(Widget):
             else None
         )
         labels = _y_labels(rng, plot_h, data)
-        styles = {key: self._style(key) for key in ("raw", "ema", "eval", "alt", "alt2")}
+        styles = {
+            key: self._style(key)
+            for key in ("raw", "ema", "eval", "alt", "alt2", "band", *RUN_STYLES)
+        }
         bad_style = self._style("bad")
         cursor_style = self._style("cursor")
         out: list[Strip] = []

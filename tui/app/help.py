@@ -28,6 +28,8 @@ KEYS = (
     ("space", "tick the highlighted checklist step (saved next to the log)"),
     ("escape", "back to the whole run, cursor off"),
     ("e", "save an SVG screenshot (the path is shown)"),
+    ("f", "a job's ranks: show the next rank alone; after the last, all ranks again"),
+    ("r", "write a Markdown report with charts next to the log (the path is shown)"),
 )
 
 

@@ -59,6 +59,10 @@ class Alert:
     last_step: int | None = None
     t: float | None = None  # Unix time of the record that raised it
     checklist: str | None = None  # checklist id; defaults to ``id`` (crash patterns differ)
+    # which of several overlaid runs it belongs to ("A".."H"; ``None``: the only run). Set
+    # on the viewer's copies only, never by a rule: two runs' NaN at the same step are two
+    # badges, each with its own checklist and ticks
+    run: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         """The contract's JSON shape, plus extra keys (message, active, last_step, checklist)."""

@@ -43,7 +43,7 @@ VANISHED_HELP = (
 )
 
 
-def _fatal_event(store: Store) -> dict[str, Any] | None:
+def fatal_event(store: Store) -> dict[str, Any] | None:
     """The last event that ended the run badly (:func:`ending.is_fatal`: an exception, an
     OOM, a signal other than an interrupt), unless steps followed it or a later event
     says the run ended otherwise (Ctrl-C, ``sys.exit(0)``)."""
@@ -72,8 +72,12 @@ def _last_values(store: Store) -> str:
 def crash_info(model: RunModel, run_state: RunState | None = None) -> CrashInfo | None:
     """The crash banner's content: an exception or OOM event (with its diagnosis), a fatal
     signal, or a run the status calls crashed without either (a vanished process)."""
-    store = model.store
-    ev = _fatal_event(store)
+    return store_crash_info(model.store, run_state)
+
+
+def store_crash_info(store: Store, run_state: RunState | None = None) -> CrashInfo | None:
+    """:func:`crash_info` of a bare store (``dltop report``, which reads without a model)."""
+    ev = fatal_event(store)
     crashed = getattr(run_state, "status", None) == "crashed"
     if ev is None and not crashed:
         return None

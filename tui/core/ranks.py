@@ -17,17 +17,26 @@ crashes are per process). Two questions need the ranks side by side:
   ranks' median, block after block (``straggler``, on the slow rank's sink, naming it
   and the phase). A rank slow in *backward* cannot be told apart this way: the fast
   ranks' wait for it is inside their own backward, so every rank's backward is long.
+- **What is the whole model's gradient norm when it is sharded?** Under FSDP each rank
+  holds a shard of every gradient and logs ``grad_sq_local`` (its share of the squared
+  norm, see ``probe/gradnorm.py``) instead of ``grad_norm``, because the norm itself
+  would take a collective in the training step. :class:`GradNormJoin` adds the shares of
+  every rank up per step and writes ``sqrt(sum)`` as ``grad_norm`` into the step records
+  of the job's first rank, so that its rules (NaN gradient, explosion, vanishing) judge
+  the whole model. A step is completed only when every rank of the job gave its share: a
+  missing rank file would otherwise pass a fraction of the norm off as the whole.
 
 No Textual, no torch: read by ``dltop check`` on a folder of rank files.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from dltop.probe.schema import as_float, as_step
+from dltop.probe.schema import GRAD_SQ_LOCAL, META, STEP, as_float, as_step
 from dltop.tui.core.alerts import CRITICAL, WARNING, Alert
 from dltop.tui.core.crashdiag import CatalogueError, secondary_patterns
 from dltop.tui.core.fmt import number as fmt
@@ -43,6 +52,7 @@ MIN_EXCESS_S = 0.005  # extra data wait below this is noise at any step time
 EXCESS_SHARE = 0.2  # ... and it must be this share of the step time
 CRITICAL_SHARE = 0.5  # the job runs at half speed or worse because of it: critical
 FAILURES = ("crash", "oom")
+MAX_SHARE_STEPS = 1_000_000  # steps whose shares a sharded job's join keeps (about 100 MB)
 
 
 @dataclass
@@ -178,29 +188,44 @@ def straggler(ranks: Sequence[Rank]) -> None:
     buckets = sorted(set().union(*(r.times.step for r in timed if r.times)))
     run_key: tuple[int, str] | None = None
     run: list[tuple[int, float, float, float]] = []  # (bucket, excess, others' median, step)
+    owner: tuple[Rank, str] | None = None  # the slow rank and phase of ``run``
     fired: set[tuple[int, str]] = set()
+
+    def close() -> None:
+        """The run of blocks ended (or the log did): its alert gets the run's final figures."""
+        if owner is not None and len(run) > PERSIST:
+            _refresh(owner[0], run, owner[1])
+
     for b in buckets:
         here = [r for r in timed if r.times and b in r.times.step]
         if len(here) < 2:
-            run_key, run = None, []
+            close()
+            run_key, run, owner = None, [], None
             continue
         step_t = median_of([r.times.step[b] for r in here if r.times]) or 0.0
         bar = max(MIN_EXCESS_S, EXCESS_SHARE * step_t)
         found = [(p, x) for p in PHASES if (x := _slowest(here, b, p)) is not None]
         found = [(p, x) for p, x in found if x[1] >= bar]
         if not found:
-            run_key, run = None, []
+            close()
+            run_key, run, owner = None, [], None
             continue
         phase, (slow, excess, ref) = max(found, key=lambda px: px[1][1])
         key = (id(slow), phase)
         if key != run_key:
-            run_key, run = key, []
+            close()
+            run_key, run, owner = key, [], (slow, phase)
         run.append((b, excess, ref, step_t))
-        if len(run) >= PERSIST and key not in fired:
+        n = len(run)
+        if n >= PERSIST and key not in fired:
             fired.add(key)
             _raise(slow, run, phase)
-        elif len(run) > PERSIST:
+        elif n > PERSIST and n & (n - 1) == 0:
+            # the figures are medians over the whole run: refreshed at doubling lengths
+            # (and when the run ends), so a straggler over a long run costs O(n log n),
+            # not a pass over the run at every block
             _refresh(slow, run, phase)
+    close()
 
 
 def _straggler_alert(r: Rank) -> Alert | None:
@@ -264,3 +289,118 @@ def _refresh(r: Rank, run: list[tuple[int, float, float, float]], phase: str) ->
     a.last_step = a.evidence["last_step"]
     if (a.evidence["share_of_step"] or 0.0) >= CRITICAL_SHARE:
         a.severity = CRITICAL
+
+
+# ------------------------------------------------------------------ sharded grad norm
+
+
+class GradNormJoin:
+    """The whole model's grad norm of a sharded job, from its ranks' ``grad_sq_local``.
+
+    Used in one pass over the rank files: every other rank first (:meth:`other`, each
+    fed its records and then :meth:`RankShares.finish`-ed), the job's first rank last
+    (:meth:`primary`), whose step records get ``grad_norm = sqrt(sum of every rank's
+    share)`` as they stream by. Within a rank the last share of a step wins (an elastic
+    restart redoes steps); a step some rank never logged gets no norm (``incomplete``
+    counts them), and neither does a step whose record already has a ``grad_norm`` (a
+    value the user passed wins). Memory: one float and one count per step
+    (``MAX_SHARE_STEPS`` at most), plus one rank's shares while it is read.
+    """
+
+    def __init__(self) -> None:
+        self.sums: dict[int, float] = {}
+        self.counts: dict[int, int] = {}
+        self.ranks = 0  # other ranks that logged shares
+        self.world: int | None = None  # the largest world_size a meta record gave
+        self.joined = 0  # primary steps that got the whole model's norm
+        self.incomplete = 0  # primary steps with a share but not every rank's
+
+    def other(self) -> RankShares:
+        return RankShares(self, primary=False)
+
+    def primary(self) -> RankShares:
+        return RankShares(self, primary=True)
+
+    def _see_meta(self, rec: dict[str, Any]) -> None:
+        w = rec.get("world_size")
+        if type(w) is int and 0 < w < 1 << 24 and (self.world is None or w > self.world):
+            self.world = w
+
+    def _merge(self, shares: dict[int, float]) -> None:
+        if not shares:
+            return
+        self.ranks += 1
+        sums, counts = self.sums, self.counts
+        for step, v in shares.items():
+            if step in sums:
+                sums[step] += v
+                counts[step] += 1
+            elif len(sums) < MAX_SHARE_STEPS:
+                sums[step] = v
+                counts[step] = 1
+
+    def _expected(self) -> int:
+        """Ranks whose share every step needs: the job's world size when a meta gave it,
+        else the ranks seen with shares (the primary included)."""
+        return self.world if self.world is not None else self.ranks + 1
+
+    def norm(self, step: int, own: float) -> float | None:
+        """The whole model's norm at ``step`` given the primary's own share, or None."""
+        if self.counts.get(step, 0) + 1 != self._expected():
+            return None
+        total = self.sums.get(step, 0.0) + own
+        if total < 0:  # junk in a log: no norm, rather than an exception
+            return None
+        return math.sqrt(total)  # NaN and infinity pass through: a NaN shard is a NaN norm
+
+    @property
+    def summary(self) -> str | None:
+        """One line on what was joined, for the check report; None for an unsharded job."""
+        if not (self.joined or self.incomplete):
+            return None
+        line = (
+            f"grad_norm of {self.joined} steps joined from {self._expected()} ranks' "
+            "grad_sq_local (sharded gradients)"
+        )
+        if self.incomplete:
+            line += f"; {self.incomplete} steps lack some rank's share and have no grad_norm"
+        return line
+
+
+@dataclass
+class RankShares:
+    """One rank's side of a :class:`GradNormJoin`, fed that rank's records in order."""
+
+    join: GradNormJoin
+    primary: bool
+    shares: dict[int, float] = field(default_factory=dict)
+
+    def feed(self, records: Iterable[dict[str, Any]]) -> None:
+        join = self.join
+        for rec in records:
+            if GRAD_SQ_LOCAL not in rec:
+                if rec.get("kind") == META:
+                    join._see_meta(rec)
+                continue
+            if rec.get("kind") != STEP:
+                continue
+            step = as_step(rec.get("step"))
+            v = as_float(rec[GRAD_SQ_LOCAL])
+            if step is None or v is None:
+                continue
+            if not self.primary:
+                if step in self.shares or len(self.shares) < MAX_SHARE_STEPS:
+                    self.shares[step] = v
+            elif "grad_norm" not in rec:
+                norm = join.norm(step, v)
+                if norm is None:
+                    join.incomplete += 1
+                else:
+                    rec["grad_norm"] = norm
+                    join.joined += 1
+
+    def finish(self) -> None:
+        """The rank is read: its last share per step goes into the job's sums."""
+        if not self.primary:
+            self.join._merge(self.shares)
+        self.shares = {}

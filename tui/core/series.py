@@ -28,6 +28,8 @@ from dltop.tui.core.decimate import (
     summarize,
 )
 
+CACHED_DECIMATIONS = 8  # per series: the panels and windows one redraw asks for
+
 
 class Series:
     """A named metric's points, sorted by step. Read it under ``RunModel.lock``."""
@@ -44,6 +46,7 @@ class Series:
         "_bhi",
         "_x_of",
         "_own",
+        "_cache",
     )
 
     def __init__(
@@ -58,6 +61,10 @@ class Series:
         self._x_off = x_off  # point i has step self._xs[self._x_off + i]
         self._blo = array("d")
         self._bhi = array("d")
+        # the last decimations asked for, valid while ``version`` is theirs: a redraw that
+        # finds this series unchanged (an overlaid run that is done, a panel drawn twice)
+        # costs a dict lookup instead of a pass over the buckets
+        self._cache: tuple[int, dict[tuple[int, int, int], Decimated]] = (-1, {})
         self._x_of: Series | None = None  # a derived series takes its steps from another
         self._own = xs is None  # False: ``_xs`` is the store's shared step axis
 
@@ -139,11 +146,23 @@ class Series:
             raise ValueError("width must be >= 1")
         if end < start:
             start, end = end, start
+        version, done = self._cache
+        if version != self.version:
+            done = {}
+            self._cache = (self.version, done)
+        key = (start, end, width)
+        found = done.get(key)
+        if found is not None:
+            return found
         xs, off = self._x()
-        return decimate_rows(
+        d = decimate_rows(
             self.name, xs, off, self.ys, self._blo, self._bhi, self.nonfinite,
             start, end, width, self.version,
         )  # fmt: skip
+        if len(done) >= CACHED_DECIMATIONS:
+            done.clear()
+        done[key] = d
+        return d
 
     @property
     def nbytes(self) -> int:

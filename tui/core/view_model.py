@@ -70,8 +70,10 @@ def locked(model: RunModel) -> Iterator[None]:
 
 
 def alert_key(alert: Alert) -> str:
-    """A stable name for one alert: its id and first step (ticks are saved under it)."""
-    return f"{alert.id}@{alert.step if alert.step is not None else '-'}"
+    """A stable name for one alert: its id and first step (ticks are saved under it), and
+    in an overlay the run it belongs to (``B:nan_loss@128``)."""
+    key = f"{alert.id}@{alert.step if alert.step is not None else '-'}"
+    return f"{alert.run}:{key}" if alert.run else key
 
 
 def badge_label(alert: Alert) -> str:

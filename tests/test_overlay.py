@@ -1,0 +1,135 @@
+"""Overlaid runs without a UI (``dltop A B [C...]``): a line per run in its colour aligned by
+step, each run's alerts as its own badges and checklist owner, the run table, the focus
+cycle, and the source that follows every run.
+
+Real parts: each run is a real ``RunModel`` (store + rules engine) fed real records, and
+the overlay source reads real files on its reader threads.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from dltop.tui import view_cmd
+from dltop.tui.core import overlay
+from dltop.tui.core.overlay import (
+    MAX_RUNS,
+    RUN_STYLES,
+    OverlayRun,
+    OverlayView,
+    overlay_chart,
+    overlay_runs,
+)
+from dltop.tui.core.overlay_source import OverlaySource
+from dltop.tui.core.run import RunModel
+from dltop.tui.core.sources import SourceError
+from dltop.tui.core.view_model import ViewState, alert_key
+from test_app_support import NAN_STEP, records, write_log
+
+
+def _runs(*scenarios: str, steps: int = 300) -> tuple[OverlayRun, ...]:
+    models = []
+    for s in scenarios:
+        m = RunModel(s)
+        m.ingest(list(records(s, steps)))
+        models.append(m)
+    return overlay_runs([f"/runs/{s}-{i}.jsonl" for i, s in enumerate(scenarios)], models)
+
+
+def _view(runs: tuple[OverlayRun, ...]) -> OverlayView:
+    return OverlayView(lambda: runs)
+
+
+def test_a_line_per_run_in_its_own_colour_aligned_by_step() -> None:
+    runs = _runs("healthy", "nan", "healthy")
+    data = overlay_chart(runs, "loss", ViewState(), 60)
+    lines = [t for t in data.traces if t.connect]
+    assert [t.name for t in lines] == ["A", "B", "C"]
+    assert [t.style for t in lines] == list(RUN_STYLES[:3])
+    evals = [t for t in data.traces if not t.connect]  # eval points in the run's colour
+    assert [t.style for t in evals] == list(RUN_STYLES[:3])
+    assert (data.start, data.end) == (0, 299)
+    # the smoothed line, but the raw loss's NaN marks and last value: a run gone NaN says so
+    b = lines[1]
+    assert not any(b.bad[: 60 * NAN_STEP // 300 - 1]) and all(b.bad[60 * NAN_STEP // 300 + 1 :])
+    assert "B NaN" in data.legend and "A 0." in data.legend
+    assert not any(lines[0].bad)
+
+
+def test_the_raw_loss_without_smoothing_and_the_other_panels_compare_the_same_metric() -> None:
+    runs = _runs("healthy", "data_bound")
+    raw = overlay_chart(runs, "loss", ViewState(smoothing=False), 40)
+    assert [t.name for t in raw.traces if t.connect] == ["A", "B"]
+    st = overlay_chart(runs, "step_time", ViewState(), 40)
+    assert st.unit == "s" and [t.name for t in st.traces] == ["A", "B"]
+    mem = overlay_chart(runs, "memory", ViewState(), 40)  # no CUDA memory: the RSS
+    assert [t.name for t in mem.traces] == ["A", "B"] and mem.unit == "B"
+
+
+def test_a_blown_up_run_puts_the_overlay_on_a_log_axis_by_itself() -> None:
+    data = overlay_chart(_runs("healthy", "blowup"), "loss", ViewState(), 40)
+    assert data.log and data.legend.startswith("[auto log]")
+    assert not overlay_chart(_runs("healthy", "blowup"), "loss", ViewState(log_loss=False), 40).log
+
+
+def test_each_runs_alerts_are_its_own_badges_and_checklists() -> None:
+    runs = _runs("nan", "nan", "healthy")  # the same NaN at the same step in A and B
+    view = _view(runs)
+    alerts = view.alerts(runs[0].model)
+    nan = [a for a in alerts if a.id == "nan_loss"]
+    assert sorted(a.run for a in nan) == ["A", "B"]
+    assert {alert_key(a) for a in nan} == {f"A:nan_loss@{NAN_STEP}", f"B:nan_loss@{NAN_STEP}"}
+    b = next(a for a in nan if a.run == "B")
+    assert b.title.startswith("B ") and view.owner(b, runs[0].model) is runs[1].model
+    assert not any(a.run == "C" for a in alerts)
+    # the engines' own alerts are untouched (copies are marked, never the originals)
+    engine = runs[1].model.engine
+    assert engine is not None and all(a.run is None for a in engine.alerts())
+
+
+def test_the_run_table_names_each_run_and_the_focus_cycles_through_them() -> None:
+    runs = _runs("healthy", "nan")
+    view = _view(runs)
+    rows = view.rows(now=0.0)
+    assert [r.name for r in rows] == ["A healthy-0.jsonl", "B nan-1.jsonl"]
+    assert view.note() == "2 runs overlaid" and view.across
+    assert view.cycle() is runs[0] and not view.across and view.note().startswith("run A ")
+    assert view.alerts(runs[0].model) == []  # A alone: healthy
+    assert view.cycle() is runs[1] and {a.run for a in view.alerts(runs[0].model)} == {"B"}
+    assert view.cycle() is None and view.across
+    assert view.settled()  # nothing is judged across runs
+
+
+def test_the_source_reads_every_run_into_its_own_model(tmp_path: Path) -> None:
+    paths = [str(write_log(tmp_path / f"{s}.jsonl", s, 300)) for s in ("healthy", "nan", "gpu")]
+    model = RunModel("a")
+    src = OverlaySource(paths, model, follow=False, poll_interval=0.05)
+    src.run()
+    assert src.wait_caught_up(5) and src.error is None
+    assert [r.name for r in src.ranks] == ["A", "B", "C"] and src.ranks[0].model is model
+    assert [r.model.store.last_step for r in src.ranks] == [299, 299, 299]
+    b = src.ranks[1].model.engine
+    assert b is not None and any(a.id == "nan_loss" for a in b.alerts())
+
+
+def test_a_run_that_cannot_be_opened_is_one_error_naming_it(tmp_path: Path) -> None:
+    ok = str(write_log(tmp_path / "ok.jsonl", "healthy", 10))
+    with pytest.raises(SourceError, match="missing.jsonl"):
+        OverlaySource([ok, str(tmp_path / "missing.jsonl")], RunModel("a"))
+    with pytest.raises(SourceError, match="2 to 8"):
+        OverlaySource([ok] * 9, RunModel("a"))
+
+
+def test_the_command_line_overlays_at_most_the_runs_the_viewer_colours(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert view_cmd.MAX_OVERLAY == MAX_RUNS == len(overlay.RUN_COLOURS) == len(overlay.LETTERS)
+    log = str(write_log(tmp_path / "x.jsonl", "healthy", 10))
+    parser: Any = __import__("argparse").ArgumentParser()
+    view_cmd.configure(parser)
+    args = parser.parse_args([log] * 9)
+    assert view_cmd.run(args) == view_cmd.EXIT_NO_SOURCE
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "at most 8 runs" in err[0]

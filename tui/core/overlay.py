@@ -1,0 +1,256 @@
+"""Several runs overlaid in one viewer: ``dltop A B [C...]`` (up to 8).
+
+The question an overlay answers is "what did my fix change?": the same panels, one line
+per run in its own colour, aligned by step, and each run's alerts as its own badges. It
+is the job view's shape (``rankjob``: one :class:`RunModel` per log, each with its own
+reader, store and rules; charts composed at draw time from each store's decimation,
+never per record), with three differences:
+
+- **charts**: a line per run instead of the median across ranks (ranks of one job are
+  meant to agree, runs are meant to differ); the loss panel draws each run's smoothed
+  loss (its raw loss with ``s``), eval points in the run's colour;
+- **alerts**: never merged across runs. Each run's alerts are copies marked with the
+  run's letter (:attr:`Alert.run`), so two runs' NaN at the same step are two badges,
+  each opening its own run's checklist;
+- **no cross-run rules**: a straggler or a "first failure" between unrelated runs means
+  nothing.
+
+Everything here runs at the UI's fixed rate; no Textual (``tests/test_boundaries.py``).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any
+
+from dltop.tui.core import panels
+from dltop.tui.core.alerts import Alert
+from dltop.tui.core.chartdata import ChartData, Trace, wants_log
+from dltop.tui.core.fmt import compact
+from dltop.tui.core.rankjob import JobView, RankLog, RankRow, column, job_signature, job_window
+from dltop.tui.core.safetext import visible
+
+if TYPE_CHECKING:
+    from dltop.tui.core.run import RunModel
+    from dltop.tui.core.view_model import ViewState
+
+MAX_RUNS = 8
+LETTERS = "ABCDEFGH"
+# one colour per run, told apart on dark and light backgrounds and by most colour-blind
+# readers (Tableau 10's first eight); the chart and the badges read them from here
+RUN_COLOURS = (
+    "#4e79a7",
+    "#f28e2b",
+    "#e15759",
+    "#76b7b2",
+    "#59a14f",
+    "#edc948",
+    "#b07aa1",
+    "#ff9da7",
+)
+RUN_STYLES = tuple(f"run{i}" for i in range(MAX_RUNS))
+
+# what each panel compares across runs: its first metric a run has (inverted: 1/x)
+_METRICS: dict[str, tuple[tuple[str, bool], ...]] = {
+    "loss": (("loss", False),),
+    "grad_norm": (("grad_norm", False),),
+    "lr": (("lr", False),),
+    "step_time": (("step_time", False),),
+    "memory": (("mem_allocated", False), ("sys.rss", False)),
+    "gpu": (("sys.gpus.0.util", False),),
+    "throughput": (("samples_per_s", False), ("step_time", True)),
+}
+_UNITS = {"step_time": "s", "memory": "B", "gpu": "%"}
+
+
+@dataclass(frozen=True)
+class OverlayRun(RankLog):
+    """One overlaid run: its letter (by position on the command line) and its log."""
+
+    index: int = 0
+
+    @property
+    def name(self) -> str:
+        return LETTERS[self.index]
+
+    @property
+    def style(self) -> str:
+        return RUN_STYLES[self.index]
+
+    @property
+    def label(self) -> str:
+        """``A run.jsonl``: the letter and the log's name (escaped: it is the user's)."""
+        base = os.path.basename(self.path.rstrip("/")) or self.path
+        return f"{self.name} {visible(base, limit=40)}"
+
+
+def _metric(run: OverlayRun, key: str, smoothing: bool) -> tuple[str, bool] | None:
+    if key == "loss":
+        name = "loss.ema" if smoothing else "loss"
+        return (name, False) if _has(run.model, name) else None
+    return next(((m, inv) for m, inv in _METRICS[key] if _has(run.model, m)), None)
+
+
+def _has(model: RunModel, metric: str) -> bool:
+    with model.lock:
+        s = model.store.series(metric)
+        return s is not None and len(s) > 0
+
+
+def overlay_chart(
+    runs: Sequence[OverlayRun], key: str, state: ViewState, buckets: int
+) -> ChartData:
+    """One panel with a line per run in the run's colour (eval points too on the loss),
+    aligned by step over every run's steps (or the chosen window)."""
+    spec = panels.PANEL_BY_KEY[key]
+    start, end = job_window(runs, state)
+    span, width, at = (start, end), max(1, buckets), state.cursor
+    traces: list[Trace] = []
+    legend: list[str] = []
+    inverted = False
+    for run in runs:
+        chosen = _metric(run, key, state.smoothing)
+        if chosen is None:
+            continue
+        metric, invert = chosen
+        inverted = inverted or invert
+        c = column(run.model, metric, span, width, at, invert)
+        if c is None:
+            continue
+        bad = c.bad
+        if metric == "loss.ema":  # the smoothed line, the raw loss's NaN marks and value
+            raw = column(run.model, "loss", span, width, at, False)
+            if raw is not None:
+                bad, c.at = raw.bad, raw.at
+        traces.append(Trace(run.name, c.lo, c.hi, bad, run.style, True))
+        if key == "loss" and _has(run.model, "eval.loss"):
+            e = column(run.model, "eval.loss", span, width, None, False)
+            if e is not None:
+                traces.append(Trace(f"{run.name} eval", e.lo, e.hi, e.bad, run.style, False))
+        if c.at is not None:  # compact() writes NaN/Inf as such: a run that went NaN says so
+            legend.append(f"{run.name} {compact(c.at, '' if invert else _UNITS.get(key, ''))}")
+    log = bool(spec.log or (key == "loss" and state.log_loss is True))
+    if not log and spec.auto_log and state.log_loss is None and wants_log(traces):
+        log = True
+        legend.insert(0, "[auto log]")
+    elif log and key == "loss":
+        legend.insert(0, "[log]")
+    prefix = f"@{at} " if at is not None else ""
+    unit = "" if inverted else _UNITS.get(key, "")
+    return ChartData(
+        start=start,
+        end=max(end, start),
+        traces=tuple(traces),
+        log=log,
+        cursor=at,
+        legend=visible(prefix + "  ".join(legend)),
+        unit=unit,
+        empty_text=spec.empty,
+        y_floor=None if log else spec.y_floor,
+    )
+
+
+class OverlayView(JobView):
+    """The viewer's handle on overlaid runs: the job view's focus cycle and run table,
+    with per-run charts and alerts and no cross-run rules."""
+
+    def __init__(self, source: Callable[[], Sequence[RankLog]]) -> None:
+        super().__init__(source)
+
+    @property
+    def overlay(self) -> bool:
+        return True
+
+    unit = "run"
+
+    def runs(self) -> tuple[OverlayRun, ...]:
+        return tuple(r for r in self.ranks() if isinstance(r, OverlayRun))
+
+    def chart(self, key: str, state: ViewState, buckets: int) -> ChartData:
+        return overlay_chart(self.runs(), key, state, buckets)
+
+    def signature(self, key: str, state: ViewState) -> tuple[Any, ...]:
+        return job_signature(self.runs(), key, state)
+
+    def update(self, now: float, force: bool = False) -> None:
+        """Nothing to judge across runs (a straggler between unrelated runs means nothing)."""
+
+    def start(self) -> None:
+        """No judge thread: there is no cross-run rule."""
+
+    def poke(self) -> None:
+        """Nothing to judge."""
+
+    def settled(self) -> bool:
+        return True
+
+    def version(self) -> tuple[int, ...]:
+        return tuple(int(r.model.version) for r in self.runs())
+
+    def rank_alerts(self, r: RankLog) -> list[Alert]:
+        """The run's own alerts, as copies marked with its letter."""
+        with r.model.lock:
+            engine = r.model.engine
+            own = list(engine.alerts()) if engine is not None else []
+        return [replace(a, run=r.name) for a in own]
+
+    def alerts(self, model: RunModel) -> list[Alert]:
+        """Every run's alerts, each its own badge ("B ✖ Loss is NaN"); a focused run's."""
+        focused = self.focused()
+        if focused is not None:
+            return self.rank_alerts(focused)
+        out: list[Alert] = []
+        for r in self.runs():
+            out.extend(replace(a, title=f"{r.name} {a.title}") for a in self.rank_alerts(r))
+        return out
+
+    def run_of(self, alert: Alert | None) -> OverlayRun | None:
+        if alert is None or alert.run is None:
+            return None
+        return next((r for r in self.runs() if r.name == alert.run), None)
+
+    def owner(self, alert: Alert | None, model: RunModel) -> RunModel:
+        r = self.run_of(alert)
+        return r.model if r is not None else super().owner(alert, model)
+
+    def crash_model(self, model: RunModel) -> RunModel:
+        """The focused run's crash; across runs, the first run (by letter) that crashed."""
+        focused = self.focused()
+        if focused is not None:
+            return focused.model
+        for r in self.runs():
+            with r.model.lock:
+                engine = r.model.engine
+                crashed = engine is not None and any(
+                    a.id in ("crash", "oom") for a in engine.alerts()
+                )
+            if crashed:
+                return r.model
+        return model
+
+    def rows(self, now: float) -> list[RankRow]:
+        """The run table: the job table's columns, each row named ``A run.jsonl``."""
+        rows = super().rows(now)
+        labels = {r.name: r.label for r in self.runs()}
+        return [replace(row, name=labels.get(row.name, row.name)) for row in rows]
+
+    def note(self) -> str:
+        runs = self.runs()
+        focused = next((r for r in runs if r.path == self.focus), None)
+        if focused is None:
+            return f"{len(runs)} runs overlaid"
+        return f"run {focused.label} of {len(runs)}"
+
+    def panel_title(self, number: int, spec: panels.PanelSpec, rows: list[RankRow]) -> str:
+        title = f"{number} {visible(spec.title)}"
+        focused = self.focused()
+        return f"{title} · {focused.name}" if focused is not None else title
+
+
+def overlay_runs(paths: Sequence[str], models: Sequence[RunModel]) -> tuple[OverlayRun, ...]:
+    """The runs in command-line order, lettered A..H."""
+    return tuple(
+        OverlayRun(None, p, m, index=i) for i, (p, m) in enumerate(zip(paths, models, strict=True))
+    )

@@ -1,0 +1,104 @@
+"""The rank table of a job: one row per rank, every field ready to print, and which rank
+is the slowest. No Textual here (``tests/test_boundaries.py``); ``app/rank_table.py``
+lays the rows out.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from dltop.tui.core.crossrank import CrossRank
+from dltop.tui.core.fmt import compact, compact_bytes
+from dltop.tui.core.ranklog import RankLog
+from dltop.tui.core.ranklog import median as _median
+from dltop.tui.core.ranks import EXCESS_SHARE, MIN_EXCESS_S
+
+if TYPE_CHECKING:
+    from dltop.tui.core.store import Store
+
+RECENT = 50  # points of a rank's series its table row summarises (as the header's steps/s)
+SLOW_STEP = 1.1  # without a verdict, a rank this much slower than the median is "slowest"
+
+
+@dataclass(frozen=True)
+class RankRow:
+    """One rank's line in the rank table, every field ready to print."""
+
+    name: str
+    host: str
+    step: str
+    step_time: str
+    data_wait: str
+    memory: str
+    status: str
+    alerts: str
+    worst: str  # the severity of its worst active alert ("" when none): the row's colour
+    slowest: bool
+    focused: bool
+    first_failure: bool
+
+
+def recent(store: Store, name: str) -> float | None:
+    """Median of the last ``RECENT`` finite, non-negative points: one slow step does not
+    make a rank look slow."""
+    s = store.series(name)
+    if s is None or not len(s):
+        return None
+    vals = [v for v in s.ys[-RECENT:] if v == v and 0 <= v < math.inf]
+    return _median(vals) if vals else None
+
+
+@dataclass
+class _Timing:
+    step: float | None
+    data: float | None
+    forward: float | None
+
+
+def _timings(r: RankLog) -> _Timing:
+    with r.model.lock:
+        store = r.model.store
+        return _Timing(
+            recent(store, "step_time"), recent(store, "data_time"), recent(store, "forward_time")
+        )
+
+
+def slowest_rank(ranks: Sequence[RankLog], cross: CrossRank | None = None) -> RankLog | None:
+    """The rank holding the job back: the straggler verdict when there is one; else the
+    rank whose own share of the step (data wait + forward) stands out against the others'
+    median by the straggler's bar; else one whose step time is 10 % over the median. In
+    data-parallel training every rank's step takes as long (they wait for each other), so
+    a rank is only named when something stands out; ``None`` otherwise."""
+    if len(ranks) < 2:
+        return None
+    if cross is not None and cross.straggler is not None:
+        for r in ranks:
+            if r.path == cross.straggler:
+                return r
+    times = [(r, _timings(r)) for r in ranks]
+    own = [(r, (t.data or 0.0) + (t.forward or 0.0), t.step) for r, t in times if t.step]
+    if len(own) < 2:
+        return None
+    slow, busy, step_t = max(own, key=lambda x: x[1])
+    others = _median([b for r, b, _ in own if r is not slow])
+    if busy - others >= max(MIN_EXCESS_S, EXCESS_SHARE * (step_t or 0.0)):
+        return slow
+    slow, _, step_t = max(own, key=lambda x: x[2] or 0.0)
+    if step_t and step_t >= SLOW_STEP * _median([s or 0.0 for _, _, s in own]):
+        return slow
+    return None
+
+
+def memory_text(store: Store) -> str:
+    for name in ("mem_allocated", "sys.rss"):
+        v = store.latest(name)
+        if v is not None:
+            return compact_bytes(v)
+    return "—"
+
+
+def seconds_text(v: float | None) -> str:
+    return compact(v, "s") if v is not None else "—"

@@ -1,0 +1,212 @@
+"""An incident report of one run: one Markdown file plus its charts as SVG images.
+
+Why: when a run breaks, the person asking for help (an issue, a chat) has to retype
+what the viewer shows: the environment, how it ended, the alert and its evidence, what
+they already checked. ``dltop report`` and the viewer's ``r`` key write it for them.
+
+Nothing here decides anything: the status and its reason come from the rules engine,
+the crash headline and diagnosis from ``crash_view``/``crashdiag``, the checklist marks
+from ``checklists.evaluate``, the person's ticks from the viewer's sidecar (``ticks``),
+numbers from ``fmt``, the charts from ``panels.store_chart`` (the viewer's own min/max
+decimation) drawn by ``svgchart``. Every string quoted from the log passes ``mdtext``,
+so it shows as text wherever the report is pasted. The sections are in
+``report_sections``; this module gathers the run and writes the files.
+
+Where it goes: ``<log>.report.md`` next to the log (``<dir>.report.md`` next to a
+directory of rank logs), with the images in the folder named like the report without
+``.md`` (``<log>.report/loss.svg``); the Markdown links them by relative path, so the
+pair can be moved or zipped together.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import tempfile
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+from urllib.parse import quote
+
+from dltop.tui.core import report_sections as sections
+from dltop.tui.core import svgchart
+from dltop.tui.core.alerts import Alert
+from dltop.tui.core.panels import PANELS, panel_spec, store_chart
+from dltop.tui.core.view_model import ViewState, alert_key, locked
+
+if TYPE_CHECKING:
+    from dltop.tui.core.facts import Fact
+    from dltop.tui.core.run import RunModel
+    from dltop.tui.core.status import RunState
+    from dltop.tui.core.store import Store
+    from dltop.tui.core.ticks import Ticks
+
+SUFFIX = ".report.md"
+CHART_BUCKETS = 240  # a 120-column chart in the viewer asks for the same
+
+
+@dataclass
+class ReportAlert:
+    """One alert with what its checklist is marked from and what the person ticked."""
+
+    alert: Alert
+    facts: dict[str, Fact]
+    ticked: set[str] = field(default_factory=set)
+    rank: int | None = None  # a directory of rank logs: whose alert it is
+
+
+@dataclass
+class ReportRun:
+    """Everything a report says about one run; ``store`` is the rank charted."""
+
+    source: str
+    store: Store
+    state: RunState | None
+    alerts: list[ReportAlert]
+    lang: str = "en"
+    skipped_lines: int = 0
+    notes: list[str] = field(default_factory=list)
+    ranks: list[str] = field(default_factory=list)  # one line per rank file of a directory
+    rules_error: str | None = None
+
+
+@dataclass(frozen=True)
+class Written:
+    report: str
+    charts: list[str]
+
+
+def default_path(source: str) -> str:
+    """``<log>.report.md`` beside the log (a directory's report beside the directory)."""
+    return os.path.normpath(source) + SUFFIX
+
+
+def viewer_path(log_path: str | None, run_id: str | None, now: float) -> str:
+    """Where the viewer's ``r`` writes: beside the log; for a live socket (no file), the
+    current directory, named by the run and the time."""
+    if log_path:
+        return default_path(log_path)
+    stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime(now))
+    safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in (run_id or "run"))[:60]
+    return os.path.join(os.getcwd(), f"dltop-{safe.strip('.') or 'run'}-{stamp}{SUFFIX}")
+
+
+def charts_dir(report_path: str) -> str:
+    """The images' folder: the report's path without ``.md`` (``x.report.md`` -> ``x.report/``)."""
+    base = report_path[:-3] if report_path.endswith(".md") else report_path + ".files"
+    return base
+
+
+def render(run: ReportRun, charts_link: str, now: float) -> tuple[str, dict[str, str]]:
+    """The Markdown text and ``{file name: SVG}`` of the charts; ``charts_link`` is the
+    images' folder as the Markdown links it (relative to the report)."""
+    charts: dict[str, str] = {}
+    titles: list[tuple[str, str]] = []
+    empty: list[str] = []
+    for spec in PANELS:
+        data = store_chart(run.store, spec.key, ViewState(), CHART_BUCKETS)
+        if not data.has_points:
+            empty.append(spec.title)
+            continue
+        name = f"{spec.key}.svg"
+        title = panel_spec(run.store, spec.key).title  # the memory panel of a CPU run: RSS
+        charts[name] = svgchart.render(data, _panel_title(run, spec.key, title))
+        titles.append((title, f"{quote(charts_link)}/{name}"))
+    parts = [
+        sections.heading(run.store.meta, run.source),
+        sections.summary(run.state, run.store, [ra.alert for ra in run.alerts], run),
+        sections.environment(run.store.meta, run.store, run.ranks),
+        sections.ending(run.store, run.state),
+        sections.last_values(run.store),
+        sections.alerts(run.alerts, run.lang, alert_key),
+        sections.charts(titles, empty, CHART_BUCKETS),
+        sections.footer(now),
+    ]
+    return "\n\n".join(p.rstrip("\n") for p in parts if p) + "\n", charts
+
+
+def _panel_title(run: ReportRun, key: str, title: str) -> str:
+    run_id = (run.store.meta or {}).get("run_id")
+    return f"{title} · {run_id}" if isinstance(run_id, str) and run_id else title
+
+
+def write(run: ReportRun, path: str, now: float | None = None) -> Written:
+    """Render and write the report and its images; raises ``OSError`` (the caller says it
+    in one line). Each file is written whole or not at all (a temporary file renamed)."""
+    now = time.time() if now is None else now
+    folder = charts_dir(path)
+    text, charts = render(run, os.path.basename(folder), now)
+    return _write_files(path, folder, text, charts)
+
+
+def _write_files(path: str, folder: str, text: str, charts: dict[str, str]) -> Written:
+    parent = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(parent):
+        raise FileNotFoundError(2, "no such directory", parent)
+    if charts:
+        os.makedirs(folder, exist_ok=True)
+    written: list[str] = []
+    for name, svg in charts.items():  # an older image left there is simply not linked
+        target = os.path.join(folder, name)
+        _atomic_write(target, svg)
+        written.append(target)
+    _atomic_write(path, text)
+    return Written(path, written)
+
+
+def _atomic_write(path: str, text: str) -> None:
+    directory = os.path.dirname(os.path.abspath(path))
+    fd, tmp = tempfile.mkstemp(prefix=".dltop-report-", dir=directory)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8", errors="backslashreplace", newline="\n") as f:
+            f.write(text)
+        os.chmod(tmp, 0o644 & ~_umask())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def write_from_model(
+    model: RunModel,
+    source: str | None,
+    ticks: Ticks | None,
+    lang: str,
+    now: float | None = None,
+    path: str | None = None,
+) -> Written:
+    """The viewer's ``r`` key: the run as the viewer holds it now (the rank shown, the
+    ticks of its sidecar), rendered under the model's lock and written after it."""
+    now = time.time() if now is None else now
+    with locked(model):
+        state = model.status(now)
+        facts = model.facts()
+        alerts = [
+            ReportAlert(a, facts, ticks.ticked(alert_key(a)) if ticks is not None else set())
+            for a in model.alerts()
+        ]
+        log_path = model.log_path
+        meta = model.store.meta or {}
+        run_id = meta.get("run_id") if isinstance(meta.get("run_id"), str) else None
+        # the followed file (the rank shown of a directory), else another tool's log path
+        beside = log_path or (source if source and os.path.exists(source) else None)
+        target = path or viewer_path(beside, run_id, now)
+        run = ReportRun(
+            source=source or log_path or model.label,
+            store=model.store,
+            state=state,
+            alerts=alerts,
+            lang=lang,
+            skipped_lines=model.malformed,
+            rules_error=model.engine_error,
+        )
+        folder = charts_dir(target)
+        text, charts = render(run, os.path.basename(folder), now)
+    return _write_files(target, folder, text, charts)
