@@ -270,3 +270,24 @@ def test_two_files_claiming_one_rank_are_told_apart_by_their_names(tmp_path: Pat
     (shown,) = [r for r in src.ranks if r.path == src.chosen.path]  # the newest of the two
     (other,) = [r for r in src.ranks if r is not shown]
     assert shown.name == "r0" and other.name == Path(other.path).name and other.rank is None
+
+
+def test_a_big_job_table_shows_the_ranks_that_matter_and_counts_the_rest() -> None:
+    from dltop.tui.core.rankrows import RankRow, pick_rows
+
+    def row(i: int, **kw: Any) -> RankRow:
+        base = dict(name=f"r{i}", host="h", step="9", step_time="1ms", data_wait="0", memory="",
+                    status="running", alerts="—", worst="", slowest=False, focused=False,
+                    first_failure=False)  # fmt: skip
+        return RankRow(**{**base, **kw})  # type: ignore[arg-type]
+
+    rows = [row(i) for i in range(64)]
+    rows[40] = row(40, slowest=True)
+    rows[50] = row(50, status="crashed", worst="critical", first_failure=True)
+    rows[60] = row(60, worst="warning")
+    shown, more = pick_rows(rows)
+    names = [r.name for r in shown]
+    assert len(shown) == 8 and names == sorted(names, key=lambda n: int(n[1:]))  # rank order
+    assert {"r40", "r50", "r60"} <= set(names) and names[0] == "r0"
+    assert more == "+56 more: 56 running"
+    assert pick_rows(rows[:5]) == (rows[:5], "")

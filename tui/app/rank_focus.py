@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 from dltop.tui.app.rank_table import RankTable
 from dltop.tui.core import rankjob
 from dltop.tui.core import view_model as vm
+from dltop.tui.core.rankrows import pick_rows
 from dltop.tui.core.safetext import visible
 from dltop.tui.core.ticks import Ticks
 from textual.css.query import NoMatches
@@ -117,7 +118,8 @@ class RankFocus:
             table = self.query_one(RankTable)
         except NoMatches:
             return
-        table.show(rows, self.job.unit)
+        shown, more = pick_rows(rows)  # a big job: the ranks that matter, and a count
+        table.show(shown, self.job.unit, more)
         self._set_titles(rows)
         self._show_rank_hint()  # a second rank's file may appear after the start
 

@@ -32,7 +32,7 @@ class RankTable(Static):
     }
 
     DEFAULT_CSS = """
-    RankTable { display: none; height: auto; max-height: 9; overflow-y: auto; padding: 0 1; }
+    RankTable { display: none; height: auto; max-height: 10; overflow-y: auto; padding: 0 1; }
     RankTable.-shown { display: block; }
     RankTable > .ranktable--header { color: $text-muted; text-style: bold; }
     RankTable > .ranktable--critical { color: $error; text-style: bold; }
@@ -45,14 +45,16 @@ class RankTable(Static):
         super().__init__("", id=id, markup=False)
         self.rows: list[RankRow] = []
         self.unit = "rank"
+        self.more = ""
         self.renders = 0  # tables laid out so far: tests check that idle ticks do not
 
-    def show(self, rows: list[RankRow], unit: str = "rank") -> None:
+    def show(self, rows: list[RankRow], unit: str = "rank", more: str = "") -> None:
         """Lay the rows out again only when one changed; ``unit``: "rank", or "run" for
-        overlaid runs (the first column's name)."""
-        if rows == self.rows and unit == self.unit:
+        overlaid runs (the first column's name); ``more``: a line on the rows left out
+        (``rankrows.pick_rows``)."""
+        if rows == self.rows and unit == self.unit and more == self.more:
             return
-        self.rows, self.unit = list(rows), unit
+        self.rows, self.unit, self.more = list(rows), unit, more
         self.set_class(bool(rows), "-shown")
         if rows:
             self.renders += 1
@@ -85,4 +87,7 @@ class RankTable(Static):
                 Text(" · ".join(notes), style=self._style("slow") if notes else Style()),
             ]
             table.add_row(*cells, style=self._style("focused") if r.focused else None)
+        if self.more:  # a caption, so the note does not widen the first column
+            table.caption = Text("  " + self.more, style=self._style("header"))
+            table.caption_justify = "left"
         return table

@@ -44,13 +44,18 @@ def job_window(ranks: Sequence[RankLog], state: ViewState) -> tuple[int, int]:
     return (lo, hi) if lo is not None and hi is not None else (0, 0)
 
 
-def job_signature(ranks: Sequence[RankLog], key: str, state: ViewState) -> tuple[Any, ...]:
-    """Changes whenever the panel across ranks would draw something different."""
-    sigs = []
-    for r in ranks:
-        with r.model.lock:
-            sigs.append(panels.panel_signature(r.model, key, state))
-    return (tuple(sigs), job_window(ranks, state))
+def job_signature(
+    ranks: Sequence[RankLog],
+    key: str,
+    state: ViewState,
+    window: tuple[int, int] | None = None,
+) -> tuple[Any, ...]:
+    """Changes whenever the panel across ranks would draw something different: one version
+    number per rank (a rank's new records redraw every panel across ranks, as they would
+    anyway while the job runs; a signature per rank and panel cost 64 x 7 lookups a tick)."""
+    versions = tuple(int(r.model.version) for r in ranks)
+    span = window if window is not None else job_window(ranks, state)
+    return (key, versions, span, state.cursor, state.log_loss, state.smoothing)
 
 
 @dataclass
@@ -146,11 +151,17 @@ def _spec(ranks: Sequence[RankLog], key: str) -> panels.PanelSpec:
         return panels.panel_spec(ranks[0].model.store, key)
 
 
-def job_chart(ranks: Sequence[RankLog], key: str, state: ViewState, buckets: int) -> ChartData:
+def job_chart(
+    ranks: Sequence[RankLog],
+    key: str,
+    state: ViewState,
+    buckets: int,
+    window: tuple[int, int] | None = None,
+) -> ChartData:
     """One panel across ranks: per series the median line over the ranks, the main
     series' min–max band under it, and in the legend the rank with the highest value."""
     spec = _spec(ranks, key)
-    start, end = job_window(ranks, state)
+    start, end = window if window is not None else job_window(ranks, state)
     span = (start, end)
     width = max(1, buckets)
     log = bool(spec.log or (key == "loss" and state.log_loss))

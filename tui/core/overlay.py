@@ -100,12 +100,16 @@ def _has(model: RunModel, metric: str) -> bool:
 
 
 def overlay_chart(
-    runs: Sequence[OverlayRun], key: str, state: ViewState, buckets: int
+    runs: Sequence[OverlayRun],
+    key: str,
+    state: ViewState,
+    buckets: int,
+    window: tuple[int, int] | None = None,
 ) -> ChartData:
     """One panel with a line per run in the run's colour (eval points too on the loss),
     aligned by step over every run's steps (or the chosen window)."""
     spec = panels.PANEL_BY_KEY[key]
-    start, end = job_window(runs, state)
+    start, end = window if window is not None else job_window(runs, state)
     span, width, at = (start, end), max(1, buckets), state.cursor
     traces: list[Trace] = []
     legend: list[str] = []
@@ -169,10 +173,10 @@ class OverlayView(JobView):
         return tuple(r for r in self.ranks() if isinstance(r, OverlayRun))
 
     def chart(self, key: str, state: ViewState, buckets: int) -> ChartData:
-        return overlay_chart(self.runs(), key, state, buckets)
+        return overlay_chart(self.runs(), key, state, buckets, self.window(state))
 
     def signature(self, key: str, state: ViewState) -> tuple[Any, ...]:
-        return job_signature(self.runs(), key, state)
+        return job_signature(self.runs(), key, state, self.window(state))
 
     def update(self, now: float, force: bool = False) -> None:
         """Nothing to judge across runs (a straggler between unrelated runs means nothing)."""

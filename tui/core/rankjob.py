@@ -77,6 +77,7 @@ class JobView:
         self.cross = CrossRank()
         self.error: str | None = None  # why the cross-rank rules stopped (a bug), once
         self._owners: dict[str, RankLog] = {}  # merged alert key -> the rank it came from
+        self._window_memo: tuple[Any, tuple[int, int]] | None = None
         self._thread: threading.Thread | None = None
         self._wake = threading.Event()
         self._halt = False
@@ -93,12 +94,22 @@ class JobView:
 
     unit = "rank"  # what one row of the table is: a rank, or an overlaid run
 
+    def window(self, state: ViewState) -> tuple[int, int]:
+        """The steps every panel spans, found once per change of data or view (each
+        panel's signature and chart asked every rank's bounds: 14 x 64 a tick)."""
+        ranks = self.ranks()
+        key = (tuple(int(r.model.version) for r in ranks), state.window)
+        memo = self._window_memo
+        if memo is None or memo[0] != key:
+            memo = self._window_memo = (key, job_window(ranks, state))
+        return memo[1]
+
     def chart(self, key: str, state: ViewState, buckets: int) -> ChartData:
         """A panel across ranks: the median line and the min–max band."""
-        return job_chart(self.ranks(), key, state, buckets)
+        return job_chart(self.ranks(), key, state, buckets, self.window(state))
 
     def signature(self, key: str, state: ViewState) -> tuple[Any, ...]:
-        return job_signature(self.ranks(), key, state)
+        return job_signature(self.ranks(), key, state, self.window(state))
 
     def panel_title(self, number: int, spec: panels.PanelSpec, rows: list[RankRow]) -> str:
         """Say in the title what the chart shows: the median across ranks (and the

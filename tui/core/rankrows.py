@@ -102,3 +102,40 @@ def memory_text(store: Store) -> str:
 
 def seconds_text(v: float | None) -> str:
     return compact(v, "s") if v is not None else "—"
+
+
+TABLE_ROWS = 8  # rows the rank table shows (its height above the charts is 9 lines)
+
+
+def pick_rows(rows: list[RankRow], limit: int = TABLE_ROWS) -> tuple[list[RankRow], str]:
+    """The rows worth a line when a job has more ranks than the table has lines, in rank
+    order, and a note on the rest ("+56 ranks: 56 running").
+
+    Which first: the focused rank, the rank that failed first, the slowest, then the ranks
+    with the worst alerts, then crashed or stalled ones, then the lowest ranks. A 64-row
+    table scrolled in 8 lines showed ranks 0-7, where nothing was happening, and laying
+    out 64 rows on every tick cost more than reading the 64 files.
+    """
+    if len(rows) <= limit:
+        return rows, ""
+    severity = {"critical": 2, "warning": 1}
+
+    def rank(i_row: tuple[int, RankRow]) -> tuple[int, ...]:
+        i, r = i_row
+        return (
+            not r.focused,
+            not r.first_failure,
+            not r.slowest,
+            -severity.get(r.worst, 0),
+            r.status not in ("crashed", "stalled"),
+            i,
+        )
+
+    chosen = sorted(sorted(enumerate(rows), key=rank)[:limit], key=lambda ir: ir[0])
+    shown = [r for _, r in chosen]
+    rest = [r for r in rows if r not in shown]
+    counts: dict[str, int] = {}
+    for r in rest:
+        counts[r.status] = counts.get(r.status, 0) + 1
+    what = ", ".join(f"{n} {s}" for s, n in sorted(counts.items(), key=lambda sn: -sn[1]))
+    return shown, f"+{len(rest)} more: {what}"
