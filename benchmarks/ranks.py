@@ -160,6 +160,15 @@ def _pct(xs: list[float], q: float) -> float:
     return xs[min(len(xs) - 1, int(len(xs) * q))]
 
 
+def _lag_figures(lags: list[float]) -> dict[str, float]:
+    """The event loop's lag percentiles, in ms."""
+    return {
+        "lag_p50_ms": round(_pct(lags, 0.5) * 1e3, 2),
+        "lag_p99_ms": round(_pct(lags, 0.99) * 1e3, 2),
+        "lag_max_ms": round(max(lags or [0.0]) * 1e3, 2),
+    }
+
+
 def _cpu_s() -> float:
     ru = resource.getrusage(resource.RUSAGE_SELF)
     return ru.ru_utime + ru.ru_stime
@@ -241,12 +250,7 @@ def v_follow(
         src.stop()
 
     asyncio.run(main())
-    out.update(
-        lag_p50_ms=round(_pct(lags, 0.5) * 1e3, 2),
-        lag_p99_ms=round(_pct(lags, 0.99) * 1e3, 2),
-        lag_max_ms=round(max(lags or [0.0]) * 1e3, 2),
-    )
-    return out
+    return out | _lag_figures(lags)
 
 
 def v_app(folder: str, ranks: int, rate: float, seconds: float) -> dict[str, Any]:
@@ -279,12 +283,7 @@ def v_app(folder: str, ranks: int, rate: float, seconds: float) -> dict[str, Any
             )
 
     asyncio.run(main())
-    out.update(
-        lag_p50_ms=round(_pct(lags, 0.5) * 1e3, 2),
-        lag_p99_ms=round(_pct(lags, 0.99) * 1e3, 2),
-        lag_max_ms=round(max(lags or [0.0]) * 1e3, 2),
-    )
-    return out
+    return out | _lag_figures(lags)
 
 
 def v_decode(folder: str, **_: Any) -> dict[str, Any]:

@@ -291,3 +291,67 @@ def test_a_big_job_table_shows_the_ranks_that_matter_and_counts_the_rest() -> No
     assert {"r40", "r50", "r60"} <= set(names) and names[0] == "r0"
     assert more == "+56 more: 56 running"
     assert pick_rows(rows[:5]) == (rows[:5], "")
+
+
+# ------------------------------------------------------------------ the live join's bounds
+
+
+def _sharded(step: int) -> dict[str, Any]:
+    return {"kind": "step", "step": step, "t": T0 + step, "grad_sq_local": 1.0}
+
+
+def _peer_job(tmp_path: Path, *recs: dict[str, Any]) -> Any:
+    from dltop.tui.core.peers import PeerJoin
+
+    _write(tmp_path / "rank1.jsonl", [{"kind": "meta", "rank": 1, "world_size": 2}, *recs])
+    join = PeerJoin(hold_s=60.0)
+    join.set_peers([str(tmp_path / "rank1.jsonl")])
+    return join
+
+
+def test_a_peer_that_stopped_early_holds_back_a_bounded_number_of_records(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Rank 1 crashed before step 0: every step of rank 0 would wait ``hold_s``; a
+    backlog read at full speed must not pile up in memory meanwhile."""
+    from dltop.tui.core import peers
+
+    monkeypatch.setattr(peers, "MAX_HELD", 3)
+    join = _peer_job(tmp_path)
+    steps = [_sharded(i) for i in range(5)]
+    assert join.offer(steps, now=0.0) == steps[:2]  # the oldest, without a norm
+    assert len(join.held) == 3 and join.incomplete == 2
+    assert not any("grad_norm" in r for r in steps)
+    join.close()
+
+
+def test_an_io_error_on_a_peer_file_leaves_the_step_without_a_norm(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The followed rank's reader goes on: its step goes out without a norm."""
+    from dltop.tui.core import peers
+
+    def broken(*_: Any) -> bytes:
+        raise OSError(5, "Input/output error")
+
+    monkeypatch.setattr(peers.os, "pread", broken)
+    join = _peer_job(tmp_path)
+    rec = _sharded(0)
+    assert join.offer([rec], now=0.0) == [rec] and "grad_norm" not in rec
+    assert join.incomplete == 1
+    join.close()
+
+
+def test_a_peer_beyond_the_open_files_is_not_reopened_for_a_step_it_has_read(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from dltop.tui.core import peers
+
+    monkeypatch.setattr(peers, "MAX_OPEN", 0)
+    opened: list[str] = []
+    real = peers.open_log
+    monkeypatch.setattr(peers, "open_log", lambda p: opened.append(p) or real(p))
+    join = _peer_job(tmp_path, *[{**_sharded(i), "grad_sq_local": 3.0} for i in range(3)])
+    out = [join.offer([_sharded(i)], now=0.0) for i in range(3)]
+    assert [r[0]["grad_norm"] for r in out] == [2.0] * 3
+    assert len(opened) == 1  # one read found steps 0-2

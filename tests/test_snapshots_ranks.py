@@ -17,6 +17,7 @@ from dltop.probe.schema import encode_record
 from dltop.tui.app.app import DltopApp
 from dltop.tui.app.rank_table import RankTable
 from test_app_support import end_time, records
+from test_snapshots import _loaded as replayed
 from textual.pilot import Pilot
 
 STEPS = 200
@@ -39,13 +40,10 @@ def write_job(folder: Path) -> Path:
 
 
 async def _loaded(pilot: Pilot[int]) -> None:
+    await replayed(pilot)  # the redraw there asks the judge thread for its verdict
     app = pilot.app
     assert isinstance(app, DltopApp)
     deadline = time.monotonic() + 30
-    while not app.ended and time.monotonic() < deadline:
-        await pilot.pause(0.05)
-    assert app.ended, "the replay did not finish"
-    app.redraw()  # asks the judge thread for its verdict on the whole job
     while not app.job.settled() and time.monotonic() < deadline:
         await pilot.pause(0.05)
     assert app.job.settled(), "no cross-rank verdict"

@@ -393,6 +393,15 @@ def test_directory_of_rank_files(tmp_path: Path, follow) -> None:
     assert wait_for(lambda: len(src.files) == 4, timeout=DirectorySource.REFRESH * 4)
 
 
+def test_listing_a_folder_that_is_not_one_is_a_one_line_error(tmp_path: Path) -> None:
+    """A job folder replaced by a file while followed: the listing's refresh gets a
+    SourceError it keeps the old list on, never an OSError that stops rank 0's reader."""
+    path = tmp_path / "job"
+    path.write_text("")
+    with pytest.raises(SourceError, match=f"cannot list {path}: Not a directory"):
+        list_rank_files(str(path))
+
+
 def test_reader_thread_and_ui_thread_share_the_model(tmp_path: Path, follow) -> None:
     """The UI decimates under the lock while the reader ingests: no torn reads."""
     path = tmp_path / "run.jsonl"

@@ -139,7 +139,8 @@ def collect(
             skipped.append(str(exc))
     if not results:
         raise CheckError(skipped[0])
-    results.sort(key=lambda r: files.index(r.path))  # back to rank order
+    order = {path: i for i, path in enumerate(files)}
+    results.sort(key=lambda r: order[r.path])  # back to rank order
     if join.summary is not None and results[0].path == files[0]:
         results[0].notes.append(join.summary)
     # the ranks of one job side by side: the first failure, a straggler (tui/core/ranks.py)

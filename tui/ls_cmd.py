@@ -68,11 +68,12 @@ def run(args: argparse.Namespace) -> int:
     logs: list[RunInfo] = []
     live_logs = {r.log_path for r in runs if r.log_path}
     live_jobs = {str(d) for d in (job_dir(p) for p in live_logs) if d is not None}
+    hidden = live_logs | live_jobs  # listed above as live runs
     shown = 0
     for path in group_sources(recent_logs(args.dir, limit=1 << 30)):
         if shown >= max(0, args.n):
             break
-        if str(path.resolve()) in live_logs | live_jobs or str(path) in live_logs | live_jobs:
+        if str(path.resolve()) in hidden or str(path) in hidden:
             continue
         info = _describe_job(path) if path.is_dir() else _describe(path)
         if info is not None:

@@ -18,12 +18,11 @@ from dltop.tui.core import panels
 from dltop.tui.core.chartdata import EMA, ChartData, Trace
 from dltop.tui.core.fmt import compact
 from dltop.tui.core.ranklog import RankLog
-from dltop.tui.core.ranklog import median as _median
+from dltop.tui.core.rules.window import median_of
 from dltop.tui.core.safetext import visible
 
 if TYPE_CHECKING:
     from dltop.tui.core.run import RunModel
-    from dltop.tui.core.store import Store
     from dltop.tui.core.view_model import ViewState
 
 BAND = "band"  # the chart style of the min–max band across ranks
@@ -68,15 +67,6 @@ class _Column:
     at: float | None  # the value at the cursor (else the latest)
 
 
-def _gpu_scale(store: Store, metric: str) -> float | None:
-    """GPU memory is drawn in % of the device, as on a single run's panel."""
-    if metric.startswith("sys.gpus.") and metric.endswith(".mem_used"):
-        total = store.latest(metric[: -len("mem_used")] + "mem_total")
-        if total:
-            return 100.0 / total
-    return None
-
-
 def column(
     model: RunModel, metric: str, span: tuple[int, int], buckets: int, at: int | None, invert: bool
 ) -> _Column | None:
@@ -87,7 +77,7 @@ def column(
             return None
         d = store.decimate(metric, span[0], span[1], buckets)
         point = series.at_step(at) if at is not None else series.last()
-        scale = _gpu_scale(store, metric)
+        scale = panels.scale_of(store, metric)  # GPU memory in % of the device
     value = point[1] if point is not None else None
     lo, hi = d.lo, d.hi
     if invert:  # steps/s from step time: 1/x swaps min and max
@@ -124,7 +114,7 @@ def _combine(
             mids.append(0.5 * (a + b))
             lo = a if lo is None or a < lo else lo
             hi = b if hi is None or b > hi else hi
-        med.append(_median(mids) if mids else None)
+        med.append(median_of(mids))
         lows.append(lo)
         highs.append(hi)
         bad.append(flag)
@@ -188,7 +178,7 @@ def job_chart(
         traces.append(Trace(label, med, med, bad, style, connect))
         values = [(r, c.at) for r, c in named if c.at is not None and math.isfinite(c.at)]
         if values:
-            mid = compact(_median([v for _, v in values]), unit)
+            mid = compact(median_of(v for _, v in values), unit)
             text = f"{label} {mid}"
             top, v = max(values, key=lambda rv: rv[1])
             if banded and compact(v, unit) != mid:  # ranks that agree name no one

@@ -198,7 +198,7 @@ def store_chart(store: Store, key: str, state: ViewState, buckets: int) -> Chart
             continue
         d = store.decimate(s.metric, start, end, max(1, buckets))
         lo, hi = d.lo, d.hi
-        scale = _scale(store, s.metric)
+        scale = scale_of(store, s.metric)
         if scale is not None:
             lo = [None if v is None else v * scale for v in lo]
             hi = [None if v is None else v * scale for v in hi]
@@ -235,7 +235,7 @@ def loss_log_shown(model: RunModel, state: ViewState, buckets: int = 120) -> boo
     return panel_chart(model, "loss", state, buckets).log
 
 
-def _scale(store: Store, metric: str) -> float | None:
+def scale_of(store: Store, metric: str) -> float | None:
     """GPU memory is drawn in % of the device, next to utilisation in %."""
     if metric.startswith("sys.gpus.") and metric.endswith(".mem_used"):
         total = store.latest(metric[: -len("mem_used")] + "mem_total")

@@ -13,8 +13,9 @@ What it costs: nothing for a job that is not sharded (no peer file is opened). F
 sharded one, every peer's new lines are decoded once (a step every few hundred bytes),
 and a peer keeps only the shares of steps the followed rank has not reached yet
 (``benchmarks/ranks.py`` measures it on 64 ranks). A step that never completes (a rank
-died, its file is missing, its writer is behind by more than ``HOLD_S``) goes out without
-a norm rather than with part of one; ``incomplete`` counts those.
+died, its file is missing, its writer is behind by more than ``HOLD_S``, or ``MAX_HELD``
+records wait behind it) goes out without a norm rather than with part of one;
+``incomplete`` counts those.
 
 No Textual, no torch; the caller (``sources.DirectorySource``) owns the followed file.
 """
@@ -33,6 +34,9 @@ HOLD_S = 3.0  # longest a sharded step waits for the other ranks' shares (the pr
 # its queue every fraction of a second; a GPU read-back can delay a rank's line a little)
 READ = 64 << 10  # bytes per read of a peer file
 MAX_AHEAD = 100_000  # shares a peer keeps ahead of the followed rank (a bound, not a goal)
+# records held back at most: a peer that stopped early (crashed) leaves every later step
+# waiting HOLD_S, and a backlog read at full speed would hold seconds of it in memory
+MAX_HELD = 50_000
 # peer files kept open; the others are opened for each read and closed again, so that a
 # job of thousands of ranks stays far below a 1024-descriptor limit (``ulimit -n``)
 MAX_OPEN = 256
@@ -61,8 +65,8 @@ class Peer:
 
     def read_until(self, step: int) -> None:
         """Read on until this rank has logged a share at or past ``step`` or its file ends."""
-        if self.gone:
-            return
+        if self.gone or (self.top is not None and self.top >= step):
+            return  # a file beyond MAX_OPEN is not opened again for a step already read
         if self.fd < 0:
             try:
                 self.fd = open_log(self.path)
@@ -76,6 +80,8 @@ class Peer:
                     return
                 self.offset += len(chunk)
                 self._take(self.dec.feed(chunk))
+        except OSError:  # an I/O error on this rank's file must not stop the followed rank
+            self.gone = True
         finally:
             if not self.keep_open:
                 self.close()
@@ -163,14 +169,16 @@ class PeerJoin:
         return self.release(now)
 
     def release(self, now: float, force: bool = False) -> list[dict[str, Any]]:
-        """Held records whose step is complete, or waited ``hold_s`` (``force``: all)."""
+        """Held records whose step is complete, or waited ``hold_s``, or beyond ``MAX_HELD``
+        (``force``: all)."""
         out: list[dict[str, Any]] = []
         held = self.held
         while held:
             t0, rec = held[0]
             if GRAD_SQ_LOCAL in rec and "grad_norm" not in rec and rec.get("kind") == STEP:
                 norm = self._norm(rec)
-                if norm == _WAIT and now - t0 < self.hold_s and not force:
+                waits = now - t0 < self.hold_s and len(held) <= MAX_HELD
+                if norm == _WAIT and waits and not force:
                     break
                 if isinstance(norm, float):
                     rec["grad_norm"] = norm

@@ -31,9 +31,3 @@ class RankLog:
         if self.rank is not None:
             return f"r{self.rank}"
         return visible(os.path.basename(self.path))
-
-
-def median(values: list[float]) -> float:
-    s = sorted(values)
-    n = len(s)
-    return s[n // 2] if n % 2 else 0.5 * (s[n // 2 - 1] + s[n // 2])

@@ -13,8 +13,8 @@ from typing import TYPE_CHECKING
 from dltop.tui.core.crossrank import CrossRank
 from dltop.tui.core.fmt import compact, compact_bytes
 from dltop.tui.core.ranklog import RankLog
-from dltop.tui.core.ranklog import median as _median
 from dltop.tui.core.ranks import EXCESS_SHARE, MIN_EXCESS_S
+from dltop.tui.core.rules.window import median_of
 
 if TYPE_CHECKING:
     from dltop.tui.core.store import Store
@@ -48,7 +48,7 @@ def recent(store: Store, name: str) -> float | None:
     if s is None or not len(s):
         return None
     vals = [v for v in s.ys[-RECENT:] if v == v and 0 <= v < math.inf]
-    return _median(vals) if vals else None
+    return median_of(vals)
 
 
 @dataclass
@@ -83,11 +83,11 @@ def slowest_rank(ranks: Sequence[RankLog], cross: CrossRank | None = None) -> Ra
     if len(own) < 2:
         return None
     slow, busy, step_t = max(own, key=lambda x: x[1])
-    others = _median([b for r, b, _ in own if r is not slow])
+    others = median_of(b for r, b, _ in own if r is not slow) or 0.0
     if busy - others >= max(MIN_EXCESS_S, EXCESS_SHARE * (step_t or 0.0)):
         return slow
     slow, _, step_t = max(own, key=lambda x: x[2] or 0.0)
-    if step_t and step_t >= SLOW_STEP * _median([s or 0.0 for _, _, s in own]):
+    if step_t and step_t >= SLOW_STEP * (median_of(s or 0.0 for _, _, s in own) or 0.0):
         return slow
     return None
 
@@ -131,9 +131,10 @@ def pick_rows(rows: list[RankRow], limit: int = TABLE_ROWS) -> tuple[list[RankRo
             i,
         )
 
-    chosen = sorted(sorted(enumerate(rows), key=rank)[:limit], key=lambda ir: ir[0])
-    shown = [r for _, r in chosen]
-    rest = [r for r in rows if r not in shown]
+    chosen = sorted(i for i, _ in sorted(enumerate(rows), key=rank)[:limit])
+    shown = [rows[i] for i in chosen]
+    taken = set(chosen)
+    rest = [r for i, r in enumerate(rows) if i not in taken]
     counts: dict[str, int] = {}
     for r in rest:
         counts[r.status] = counts.get(r.status, 0) + 1

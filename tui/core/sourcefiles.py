@@ -180,6 +180,8 @@ def list_rank_files(directory: str, skipped: list[str] | None = None) -> list[Ra
         raise SourceError(f"no such directory: {directory}") from None
     except PermissionError:
         raise SourceError(f"permission denied: {directory}") from None
+    except OSError as exc:  # not a directory (any more), a symlink loop, an I/O error
+        raise SourceError(f"cannot list {directory}: {exc.strerror or exc}") from None
     out = []
     for name in names:
         if not name.endswith(".jsonl"):
