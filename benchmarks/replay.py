@@ -330,26 +330,13 @@ def resumed_records(steps: int, resumes: int, back: int = 500) -> list[dict[str,
 def v_resumed(path: str) -> dict[str, Any]:
     """A redraw tick's core work on a resumed run vs a straight one (same size)."""
     from dltop.tui.core import view_model as vm
-    from dltop.tui.core.run import RunModel
 
     steps = min(200_000, max(10_000, _steps_of(path)))
     out: dict[str, Any] = {"steps": steps}
+    state = vm.ViewState()
     for resumes in (0, 10):
-        model = RunModel("bench")
-        model.engine = None  # the store is what the charts read
-        recs = resumed_records(steps, resumes)
-        for i in range(0, len(recs), 4096):
-            model.store.ingest(recs[i : i + 4096])
-        state = vm.ViewState()
-
-        _tick(model, state)
-        best = math.inf
-        for _ in range(5):
-            _drop_cached([model])
-            t0 = time.perf_counter()
-            _tick(model, state)
-            best = min(best, time.perf_counter() - t0)
-        out[f"tick_ms_{resumes}_resumes"] = round(best * 1000, 2)
+        model = _charted(resumed_records(steps, resumes))
+        out[f"tick_ms_{resumes}_resumes"] = _best_ms(lambda m=model: _tick(m, state), [model])
     out["ratio"] = round(out["tick_ms_10_resumes"] / out["tick_ms_0_resumes"], 2)
     return out
 
@@ -360,17 +347,10 @@ def v_overlay(path: str) -> dict[str, Any]:
     from dltop.tui.core import view_model as vm
     from dltop.tui.core.overlay import overlay_chart, overlay_runs
     from dltop.tui.core.rankjob import job_signature
-    from dltop.tui.core.run import RunModel
 
     steps = min(200_000, max(10_000, _steps_of(path)))
     recs = resumed_records(steps, 0)
-    models = []
-    for _ in range(8):
-        model = RunModel("bench")
-        model.engine = None  # the store is what the charts read
-        for i in range(0, len(recs), 4096):
-            model.store.ingest(recs[i : i + 4096])
-        models.append(model)
+    models = [_charted(recs) for _ in range(8)]
     runs = overlay_runs([f"run{i}.jsonl" for i in range(8)], models)
     state = vm.ViewState()
 
@@ -379,31 +359,40 @@ def v_overlay(path: str) -> dict[str, Any]:
             job_signature(runs, p.key, state)
             overlay_chart(runs, p.key, state, 2 * WIDTH)
 
-    def best_of(fn: Callable[[], None]) -> float:
-        fn()
-        best = math.inf
-        for _ in range(5):
-            t0 = time.perf_counter()
-            fn()
-            best = min(best, time.perf_counter() - t0)
-        return best
-
-    def cold(fn: Callable[[], None]) -> Callable[[], None]:
-        def run() -> None:
-            _drop_cached(models)
-            fn()
-
-        return run
-
-    one = best_of(cold(lambda: _tick(models[0], state)))
-    eight = best_of(cold(tick))
+    one = _best_ms(lambda: _tick(models[0], state), models)
+    eight = _best_ms(tick, models)
     return {
         "steps_per_run": steps,
-        "tick_ms_1_run": round(one * 1000, 2),
-        "tick_ms_8_runs": round(eight * 1000, 2),
+        "tick_ms_1_run": one,
+        "tick_ms_8_runs": eight,
         "ratio": round(eight / one, 2),
-        "tick_ms_8_runs_unchanged": round(best_of(tick) * 1000, 2),
+        "tick_ms_8_runs_unchanged": _best_ms(tick),
     }
+
+
+def _charted(records: list[dict[str, Any]]) -> Any:
+    """A RunModel whose store holds ``records`` (no rules: the store is what charts read)."""
+    from dltop.tui.core.run import RunModel
+
+    model = RunModel("bench")
+    model.engine = None
+    for i in range(0, len(records), 4096):
+        model.store.ingest(records[i : i + 4096])
+    return model
+
+
+def _best_ms(fn: Callable[[], None], cold: list[Any] | None = None) -> float:
+    """Best of 5 runs of ``fn`` in ms after a warm-up; ``cold``: the models whose cached
+    decimations are dropped before each run (untimed), as after new records in each."""
+    fn()
+    best = math.inf
+    for _ in range(5):
+        if cold:
+            _drop_cached(cold)
+        t0 = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - t0)
+    return round(best * 1000, 2)
 
 
 def _drop_cached(models: list[Any]) -> None:

@@ -133,3 +133,24 @@ def test_the_command_line_overlays_at_most_the_runs_the_viewer_colours(
     assert view_cmd.run(args) == view_cmd.EXIT_NO_SOURCE
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "at most 8 runs" in err[0]
+
+
+def test_one_scale_decision_for_a_run_a_job_and_an_overlay() -> None:
+    """A blown-up loss is on a log axis by itself however it is shown, and ``l``'s
+    choice wins everywhere (panels.log_scale)."""
+    from dltop.tui.core.jobcharts import job_chart
+    from dltop.tui.core.panels import panel_chart
+
+    runs = _runs("healthy", "blowup")
+    for state, log, mark in (
+        (ViewState(), True, "[auto log]"),
+        (ViewState(log_loss=False), False, ""),
+        (ViewState(log_loss=True), True, "[log]"),
+    ):
+        for data in (
+            panel_chart(runs[1].model, "loss", state, 40),
+            job_chart(runs, "loss", state, 40),
+            overlay_chart(runs, "loss", state, 40),
+        ):
+            assert data.log is log and data.legend.startswith(mark), (state, data.legend)
+    assert panel_chart(runs[1].model, "grad_norm", ViewState(log_loss=False), 40).log  # fixed

@@ -113,7 +113,7 @@ def _same_file(a: str, b: str) -> bool:
 
 def _ticks(path: str) -> Ticks:
     """The viewer's ticks for this log (read only: a report never writes the sidecar)."""
-    return Ticks(path if os.path.isfile(path) else None)
+    return Ticks.beside(path)
 
 
 def _fail(message: str, hint: str) -> int:

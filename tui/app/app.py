@@ -112,7 +112,7 @@ class DltopApp(RankFocus, App[int]):
             else rankjob.JobView(self._rank_logs)
         )
         self.state = vm.ViewState()
-        self.ticks = Ticks(source if source and os.path.isfile(source) else None)
+        self.ticks = Ticks.beside(source)
         self.screenshot_dir = screenshot_dir
         self.poll_interval = poll_interval
         self.reader: FileSource | ForeignSource | SocketSource | OverlaySource | None = None

@@ -334,7 +334,7 @@ def _fit(text: str, width: int) -> str:
     cut = text[: max(0, width - 1)]
     for sep in ("  ", " "):
         i = cut.rfind(sep)
-        if i > 0 and text[i : i + len(sep)] == sep:
+        if i > 0:
             return cut[:i].rstrip() + "…"
     return cut + "…"
 

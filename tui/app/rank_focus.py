@@ -10,7 +10,6 @@ shows a single log. This mixin holds that wiring so ``app.py`` stays about the s
 
 from __future__ import annotations
 
-import os
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
@@ -81,7 +80,7 @@ class RankFocus:
         cache: dict[str, Ticks] = self.__dict__.setdefault("_run_ticks", {})
         kept = cache.get(run.path)
         if kept is None:
-            kept = cache[run.path] = Ticks(run.path if os.path.isfile(run.path) else None)
+            kept = cache[run.path] = Ticks.beside(run.path)
         return kept, vm.alert_key(replace(alert, run=None))
 
     def _checklist_model(self, alert: Any) -> RunModel:

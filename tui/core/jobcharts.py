@@ -154,7 +154,6 @@ def job_chart(
     start, end = window if window is not None else job_window(ranks, state)
     span = (start, end)
     width = max(1, buckets)
-    log = bool(spec.log or (key == "loss" and state.log_loss))
     at = state.cursor
     band_of = _band_series(spec)
     traces: list[Trace] = []
@@ -188,14 +187,16 @@ def job_chart(
             else:
                 legend.append(text)
     prefix = f"@{at} " if at is not None else ""
-    scale_note = " [log]" if log and key == "loss" else ""
+    log, mark = panels.log_scale(spec, state, traces)  # one decision with a single run's
+    if mark:
+        legend.insert(0, mark)
     return ChartData(
         start=start,
         end=max(end, start),
         traces=tuple(bands + traces),  # the band first: the median lines are drawn over it
         log=log,
         cursor=at,
-        legend=visible(prefix + "  ".join(legend) + scale_note),
+        legend=visible(prefix + "  ".join(legend)),
         unit=unit,
         empty_text=spec.empty,
         y_floor=None if log else spec.y_floor,

@@ -21,13 +21,13 @@ Everything here runs at the UI's fixed rate; no Textual (``tests/test_boundaries
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from dltop.tui.core import panels
 from dltop.tui.core.alerts import Alert
-from dltop.tui.core.chartdata import ChartData, Trace, wants_log
+from dltop.tui.core.chartdata import ChartData, Trace
 from dltop.tui.core.fmt import compact
 from dltop.tui.core.rankjob import JobView, RankLog, RankRow, column, job_signature, job_window
 from dltop.tui.core.safetext import visible
@@ -52,19 +52,6 @@ RUN_COLOURS = (
 )
 RUN_STYLES = tuple(f"run{i}" for i in range(MAX_RUNS))
 
-# what each panel compares across runs: its first metric a run has (inverted: 1/x)
-_METRICS: dict[str, tuple[tuple[str, bool], ...]] = {
-    "loss": (("loss", False),),
-    "grad_norm": (("grad_norm", False),),
-    "lr": (("lr", False),),
-    "step_time": (("step_time", False),),
-    "memory": (("mem_allocated", False), ("sys.rss", False)),
-    "gpu": (("sys.gpus.0.util", False),),
-    "throughput": (("samples_per_s", False), ("step_time", True)),
-}
-_UNITS = {"step_time": "s", "memory": "B", "gpu": "%"}
-
-
 @dataclass(frozen=True)
 class OverlayRun(RankLog):
     """One overlaid run: its letter (by position on the command line) and its log."""
@@ -87,10 +74,19 @@ class OverlayRun(RankLog):
 
 
 def _metric(run: OverlayRun, key: str, smoothing: bool) -> tuple[str, bool] | None:
+    """What a panel compares across runs: its first series as this run's panel draws it
+    (``panels.panel_spec``: RSS for a run without CUDA memory), the smoothed loss when
+    smoothing is on, and 1/step time for throughput without samples/s (inverted)."""
     if key == "loss":
         name = "loss.ema" if smoothing else "loss"
         return (name, False) if _has(run.model, name) else None
-    return next(((m, inv) for m, inv in _METRICS[key] if _has(run.model, m)), None)
+    with run.model.lock:
+        first = panels.panel_spec(run.model.store, key).series[0].metric
+    if _has(run.model, first):
+        return first, False
+    if key == "throughput" and _has(run.model, "step_time"):
+        return "step_time", True
+    return None
 
 
 def _has(model: RunModel, metric: str) -> bool:
@@ -134,15 +130,12 @@ def overlay_chart(
             if e is not None:
                 traces.append(Trace(f"{run.name} eval", e.lo, e.hi, e.bad, run.style, False))
         if c.at is not None:  # compact() writes NaN/Inf as such: a run that went NaN says so
-            legend.append(f"{run.name} {compact(c.at, '' if invert else _UNITS.get(key, ''))}")
-    log = bool(spec.log or (key == "loss" and state.log_loss is True))
-    if not log and spec.auto_log and state.log_loss is None and wants_log(traces):
-        log = True
-        legend.insert(0, "[auto log]")
-    elif log and key == "loss":
-        legend.insert(0, "[log]")
+            legend.append(f"{run.name} {compact(c.at, '' if invert else spec.unit)}")
+    log, mark = panels.log_scale(spec, state, traces)
+    if mark:
+        legend.insert(0, mark)
     prefix = f"@{at} " if at is not None else ""
-    unit = "" if inverted else _UNITS.get(key, "")
+    unit = "" if inverted else spec.unit
     return ChartData(
         start=start,
         end=max(end, start),
@@ -159,9 +152,6 @@ def overlay_chart(
 class OverlayView(JobView):
     """The viewer's handle on overlaid runs: the job view's focus cycle and run table,
     with per-run charts and alerts and no cross-run rules."""
-
-    def __init__(self, source: Callable[[], Sequence[RankLog]]) -> None:
-        super().__init__(source)
 
     @property
     def overlay(self) -> bool:

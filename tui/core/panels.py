@@ -9,6 +9,7 @@ must be redrawn at all: its series' versions plus the view, so idle panels cost 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -185,7 +186,6 @@ def store_chart(store: Store, key: str, state: ViewState, buckets: int) -> Chart
     from the records it read, without a live model."""
     spec = panel_spec(store, key)
     start, end = window(store, state)
-    log = spec.log or (key == "loss" and state.log_loss is True)
     traces: list[Trace] = []
     legend: list[str] = []
     lead: list[str] = []
@@ -208,14 +208,12 @@ def store_chart(store: Store, key: str, state: ViewState, buckets: int) -> Chart
             value = point[1] * scale if scale is not None else point[1]
             (lead if s.lead else legend).append(f"{s.label} {format_value(value, spec.unit)}")
     legend = lead + legend
-    if log and key == "loss":  # first, so a narrow panel never cuts the mark
-        legend.insert(0, "[log]")
     if key == "throughput" and not traces:
         traces, legend = _steps_per_second(store, start, end, buckets, at)
     prefix = f"@{at} " if at is not None else ""
-    if not log and spec.auto_log and state.log_loss is None and wants_log(traces):
-        log = True
-        legend.insert(0, "[auto log]")
+    log, mark = log_scale(spec, state, traces)
+    if mark:
+        legend.insert(0, mark)
     return ChartData(
         start=start,
         end=max(end, start),
@@ -227,6 +225,21 @@ def store_chart(store: Store, key: str, state: ViewState, buckets: int) -> Chart
         empty_text=spec.empty,
         y_floor=None if log else spec.y_floor,
     )
+
+
+def log_scale(spec: PanelSpec, state: ViewState, traces: Sequence[Trace]) -> tuple[bool, str]:
+    """Whether a panel draws a log axis, and the mark its legend leads with (first, so a
+    narrow panel never cuts it): fixed (the grad norm, its title says so), the person's
+    choice on the loss (``l``: ``[log]``), or by itself where the values span more than
+    3 decades (``[auto log]``). One decision for a single run, a job and an overlay."""
+    if spec.log:
+        return True, ""
+    choice = state.log_loss if spec.key == "loss" else None
+    if choice is not None:
+        return choice, "[log]" if choice else ""
+    if spec.auto_log and wants_log(traces):
+        return True, "[auto log]"
+    return False, ""
 
 
 def loss_log_shown(model: RunModel, state: ViewState, buckets: int = 120) -> bool:

@@ -151,6 +151,12 @@ def parse_ticks(data: bytes) -> tuple[dict[str, set[str]], int]:
 class Ticks:
     """``{alert key: {step id, ...}}``, loaded at start, saved atomically on each change."""
 
+    @classmethod
+    def beside(cls, source: str | None) -> Ticks:
+        """The ticks kept beside a log file; a socket address, a folder or a missing path
+        keeps none (nowhere to put a sidecar that travels with the log)."""
+        return cls(source if source and os.path.isfile(source) else None)
+
     def __init__(self, log_path: str | os.PathLike[str] | None) -> None:
         self.path = sidecar_path(log_path) if log_path else None
         self.error: str | None = None
