@@ -155,3 +155,22 @@ def test_folder_search_is_bounded(tmp_path: Path, monkeypatch: Any) -> None:
     log = foreign.load(str(tmp_path / "many"))
     assert len(log.files) == 2 and any("searched only part" in n for n in log.notes)
     assert not math.isnan(log.records[1]["loss"])
+
+
+def test_event_and_value_budget(tmp_path: Path, monkeypatch: Any) -> None:
+    """Events and values are both bounded (one event may hold many values), and a cut at
+    the budget is a note, not reported as damage."""
+    from tensorboard.compat.proto.summary_pb2 import Summary  # noqa: PLC0415
+
+    monkeypatch.setattr(tboard, "MAX_ENTRIES", 10)
+    f = _write(tmp_path / "many_events", {"loss": lambda s: 1.0}, range(30))
+    log = foreign.load(str(f))
+    assert sum(r["kind"] == "step" for r in log.records) < 10
+    assert any("only the first 10 events or values" in n for n in log.notes)
+    assert not any("damaged" in n for n in log.notes), log.notes
+    w = SummaryWriter(log_dir=str(tmp_path / "wide"))
+    values = [Summary.Value(tag=f"loss_{i}", simple_value=1.0) for i in range(50)]
+    w._get_file_writer().add_summary(Summary(value=values), 0)
+    w.close()
+    log = foreign.load(str(tmp_path / "wide"))
+    assert any("only the first 10 events or values" in n for n in log.notes)

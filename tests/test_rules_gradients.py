@@ -65,3 +65,11 @@ def test_parameters_without_gradient_are_information_unless_stuck() -> None:
     ]
     (b,) = alerts_of(run_engine(Run(layers_at=no_grad, **STUCK)), "dead_units")
     assert b.severity == "warning"
+
+
+def test_a_few_zero_grad_norms_do_not_end_a_dead_units_alert() -> None:
+    """The zero-grad-norm check shares dead_units' episode: a short run of zeros (a
+    trainer's skipped steps) ending must not clear the dead-units alert it did not raise."""
+    zeros = Run(steps=320, layers_at=dead, gn_at=lambda i, g: 0.0 if 300 <= i < 303 else g, **STUCK)
+    (a,) = alerts_of(run_engine(zeros), "dead_units")
+    assert a.title == "Dead units" and a.step <= 150 and a.active, a

@@ -48,3 +48,12 @@ def test_non_finite_grad_norms_held_for_steps_not_records() -> None:
     eng = _every(Run(steps=1000, gn_at=lambda i, g: float("nan") if i >= 500 else g), 50)
     (a,) = alerts_of(eng, "nan_grad")
     assert a.severity == "critical" and a.evidence["raised_at_step"] <= 550
+
+
+def test_plateau_windows_in_steps_from_step_zero() -> None:
+    """A log written every 50 steps from step 0 whose loss never moves: the plateau windows
+    span steps (a window starting at step 0 too), so the verdict comes ~1000 steps in, not
+    after a first window of 50 records (2500 steps)."""
+    eng = _every(Run(steps=3000, floor=2.3, noise=0.02), 50)
+    (a,) = alerts_of(eng, "plateau")
+    assert a.severity == "warning" and a.evidence["raised_at_step"] <= 1500, a.evidence

@@ -16,6 +16,7 @@ Recognition needs no TensorBoard: the first record's header checksum is checked 
 
 from __future__ import annotations
 
+import itertools
 import logging
 import os
 import stat
@@ -119,9 +120,11 @@ def find_event_files(directory: str) -> tuple[list[str], bool]:
         nxt: list[str] = []
         for d in level:
             try:
-                entries = sorted(os.scandir(d), key=lambda e: e.name)
+                with os.scandir(d) as it:  # a huge folder is not listed whole
+                    entries = list(itertools.islice(it, MAX_SCAN_ENTRIES + 1 - seen))
             except OSError:
                 continue
+            entries.sort(key=lambda e: e.name)
             for e in entries:
                 seen += 1
                 if seen > MAX_SCAN_ENTRIES:
@@ -247,11 +250,13 @@ def load(path: str, shown: str | None = None) -> ForeignLog:
         rel = os.path.relpath(os.path.dirname(f), root) if root else ""
         prefix = "val/" if os.path.basename(rel).lower() in EVAL_DIRS else ""
         read = 0
+        capped = False  # the event or value budget ran out in this file
         try:
             for event in loader_cls(f).Load():
-                read += 1
-                if read > budget:
+                if read >= budget:
+                    capped = True
                     break
+                read += 1
                 if not event.HasField("summary"):
                     continue
                 step = step_of(event.step)
@@ -263,12 +268,20 @@ def load(path: str, shown: str | None = None) -> ForeignLog:
                     if x is None or step is None or isinstance(x, bool):
                         skipped += 1
                         continue
+                    if len(points) >= MAX_ENTRIES:  # one event can hold many values
+                        capped = True
+                        break
                     tag = prefix + str(value.tag)[:200]
                     counts[tag] += 1
                     points.append((tag, step, t, x))
+                if capped:
+                    break
         except Exception as exc:  # the loader met what its own checks did not expect
             errors.append(f"{os.path.basename(f)}: unreadable after {read} records ({exc})")
         budget -= read
+        if capped:  # not damage: the rest of this file and the next ones are left unread
+            notes.append(f"warning: only the first {MAX_ENTRIES} events or values were read")
+            break
         if read < whole:
             skipped += whole - read
             errors.append(
@@ -277,9 +290,6 @@ def load(path: str, shown: str | None = None) -> ForeignLog:
         elif damage is not None:
             skipped += 1  # at least the damaged record; what follows it cannot be found
             errors.append(f"{os.path.basename(f)}: {damage} after {whole} records")
-        if budget <= 0:
-            notes.append(f"warning: only the first {MAX_ENTRIES} events were read")
-            break
     if not points:
         raise SourceError(
             f"{path}: no scalars in the event file{'s' if len(files) > 1 else ''}"

@@ -43,6 +43,15 @@ class Rule:
         pass
 
 
+def held_steps(records: int, since: int | None, step: int) -> int:
+    """How long a condition has held, in steps not records: ``records`` records in a row
+    from step ``since`` to ``step`` (two records of a log written every 50 steps have held
+    it 51 steps); one record counts as one step, and never fewer steps than records."""
+    if records < 2 or since is None:
+        return records
+    return max(records, step - since + 1)
+
+
 class Tracker:
     """One alert id's episodes: raise once, hold, clear, re-raise only after a quiet spell.
 

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 from dltop.tui.core.alerts import CRITICAL, WARNING, Severity
 from dltop.tui.core.fmt import number as fmt
-from dltop.tui.core.rules.base import Rule, Tracker
+from dltop.tui.core.rules.base import Rule, Tracker, held_steps
 from dltop.tui.core.rules.window import median_of
 
 if TYPE_CHECKING:
@@ -113,9 +113,9 @@ class Divergence(Rule):
             lm = math.log(med)
             if self.base is None or lm < self.base:
                 self.base, self.min_step = lm, (b.steps[0] if b.steps else e.step)
-                # the noise allowance is taken from the window when the baseline was set: a
-                # loss that is running away widens its own window and must not raise its bar
-                # the noise of one record, from record-to-record differences: the window's
+                # the noise allowance is fixed when the baseline is set (a loss that is
+                # running away widens its own window and must not raise its bar), and is the
+                # noise of one record, from record-to-record differences: the window's
                 # spread would also hold the trend (a sparse log's 100 records can span
                 # the whole early descent), the differences hold only the noise
                 self.spread_at_min = _step_noise(list(self.diffs_src)) or fig.loss_spread
@@ -243,7 +243,7 @@ class Divergence(Rule):
             self.run += 1
             self.below = 0
             # for `persist` steps, not records: two records of a sparse log that span them
-            held = max(self.run, step - (self.run_start or step) + 1 if self.run >= 2 else 1)
+            held = held_steps(self.run, self.run_start, step)
             if held >= self.persist:
                 r = level / low
                 sev: Severity = CRITICAL if ema - lo >= max(self.log_crit, line) else WARNING
@@ -272,6 +272,6 @@ class Divergence(Rule):
                 if self.below == 0:
                     self.below_from = step
                 self.below += 1
-                below = max(self.below, step - self.below_from + 1 if self.below >= 2 else 1)
+                below = held_steps(self.below, self.below_from, step)
                 if below >= self.persist:
                     self.tr.clear(step)

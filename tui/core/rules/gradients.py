@@ -30,6 +30,7 @@ def _floats(v: Any, n: int) -> list[float | None]:
 
 
 ALL_ZERO = 0.999  # a layer whose gradient is zero in (almost) every element is dead
+NO_GRAD = "No gradient at all"
 
 
 class LayerGradients(Rule):
@@ -73,8 +74,10 @@ class LayerGradients(Rule):
             return
         for step, rec in zip(b.steps, b.recs, strict=True):
             gn = rec.get("grad_norm")
-            if gn != 0 or isinstance(gn, bool) or gn is None:
-                if self.zero_run and self.dt.active and self.net_run == 0:
+            if gn != 0 or isinstance(gn, bool):
+                # a nonzero norm ends this alert only (the tracker is shared with dead units)
+                a = self.dt.alert
+                if self.zero_run and self.dt.active and a is not None and a.title == NO_GRAD:
                     self.dt.clear(step)
                 self.zero_run = 0
                 continue
@@ -88,7 +91,7 @@ class LayerGradients(Rule):
                     f"the global gradient norm is exactly zero on {self.zero_run} records in a "
                     f"row, over {held} steps since step {self.zero_from}: nothing is learning"
                 )
-                self.dt.fire(self.zero_from, CRITICAL, "No gradient at all", msg, ev, t=e.t)
+                self.dt.fire(self.zero_from, CRITICAL, NO_GRAD, msg, ev, t=e.t)
                 self.dt.hold(step)
 
     def on_layers(self, e: RuleEngine, rec: dict[str, Any]) -> None:
@@ -189,12 +192,10 @@ class LayerGradients(Rule):
                 worst, worst_name = z, name
             if z >= self.d_frac:
                 dead.append(name)
-        if self._dead_network(e, step, hidden, all_zero, without):
-            self.zero_frac_max, self.zero_frac_layer = worst, worst_name
-            self.d_run = self.d_run + 1 if dead else 0
-            return
         self.zero_frac_max, self.zero_frac_layer = worst, worst_name
         self.d_run = self.d_run + 1 if dead else 0
+        if self._dead_network(e, step, hidden, all_zero, without):
+            return
         self.ng_run = self.ng_run + 1 if without else 0
         if not self.d_on:
             return

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 from dltop.tui.core.alerts import CRITICAL, INFO
 from dltop.tui.core.fmt import number as fmt
-from dltop.tui.core.rules.base import Rule, Tracker
+from dltop.tui.core.rules.base import Rule, Tracker, held_steps
 
 if TYPE_CHECKING:
     from dltop.tui.core.rules.engine import RuleEngine
@@ -114,7 +114,7 @@ class NonFinite(Rule):
             self.grad_run_from = e.step
         # how long in steps, not records: a log written every 50 steps holding two
         # non-finite grad norms in a row has had them for 50 steps or more
-        held = max(self.grad_run, e.step - self.grad_run_from + 1 if self.grad_run > 1 else 1)
+        held = held_steps(self.grad_run, self.grad_run_from, e.step)
         what = "NaN" if gn != gn else "Inf"
         ev = {
             "grad_norm": gn,

@@ -49,7 +49,7 @@ class Plateau(Rule):
         self.tr = Tracker(engine, "plateau")
         self.cur: list[float] = []
         self.cur_len = self.window
-        self.cur_start: int | None = None
+        self.cur_start = 0  # the current window's first step (set when it opens)
         # closed windows: (median, lr at start, lr at end, first step)
         self.blocks: deque[tuple[float, float | None, float | None, int]] = deque(
             maxlen=self.windows + 1
@@ -66,23 +66,26 @@ class Plateau(Rule):
             self.blocks.clear()
             self.cur = []
         steps, losses = _finite(blk)
-        if self.first_step is None and steps:
+        if not steps:
+            return
+        if self.first_step is None:
             self.first_step = steps[0]
+        first = self.first_step
         # windows in steps, not records: a window closes once it spans cur_len steps and
         # holds a few losses (a log written every 50 steps fills a 50-step window with one)
         for step, loss in zip(steps, losses, strict=True):
             if not self.cur:
                 self.cur_start = step
                 self.cur_lr0 = e.lr
-                span = min(max(e.steps, step - (self.first_step or step) + 1), 1 << 62)
+                span = min(max(e.steps, step - first + 1), 1 << 62)
                 self.cur_len = max(self.window, int(self.frac * span))
             self.cur.append(loss)
             n = len(self.cur)
             if n >= self.cur_len or (
-                n >= MIN_WINDOW_LOSSES and step - (self.cur_start or step) + 1 >= self.cur_len
+                n >= MIN_WINDOW_LOSSES and step - self.cur_start + 1 >= self.cur_len
             ):
                 m = median_of(self.cur) or 0.0
-                self.blocks.append((m, self.cur_lr0, e.lr, self.cur_start or 0))
+                self.blocks.append((m, self.cur_lr0, e.lr, self.cur_start))
                 self.cur = []
                 self._judge(e, step)
 
