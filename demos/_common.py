@@ -12,6 +12,7 @@ so the catalogue is the demos' specification, not decoration.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import os
 import time
 from dataclasses import dataclass
@@ -97,6 +98,33 @@ def pacer(args: argparse.Namespace) -> Pacer:
     return Pacer(0.0 if args.fast or not steps else PACE_SECONDS / steps)
 
 
+def noisy_teacher_data() -> tuple[Any, Any, Any, Any]:
+    """The overfitting demos' data: ``(x_train, y_train, x_val, y_val)``, 128 training and
+    2048 held-out samples. A random linear "teacher" labels Gaussian inputs into 10
+    classes; 25 % of the training labels are then replaced by random ones (label noise)."""
+    import torch
+
+    teacher = torch.randn(32, 10)
+    x = torch.randn(128 + 2048, 32)
+    y = (x @ teacher).argmax(dim=1)
+    x_train, y_train = x[:128], y[:128].clone()
+    noisy = torch.rand(128) < 0.25
+    y_train[noisy] = torch.randint(0, 10, (int(noisy.sum()),))
+    return x_train, y_train, x[128:], y[128:]
+
+
+def missing_framework(name: str) -> str | None:
+    """Why demo ``name`` cannot run here, with the extra to install: its framework (see
+    :data:`NEEDS`) is not installed; ``None`` when it can. Looked up, never imported."""
+    if name not in NEEDS or importlib.util.find_spec(NEEDS[name][0]) is not None:
+        return None
+    module, extra = NEEDS[name]
+    return (
+        f"the {name} demo trains with {module}, which is not installed here "
+        f"(pip install 'dltop-monitor[{extra}]')"
+    )
+
+
 def parse_args(name: str, argv: list[str] | None = None) -> argparse.Namespace:
     """The command line every demo accepts: ``--out PATH``, ``--device cpu|cuda``, ``--fast``."""
     demo = DEMOS[name]
@@ -113,6 +141,9 @@ def parse_args(name: str, argv: list[str] | None = None) -> argparse.Namespace:
         help=f"train at full speed (default: spread over ~{PACE_SECONDS:.0f} s so you can watch)",
     )
     args = parser.parse_args(argv)
+    missing = missing_framework(name)
+    if missing is not None:  # `python -m dltop.demos.NAME` run directly: no traceback either
+        parser.exit(2, f"{parser.prog}: {missing}\n")
     args.demo = name
     if args.out is None:
         args.out = default_log_path(name)

@@ -17,7 +17,7 @@ at the best eval step, more data, weight decay or a smaller model.
 from typing import Any
 
 import torch
-from dltop.demos._common import pacer, parse_args, setup
+from dltop.demos._common import noisy_teacher_data, pacer, parse_args, setup
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
@@ -34,14 +34,9 @@ def main() -> None:
     import lightning.pytorch as pl
     from dltop.probe.lightning import DltopCallback
 
-    teacher = torch.randn(32, 10)
-    x = torch.randn(128 + 2048, 32)
-    y = (x @ teacher).argmax(dim=1)
-    x_train, y_train = x[:128], y[:128].clone()
-    noisy = torch.rand(128) < 0.25
-    y_train[noisy] = torch.randint(0, 10, (int(noisy.sum()),))
+    x_train, y_train, x_val, y_val = noisy_teacher_data()  # the overfit demo's data
     train = DataLoader(TensorDataset(x_train, y_train), batch_size=32, shuffle=True)
-    val = DataLoader(TensorDataset(x[128:], y[128:]), batch_size=2048)
+    val = DataLoader(TensorDataset(x_val, y_val), batch_size=2048)
     pace = pacer(args)
 
     class Classifier(pl.LightningModule):

@@ -15,7 +15,7 @@ decay/dropout, or a smaller model.
 """
 
 import torch
-from dltop.demos._common import pacer, parse_args, setup
+from dltop.demos._common import noisy_teacher_data, pacer, parse_args, setup
 from dltop.probe import Probe
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
@@ -29,15 +29,8 @@ def main() -> None:
         "overfit: a 280k-parameter net on 128 noisy samples memorizes them, so held-out loss climbs."
     )
 
-    # Synthetic data: a random linear "teacher" labels Gaussian inputs into 10 classes; 25 % of the
-    # training labels are then replaced by random ones (label noise).
-    teacher = torch.randn(32, 10)
-    x = torch.randn(128 + 2048, 32)
-    y = (x @ teacher).argmax(dim=1)
-    x_train, y_train = x[:128], y[:128].clone()
-    noisy = torch.rand(128) < 0.25
-    y_train[noisy] = torch.randint(0, 10, (int(noisy.sum()),))
-    x_val, y_val = x[128:].to(device), y[128:].to(device)  # held-out: never trained on
+    x_train, y_train, x_val, y_val = noisy_teacher_data()  # 25 % of the labels are noise
+    x_val, y_val = x_val.to(device), y_val.to(device)  # held-out: never trained on
     loader = DataLoader(TensorDataset(x_train, y_train), batch_size=32, shuffle=True)
 
     model = nn.Sequential(

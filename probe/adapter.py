@@ -43,7 +43,7 @@ def probe_kwargs(owner: str, kwargs: dict[str, Any]) -> dict[str, Any]:
     A typo (``layer_every=``) would otherwise surface only at the first ``fit``, inside
     the framework, or never; a ``TypeError`` naming the valid keys is the clear error.
     """
-    from dltop.probe.probe import Probe
+    from dltop.probe.probe import _AUTO, Probe, nowhere_to_write
 
     params = inspect.signature(Probe.__init__).parameters
     valid = [n for n in params if n != "self" and n not in _FROM_TRAINER]
@@ -59,17 +59,51 @@ def probe_kwargs(owner: str, kwargs: dict[str, Any]) -> dict[str, Any]:
             f"{owner}() got unknown keyword argument(s) {', '.join(map(repr, unknown))}; "
             f"the keywords are Probe's: {', '.join(valid)}"
         )
-    no_file = "path" in kwargs and not (kwargs["path"] and os.fspath(kwargs["path"]))
-    elsewhere = kwargs.get("socket", True) or kwargs.get("tcp") or kwargs.get("sinks")
-    if no_file and not elsewhere:
-        raise ValueError(
-            f"{owner}(path=None, socket=False) has nowhere to write: "
-            "give a log path (or leave the default), or socket=True"
-        )
+    no_dest = nowhere_to_write(
+        owner,
+        kwargs.get("path", _AUTO),
+        kwargs.get("socket", True),
+        kwargs.get("tcp"),
+        kwargs.get("sinks"),
+    )
+    if no_dest is not None:
+        raise no_dest
     return dict(kwargs)
 
 
-def shared_job(world: int) -> str:
+def missing_framework(e: ImportError, packages: tuple[str, ...], what: str) -> ImportError:
+    """The one-line error of an adapter whose framework is not installed, ``what`` naming
+    it and the extra to install. ``e`` itself, re-raised, when the missing module is not one
+    of ``packages``: a broken install inside the framework must show its own traceback."""
+    if (e.name or "").split(".")[0] not in packages:
+        raise e
+    return ImportError(what)
+
+
+def open_session(
+    kwargs: dict[str, Any], rank: int, world: int, model: Any, scaler: Any, optimizer: Any
+) -> Session:
+    """The started probe of one ``fit``/``train``: the user's ``Probe`` keywords, one log
+    per rank, the framework's AMP ``scaler`` unless given, and the lr from a snapshot of
+    ``optimizer`` (the first step record comes before any optimizer step)."""
+    from dltop.probe.probe import _AUTO as auto
+    from dltop.probe.probe import Probe
+
+    kw = dict(kwargs)
+    path, run_id = rank_path(kw.pop("path", auto), auto, rank, world)
+    if run_id is not None and not kw.get("run_id"):
+        kw["run_id"] = run_id
+    if kw.get("scaler") is None:
+        kw["scaler"] = scaler
+    lrs = LrSnapshot()
+    probe = Probe(path=path, model=model, optimizer=lrs, **kw)
+    if optimizer is not None:
+        lrs.take(optimizer)
+    probe.start()
+    return Session(probe, lrs)
+
+
+def shared_job() -> str:
     """The job's folder name, the same on every rank: rank 0's, broadcast.
 
     ``jobpath.job_name`` lets ranks agree without talking when one launcher starts them
@@ -81,8 +115,6 @@ def shared_job(world: int) -> str:
     """
     run_id = os.environ.get("TORCHELASTIC_RUN_ID", "").strip()
     name = jobpath.job_name() if run_id and run_id.lower() != "none" else jobpath.stamp()
-    if world <= 1:
-        return name
     try:
         import torch.distributed as dist
 
@@ -110,7 +142,7 @@ def rank_path(path: Any, auto: Any, rank: int, world: int) -> tuple[str | None, 
     if world <= 1:
         return (jobpath.default_path() if path is auto else path), None
     if path is auto:
-        folder = os.path.join(jobpath.RUNS_DIR, shared_job(world))
+        folder = os.path.join(jobpath.RUNS_DIR, shared_job())
     else:
         folder = path[: -len(".jsonl")] if path.endswith(".jsonl") else path.rstrip("/\\")
     name = os.path.basename(folder) or "run"
@@ -267,9 +299,7 @@ class Session:
     def crashed(self, exc: BaseException) -> None:
         """Record ``exc`` the way ``with Probe(...)`` does (an interrupt is no crash), close."""
         p = self.probe
-        while self._phases:  # the phase ends with the exception: the crash record follows
-            with contextlib.suppress(Exception):
-                self._phases.pop()
+        self._phases.clear()  # the phase ends with the exception: the crash record follows
         with contextlib.suppress(Exception):
             p.__exit__(type(exc), exc, exc.__traceback__)
 
@@ -315,3 +345,30 @@ def framework_note(session: Session, framework: str, version: str, **fields: Any
             f"dltop {framework} adapter", framework=framework, framework_version=version, **fields
         ),
     )
+
+
+class CallbackBase:
+    """What both ``DltopCallback`` classes keep: the user's ``Probe`` keywords (checked at
+    their line), the session of the run in progress and the framework methods wrapped for it."""
+
+    def __init__(self, kwargs: dict[str, Any]) -> None:
+        super().__init__()
+        self._kwargs = probe_kwargs("DltopCallback", kwargs)
+        self._session: Session | None = None
+        self._patches = Patches()
+
+    @property
+    def probe(self) -> Probe | None:
+        """The probe of the run in progress (or the last one), for ``note()`` and tests."""
+        return self._session.probe if self._session is not None else None
+
+    def _live(self) -> Session | None:
+        """The session while its probe is open, else ``None``: callbacks then do nothing."""
+        s = self._session
+        return s if s is not None and s.live else None
+
+    def _end(self) -> None:
+        self._patches.undo()
+        s = self._live()
+        if s is not None:
+            s.guard("close", s.close)

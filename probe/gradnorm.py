@@ -221,7 +221,9 @@ class GradNormTracker:
             dt = self._dtensor = getattr(mod, "DTensor", None)
             if dt is None:
                 return None
-        if not any(isinstance(g, dt) for g in grads):
+        # one test per distinct type, not per gradient: every backward of every run pays it
+        # once DTensor is loaded (transformers, accelerate load it), sharded or not
+        if not any(issubclass(t, dt) for t in set(map(type, grads))):
             return None
         plain = None
         out: list[float] = []

@@ -33,26 +33,24 @@ import sys
 from time import perf_counter
 from typing import Any
 
+from dltop.probe.adapter import (
+    CallbackBase,
+    Session,
+    eval_name,
+    framework_note,
+    missing_framework,
+    open_session,
+)
+
 try:
     import torch
     import transformers
 except ImportError as _e:  # only the missing package itself gets the short message
-    if (_e.name or "").split(".")[0] not in ("transformers", "torch"):
-        raise
-    raise ImportError(
-        "dltop.probe.hf needs Hugging Face transformers: pip install 'dltop-monitor[hf]'"
+    raise missing_framework(
+        _e,
+        ("transformers", "torch"),
+        "dltop.probe.hf needs Hugging Face transformers: pip install 'dltop-monitor[hf]'",
     ) from None
-
-from dltop.probe.adapter import (
-    LrSnapshot,
-    Patches,
-    Session,
-    eval_name,
-    framework_note,
-    probe_kwargs,
-)
-from dltop.probe.adapter import rank_path as _rank_path
-from dltop.probe.probe import _AUTO, Probe
 
 __all__ = ["DltopCallback"]
 
@@ -72,20 +70,13 @@ def find_trainer() -> Any:
     return None
 
 
-class DltopCallback(transformers.TrainerCallback):
+class DltopCallback(CallbackBase, transformers.TrainerCallback):
     """Records a ``Trainer.train()`` with the probe; keyword arguments are ``Probe``'s
     (``path``, ``socket``, ``layers_every``...), the model and optimizer come from the
     Trainer. Never raises into training: the probe reports its own failures once."""
 
     def __init__(self, **kwargs: Any) -> None:
-        self._kwargs = probe_kwargs("DltopCallback", kwargs)
-        self._session: Session | None = None
-        self._patches = Patches()
-
-    @property
-    def probe(self) -> Probe | None:
-        """The probe of the ``train()`` in progress (or the last one)."""
-        return self._session.probe if self._session is not None else None
+        super().__init__(kwargs)
 
     # --- start and end -------------------------------------------------------------------
     def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
@@ -102,18 +93,14 @@ class DltopCallback(transformers.TrainerCallback):
             self._session = None
 
     def _start(self, args: Any, model: Any, trainer: Any) -> None:
-        kw = dict(self._kwargs)
-        path, run_id = _rank_path(kw.pop("path", _AUTO), _AUTO, args.process_index, args.world_size)
-        if run_id is not None and not kw.get("run_id"):
-            kw["run_id"] = run_id
-        if kw.get("scaler") is None and trainer is not None:
-            kw["scaler"] = getattr(trainer.accelerator, "scaler", None)
-        lrs = LrSnapshot()
-        probe = Probe(path=path, model=model, optimizer=lrs, **kw)
-        if trainer is not None and trainer.optimizer is not None:
-            lrs.take(trainer.optimizer)
-        probe.start()
-        s = self._session = Session(probe, lrs)
+        s = self._session = open_session(
+            self._kwargs,
+            args.process_index,
+            args.world_size,
+            model,
+            getattr(trainer.accelerator, "scaler", None) if trainer is not None else None,
+            trainer.optimizer if trainer is not None else None,
+        )
         framework_note(
             s,
             "transformers",
@@ -125,7 +112,7 @@ class DltopCallback(transformers.TrainerCallback):
             loss="training_step" if trainer is not None else None,
         )
         if trainer is None:
-            s.guard("trainer", lambda: probe.note("Trainer not found: steps have no loss"))
+            s.guard("trainer", lambda: s.probe.note("Trainer not found: steps have no loss"))
             return
         self._wrap(trainer, s)
 
@@ -193,28 +180,22 @@ class DltopCallback(transformers.TrainerCallback):
     def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         self._end()
 
-    def _end(self) -> None:
-        self._patches.undo()
-        s = self._session
-        if s is not None and s.live:
-            s.guard("close", s.close)
-
     # --- steps and evaluation ----------------------------------------------------------
     def on_optimizer_step(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-        s = self._session
+        s = self._live()
         optimizer = kwargs.get("optimizer")
-        if s is not None and s.live and optimizer is not None:
+        if s is not None and optimizer is not None:
             s.guard("lr", lambda: s.lrs.take(optimizer))
 
     def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-        s = self._session
-        if s is not None and s.live:
+        s = self._live()
+        if s is not None:
             s.guard("step", lambda: s.finish_step(max(int(state.global_step) - 1, 0)))
 
     def on_evaluate(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-        s = self._session
+        s = self._live()
         metrics = kwargs.get("metrics")
-        if s is None or not s.live or not metrics:
+        if s is None or not metrics:
             return
         s.guard("eval record", lambda: self._eval_record(s, metrics))
 

@@ -30,53 +30,44 @@ took its copy of the signal handlers: see ``_begin``) and closes it at the end o
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Mapping
 from typing import Any
+
+from dltop.probe.adapter import (
+    CallbackBase,
+    Session,
+    eval_name,
+    framework_note,
+    missing_framework,
+    open_session,
+)
 
 try:
     import lightning.pytorch as pl
     import torch
 except ImportError as _e:  # only the missing package itself gets the short message
-    if (_e.name or "").split(".")[0] not in ("lightning", "torch"):
-        raise
-    raise ImportError(
+    raise missing_framework(
+        _e,
+        ("lightning", "torch"),
         "dltop.probe.lightning needs PyTorch Lightning (the `lightning` package): "
-        "pip install 'dltop-monitor[lightning]'"
+        "pip install 'dltop-monitor[lightning]'",
     ) from None
-
-from dltop.probe.adapter import (
-    LrSnapshot,
-    Patches,
-    Session,
-    eval_name,
-    framework_note,
-    probe_kwargs,
-)
-from dltop.probe.adapter import rank_path as _rank_path
-from dltop.probe.probe import _AUTO, Probe
 
 __all__ = ["DltopCallback"]
 
 _FETCH = "train_dataloader_next"  # the profiler action around a training batch's fetch
 
 
-class DltopCallback(pl.Callback):
+class DltopCallback(CallbackBase, pl.Callback):
     """Records a Lightning ``fit`` with the probe; keyword arguments are ``Probe``'s
     (``path``, ``socket``, ``layers_every``...), the model and optimizer come from the
     trainer. Never raises into training: the probe reports its own failures once."""
 
     def __init__(self, **kwargs: Any) -> None:
-        super().__init__()
-        self._kwargs = probe_kwargs("DltopCallback", kwargs)
-        self._session: Session | None = None
-        self._patches = Patches()  # trainer.save_checkpoint, wrapped during fit
+        super().__init__(kwargs)  # trainer.save_checkpoint and the fetch wrapped during fit
         self._before_eval: dict[str, Any] = {}
         self._started = False  # this fit's probe was built (or failed to build)
-
-    @property
-    def probe(self) -> Probe | None:
-        """The probe of the ``fit`` in progress (or the last one), for ``note()`` and tests."""
-        return self._session.probe if self._session is not None else None
 
     # --- start and end -------------------------------------------------------------------
     def on_fit_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
@@ -99,27 +90,19 @@ class DltopCallback(pl.Callback):
         try:
             self._start(trainer, pl_module)
         except Exception as e:  # no probe for this fit; the training goes on
-            import sys
-
             sys.stderr.write(f"dltop: warning: no probe for this fit ({type(e).__name__}: {e})\n")
             self._end()
             self._session = None
 
     def _start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        kw = dict(self._kwargs)
-        path, run_id = _rank_path(
-            kw.pop("path", _AUTO), _AUTO, trainer.global_rank, trainer.world_size
+        s = self._session = open_session(
+            self._kwargs,
+            trainer.global_rank,
+            trainer.world_size,
+            pl_module,
+            getattr(trainer.precision_plugin, "scaler", None),
+            trainer.optimizers[0] if trainer.optimizers else None,
         )
-        if run_id is not None and not kw.get("run_id"):
-            kw["run_id"] = run_id
-        if kw.get("scaler") is None:
-            kw["scaler"] = getattr(trainer.precision_plugin, "scaler", None)
-        lrs = LrSnapshot()
-        probe = Probe(path=path, model=pl_module, optimizer=lrs, **kw)
-        if trainer.optimizers:
-            lrs.take(trainer.optimizers[0])  # a step record before any optimizer step has one
-        probe.start()
-        s = self._session = Session(probe, lrs)
         self._wrap_save(trainer, s)
         self._wrap_fetch(trainer, s)
         framework_note(
@@ -190,17 +173,11 @@ class DltopCallback(pl.Callback):
     def teardown(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         self._end()  # also after an exception (closed already) or a fit stopped early
 
-    def _end(self) -> None:
-        self._patches.undo()
-        s = self._session
-        if s is not None and s.live:
-            s.guard("close", s.close)
-
     def on_exception(
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, exception: BaseException
     ) -> None:
-        s = self._session
-        if s is not None and s.live:
+        s = self._live()
+        if s is not None:
             s.crashed(exception)
         self._patches.undo()
 
@@ -208,15 +185,15 @@ class DltopCallback(pl.Callback):
     def on_train_batch_start(
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any, batch_idx: int
     ) -> None:
-        s = self._session
-        if s is not None and s.live:
+        s = self._live()
+        if s is not None:
             s.guard("batch start", s.batch_ready)
 
     def on_before_optimizer_step(
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, optimizer: Any
     ) -> None:
-        s = self._session
-        if s is None or not s.live:
+        s = self._live()
+        if s is None:
             return
         s.step.stepped = True
         opts = trainer.optimizers
@@ -231,8 +208,8 @@ class DltopCallback(pl.Callback):
         batch: Any,
         batch_idx: int,
     ) -> None:
-        s = self._session
-        if s is None or not s.live:
+        s = self._live()
+        if s is None:
             return
         s.guard("batch end", lambda: self._batch_end(trainer, pl_module, s, outputs, batch))
 
@@ -261,15 +238,15 @@ class DltopCallback(pl.Callback):
 
     # --- validation ------------------------------------------------------------------
     def on_validation_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        s = self._session
-        if s is None or not s.live:
+        s = self._live()
+        if s is None:
             return
         s.guard("validation start", lambda: s.begin_phase("eval"))
         self._before_eval = dict(trainer.callback_metrics)
 
     def on_validation_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        s = self._session
-        if s is None or not s.live:
+        s = self._live()
+        if s is None:
             return
         if not trainer.sanity_checking:
             s.guard("eval record", lambda: self._eval_record(trainer, s))

@@ -66,6 +66,18 @@ def _default_run_id(path: str | None, default: bool) -> str:
     return name
 
 
+def nowhere_to_write(owner: str, path: Any, socket: Any, tcp: Any, sinks: Any) -> ValueError | None:
+    """The error for a probe with no log file (``None`` or ``""``), no socket and no sink;
+    ``None`` when it writes somewhere."""
+    if path is _AUTO or (path is not None and os.fspath(path)) or socket or tcp or sinks:
+        return None
+    return ValueError(
+        f"{owner}(path=None) with socket=False has nowhere to write "
+        "(an empty path is no path): "
+        "give a log path (or leave the default), or socket=True"
+    )
+
+
 class Probe:
     """Records a training run to a JSONL log (see ``docs/log-format.md``).
 
@@ -125,12 +137,9 @@ class Probe:
         self._extra_sinks = list(sinks)
         if path is not _AUTO and path is not None:
             path = os.fspath(path) or None  # "" means no file, like None
-        if path is None and not socket and not tcp and not self._extra_sinks:
-            raise ValueError(
-                "Probe(path=None) with socket=False has nowhere to write "
-                "(an empty path is no path): "
-                "give a log path (or leave the default), or socket=True"
-            )
+        no_dest = nowhere_to_write("Probe", path, socket, tcp, self._extra_sinks)
+        if no_dest is not None:
+            raise no_dest
         self.path: str | None = default_path() if path is _AUTO else path
         self.model = model
         self.optimizer = optimizer

@@ -6,9 +6,12 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import pytest
+from dltop.probe.adapter import Session
 from dltop.probe.schema import read_records
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -42,6 +45,30 @@ def check(source: Path, *extra: str) -> dict[str, Any]:
 
 def alert_ids(report: dict[str, Any]) -> list[str]:
     return sorted(a["id"] for a in report["alerts"])
+
+
+def assert_phases_are_never_stalls(
+    run: Callable[[Path, Path], None], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``run(log, tmp_path)`` trains with slow evaluations and a slow checkpoint save: they
+    are ``eval`` and ``checkpoint`` phases and no stall; without the adapter's phases (the
+    control, which proves the thresholds would catch them) the same training is a stall."""
+    log = tmp_path / "run.jsonl"
+    run(log, tmp_path)
+    names = {(p["name"], p["state"]) for p in events(log, "phase")}
+    assert names == {
+        ("eval", "begin"),
+        ("eval", "end"),
+        ("checkpoint", "begin"),
+        ("checkpoint", "end"),
+    }
+    assert "stall" not in alert_ids(check(log, *FAST_STALL))
+    monkeypatch.setattr(Session, "begin_phase", lambda self, name: None)
+    monkeypatch.setattr(Session, "end_phase", lambda self: None)
+    bare = tmp_path / "bare.jsonl"
+    run(bare, tmp_path)
+    assert not events(bare, "phase")
+    assert "stall" in alert_ids(check(bare, *FAST_STALL))
 
 
 def without_phases(src: Path, dst: Path) -> Path:

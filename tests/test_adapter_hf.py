@@ -19,15 +19,14 @@ import pytest
 transformers = pytest.importorskip("transformers")
 import torch  # noqa: E402
 from adapterkit import (  # noqa: E402
-    FAST_STALL,
     alert_ids,
+    assert_phases_are_never_stalls,
     blocked_import,
     check,
     events,
     records,
 )
 from dltop.probe import Probe  # noqa: E402
-from dltop.probe.adapter import Session  # noqa: E402
 from dltop.probe.hf import DltopCallback  # noqa: E402
 from torch import nn  # noqa: E402
 
@@ -195,23 +194,7 @@ def _points(n: int, seed: int = 0, features: int = 4) -> list[dict[str, torch.Te
 def test_evaluation_and_checkpointing_are_phases_never_stalls(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    log = tmp_path / "run.jsonl"
-    _slow_eval_and_save(log, tmp_path)
-    names = {(p["name"], p["state"]) for p in events(log, "phase")}
-    assert names == {
-        ("eval", "begin"),
-        ("eval", "end"),
-        ("checkpoint", "begin"),
-        ("checkpoint", "end"),
-    }
-    assert "stall" not in alert_ids(check(log, *FAST_STALL))
-    # the control: the same training without the adapter's phases is a stall at these thresholds
-    monkeypatch.setattr(Session, "begin_phase", lambda self, name: None)
-    monkeypatch.setattr(Session, "end_phase", lambda self: None)
-    bare = tmp_path / "bare.jsonl"
-    _slow_eval_and_save(bare, tmp_path)
-    assert not events(bare, "phase")
-    assert "stall" in alert_ids(check(bare, *FAST_STALL))
+    assert_phases_are_never_stalls(_slow_eval_and_save, tmp_path, monkeypatch)
 
 
 def test_an_exception_in_the_training_step_is_a_crash(tmp_path: Path) -> None:

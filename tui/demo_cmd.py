@@ -23,7 +23,7 @@ import sys
 import time
 from pathlib import Path
 
-from dltop.demos._common import DEMOS, NEEDS, default_log_path
+from dltop.demos._common import DEMOS, default_log_path, missing_framework
 
 EXIT_USAGE = 2
 TORCH_HINT = "pip install torch==2.13.0"
@@ -75,12 +75,9 @@ def run(args: argparse.Namespace) -> int:
     # Looked up, never imported: the viewer stays torch-free; only the demo process loads it.
     if importlib.util.find_spec("torch") is None:
         return _error(f"the demos train with PyTorch, which is not installed here ({TORCH_HINT})")
-    if args.name in NEEDS and importlib.util.find_spec(NEEDS[args.name][0]) is None:
-        module, extra = NEEDS[args.name]
-        return _error(
-            f"the {args.name} demo trains with {module}, which is not installed here "
-            f"(pip install 'dltop-monitor[{extra}]')"
-        )
+    missing = missing_framework(args.name)  # the same line the demo itself would say
+    if missing is not None:
+        return _error(missing)
 
     log = Path(args.out or default_log_path(args.name))
     log.parent.mkdir(parents=True, exist_ok=True)
