@@ -52,6 +52,7 @@ RUN_COLOURS = (
 )
 RUN_STYLES = tuple(f"run{i}" for i in range(MAX_RUNS))
 
+
 @dataclass(frozen=True)
 class OverlayRun(RankLog):
     """One overlaid run: its letter (by position on the command line) and its log."""
