@@ -1,6 +1,7 @@
 """Incremental diagnosis: ``RuleEngine`` turns records into alerts, facts and a run status.
 
-One module per rule family (numeric, spikes, gradients, progress, performance, crashes);
+One module per rule family (numeric, spikes, gradients, plateau, progress, overfitting,
+performance, crashes);
 thresholds in :class:`Config` (defaults, TOML file, ``--set`` overrides), documented with
 their reasoning in ``docs/alerts.md``.
 """

@@ -40,7 +40,9 @@ class RuleEngine:
             dropped,
             gradients,
             numeric,
+            overfitting,
             performance,
+            plateau,
             progress,
             spikes,
         )
@@ -132,9 +134,9 @@ class RuleEngine:
         self.explosion_rule = spikes.GradExplosion(self)
         self.divergence_rule = divergence.Divergence(self)
         self.layers_rule = gradients.LayerGradients(self)
-        self.plateau_rule = progress.Plateau(self)
+        self.plateau_rule = plateau.Plateau(self)
         self.oscillation_rule = progress.Oscillation(self)
-        self.overfitting_rule = progress.Overfitting(self)
+        self.overfitting_rule = overfitting.Overfitting(self)
         self.data_rule = performance.DataBound(self)
         self.memory_rule = performance.MemoryGrowth(self)
         self.stall_rule = performance.Stall(self)

@@ -1,0 +1,192 @@
+"""Overfitting: the eval loss stops improving while the train loss keeps falling.
+
+Never from one evaluation: each evaluation set is judged on its own history, against
+its own noise.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, Any
+
+from dltop.probe.schema import as_float
+from dltop.tui.core.alerts import WARNING
+from dltop.tui.core.fmt import number as fmt
+from dltop.tui.core.rules.base import Rule, Tracker
+from dltop.tui.core.rules.window import linear_fit, median_of
+
+if TYPE_CHECKING:
+    from dltop.tui.core.rules.engine import RuleEngine
+
+
+MAX_EVAL_SETS = 8  # evaluation sets followed (the first seen); a record's others are ignored
+
+
+def eval_losses(rec: dict[str, Any]) -> list[tuple[str, float]]:
+    """The eval losses of a record, by evaluation set: ``loss``; or, without one, every
+    ``<set>_loss`` (a Hugging Face Trainer with several eval datasets logs
+    ``eval_<set>_loss``, a probe user may call ``probe.eval(val_loss=..., test_loss=...)``).
+
+    With a ``loss`` the ``*_loss`` fields are its parts (a VAE's ``kl_loss`` rises by
+    design), never sets of their own."""
+    loss = rec.get("loss")
+    if loss is not None:
+        f = as_float(loss)
+        return [("loss", f)] if f is not None and f - f == 0.0 else []
+    out: list[tuple[str, float]] = []
+    for k, v in rec.items():
+        if isinstance(k, str) and k.endswith("_loss") and k != "kind":
+            f = as_float(v)
+            if f is not None and f - f == 0.0:
+                out.append((k, f))
+                if len(out) >= MAX_EVAL_SETS:
+                    break
+    return out
+
+
+class _EvalSet:
+    """One evaluation set's history: (step, eval loss, train loss at that step)."""
+
+    __slots__ = ("name", "evals", "best", "count", "last")
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.evals: list[tuple[int | None, float, float | None]] = []
+        self.best: int | None = None  # index into evals
+        self.count = 0
+        self.last: tuple[int | None, float, float | None] | None = None
+
+    def add(self, item: tuple[int | None, float, float | None]) -> None:
+        self.count += 1
+        self.evals.append(item)
+        if len(self.evals) > 512:
+            keep = self.evals[self.best] if self.best is not None else None
+            self.evals = self.evals[-256:]
+            if keep is not None and keep not in self.evals:
+                self.evals.insert(0, keep)
+            self.best = None
+        self.last = self.evals[-1]
+        if self.best is None:
+            self.best = min(range(len(self.evals)), key=lambda i: self.evals[i][1])
+        elif item[1] < self.evals[self.best][1]:
+            self.best = len(self.evals) - 1
+
+
+class Overfitting(Rule):
+    """Eval loss stops improving while the train loss keeps falling: never from one
+    evaluation. Each evaluation set is judged on its own (one alert per set that
+    overfits): interleaved sets at different levels would read as a noisy mess."""
+
+    def __init__(self, engine: RuleEngine) -> None:
+        super().__init__(engine)
+        c = self.cfg.section("overfitting")
+        self.on = bool(c["enabled"])
+        self.patience = max(1, int(c["patience"]))
+        self.tol = float(c["tolerance"])
+        self.noise_k = float(c["noise_factor"])
+        self.sets: dict[str, _EvalSet] = {}
+        self.trackers: dict[str, Tracker] = {}  # per set (the engine clears them on a new segment)
+        self.count = 0  # eval records
+
+    @property
+    def primary(self) -> _EvalSet | None:
+        """The set the facts describe: ``loss``, else the first set seen."""
+        return self.sets.get("loss") or next(iter(self.sets.values()), None)
+
+    @property
+    def evals(self) -> list[tuple[int | None, float, float | None]]:
+        p = self.primary
+        return p.evals if p is not None else []
+
+    @property
+    def best(self) -> int | None:
+        p = self.primary
+        return p.best if p is not None else None
+
+    @property
+    def last(self) -> tuple[int | None, float, float | None] | None:
+        p = self.primary
+        return p.last if p is not None else None
+
+    def on_eval(self, e: RuleEngine, rec: dict[str, Any]) -> None:
+        self.count += 1
+        losses = eval_losses(rec)
+        if not losses:
+            return
+        step = rec.get("step") if type(rec.get("step")) is int else e.last_step
+        train = e.fig.loss_med
+        if train is None:  # no block closed yet: the losses logged so far
+            train = median_of(x for x in e.blk.loss if x is not None)
+        for name, loss in losses:
+            es = self.sets.get(name)
+            if es is None:
+                if len(self.sets) >= MAX_EVAL_SETS:
+                    continue
+                es = self.sets[name] = _EvalSet(name)
+                self.trackers[name] = Tracker(e, "overfitting")
+            es.add((step, loss, train))
+            if self.on:
+                self._judge(e, es, self.trackers[name])
+
+    def _judge(self, e: RuleEngine, es: _EvalSet, tr: Tracker) -> None:
+        ev_all = es.evals[-64:]
+        n = len(ev_all)
+        if n < self.patience + 2:
+            return
+        # evaluations on a small held-out set are noisy: judge the median of 3 consecutive
+        # ones, and demand a rise well above the eval-to-eval noise (from second differences,
+        # which a steady trend does not inflate)
+        raw = [x[1] for x in ev_all]
+        # the best level: the median of each evaluation and its two neighbours (centred, so
+        # the best sits where the evaluations were best, not one or two evaluations later)
+        sm = [median_of(raw[max(0, i - 1) : i + 2]) or 0.0 for i in range(n)]
+        d2 = sorted(abs(raw[i + 1] - 2 * raw[i] + raw[i - 1]) for i in range(1, n - 1))
+        noise = 1.4826 * d2[len(d2) // 2] / 6**0.5 if d2 else 0.0
+        b = min(range(n), key=lambda i: (sm[i], -i))  # the latest of equal bests
+        bstep, _, btrain = ev_all[b]
+        bloss = sm[b]
+        later = ev_all[b + 1 :]
+        if len(later) < self.patience:
+            if tr.active:
+                tr.clear(ev_all[-1][0])
+            return
+        # the level now: the median of the last `patience` evaluations, whose noise is about
+        # 1.25 / sqrt(patience) of one evaluation's
+        level = median_of(raw[-self.patience :]) or 0.0
+        margin = max(self.tol * abs(bloss), self.noise_k * noise * 1.2533 / self.patience**0.5)
+        step, loss, train = ev_all[-1]
+        worse = level > bloss + margin and raw[-1] > bloss
+        if not worse or train is None or btrain is None:
+            return
+        # ... and a real upward trend since the best, not one lucky low evaluation
+        pts = raw[b:]
+        slope, r2 = linear_fit([float(i) for i in range(len(pts))], pts)
+        tstat = (r2 * (len(pts) - 2) / (1 - r2)) ** 0.5 if r2 < 1 else math.inf
+        if slope <= 0 or tstat < 2.0:
+            return
+        train_falls = train < btrain * (1 - self.tol)
+        gap, bgap = level - train, bloss - btrain
+        if train_falls and gap > bgap:
+            ev: dict[str, Any] = {
+                "eval_loss": loss,
+                "eval_loss_smoothed": level,
+                "eval_loss_best": bloss,
+                "eval_noise": noise,
+                "best_step": bstep,
+                "evals_since_best": len(later),
+                "train_loss": train,
+                "train_loss_at_best": btrain,
+                "gap": gap,
+                "gap_at_best": bgap,
+            }
+            which = "eval loss"
+            if es.name != "loss":  # one of several evaluation sets: say which
+                ev["eval_set"] = es.name
+                which = f"eval {es.name}"
+            msg = (
+                f"{which} {fmt(loss)} vs best {fmt(bloss)} at step {bstep} ({len(later)} evaluations "
+                f"without improvement) while train loss fell {fmt(btrain)} -> {fmt(train)}; "
+                f"gap {fmt(bgap)} -> {fmt(gap)}"
+            )
+            tr.fire(later[0][0], WARNING, "Overfitting", msg, ev, t=e.last_t, refresh=True)
+            tr.hold(step)

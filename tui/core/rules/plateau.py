@@ -1,0 +1,126 @@
+"""Is the run still learning? A loss plateau, judged on window medians in steps.
+
+A plateau after the loss has already fallen a long way is usually convergence, not a
+fault: it is reported as information; only a run stuck near its starting loss gets a
+warning.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from typing import TYPE_CHECKING
+
+from dltop.tui.core.alerts import INFO, WARNING, Severity
+from dltop.tui.core.fmt import number as fmt
+from dltop.tui.core.rules.base import Rule, Tracker
+from dltop.tui.core.rules.progress import finite_losses
+from dltop.tui.core.rules.window import median_of
+
+if TYPE_CHECKING:
+    from dltop.tui.core.rules.engine import RuleEngine
+    from dltop.tui.core.rules.window import Block
+
+
+MIN_WINDOW_LOSSES = 5  # losses a plateau window needs, however many steps it spans
+
+
+class Plateau(Rule):
+    def __init__(self, engine: RuleEngine) -> None:
+        super().__init__(engine)
+        c = self.cfg.section("plateau")
+        self.on = bool(c["enabled"])
+        self.window = max(2, int(c["window"]))
+        self.frac = float(c["window_frac"])
+        self.windows = max(1, int(c["windows"]))
+        self.min_imp = float(c["min_improvement"])
+        self.stuck = float(c["stuck_progress"])
+        self.max_rise = float(c["max_rise"])
+        self.span = 0
+        self.tr = Tracker(engine, "plateau")
+        self.cur: list[float] = []
+        self.cur_len = self.window
+        self.cur_start = 0  # the current window's first step (set when it opens)
+        # closed windows: (median, lr at start, lr at end, first step)
+        self.blocks: deque[tuple[float, float | None, float | None, int]] = deque(
+            maxlen=self.windows + 1
+        )
+        self.cur_lr0: float | None = None
+        self.seen_jump: int | None = None
+        self.first_step: int | None = None
+
+    def on_block(self, e: RuleEngine, blk: Block) -> None:
+        if not self.on:
+            return
+        if e.lr_jump_step is not None and e.lr_jump_step != self.seen_jump:
+            self.seen_jump = e.lr_jump_step  # a schedule jump: judge the new regime afresh
+            self.blocks.clear()
+            self.cur = []
+        steps, losses = finite_losses(blk)
+        if not steps:
+            return
+        if self.first_step is None:
+            self.first_step = steps[0]
+        first = self.first_step
+        # windows in steps, not records: a window closes once it spans cur_len steps and
+        # holds a few losses (a log written every 50 steps fills a 50-step window with one)
+        for step, loss in zip(steps, losses, strict=True):
+            if not self.cur:
+                self.cur_start = step
+                self.cur_lr0 = e.lr
+                span = min(max(e.steps, step - first + 1), 1 << 62)
+                self.cur_len = max(self.window, int(self.frac * span))
+            self.cur.append(loss)
+            n = len(self.cur)
+            if n >= self.cur_len or (
+                n >= MIN_WINDOW_LOSSES and step - self.cur_start + 1 >= self.cur_len
+            ):
+                m = median_of(self.cur) or 0.0
+                self.blocks.append((m, self.cur_lr0, e.lr, self.cur_start))
+                self.cur = []
+                self._judge(e, step)
+
+    def _judge(self, e: RuleEngine, step: int) -> None:
+        b = self.blocks
+        if len(b) <= self.windows:
+            return
+        lr0, lr1 = b[0][1], b[-1][2]
+        if lr1 is not None and lr1 <= 0:
+            return  # lr 0: nothing is supposed to move
+        if lr0 is not None and lr1 is not None and lr1 > 1.2 * lr0:
+            return  # lr still rising: a warm-up, the loss may wait for it
+        meds = [x[0] for x in b]
+        base = meds[0]
+        # the best of the later windows against the first: a run whose windows went 0.250,
+        # 0.238, 0.226, 0.258 is still learning, with one noisy window at the end (a
+        # fine-tune from a low loss); a flat run has no later window 1 % better
+        gain = (base - min(meds[1:])) / abs(base) if base else 0.0
+        now = (base - meds[-1]) / abs(base) if base else 0.0
+        # flat: less than min_improvement better over the span, and not rising either
+        # (a rising loss is divergence's business, not a plateau)
+        first = e.fig.loss_first if e.fig.loss_first is not None else meds[0]
+        total = (first - meds[-1]) / abs(first) if first else 0.0
+        if -self.max_rise < now and gain < self.min_imp and total > -self.max_rise:
+            sev: Severity = WARNING if total < self.stuck else INFO
+            title = "Loss plateau (not learning)" if sev == WARNING else "Loss plateau"
+            span = len(meds) * self.cur_len
+            ev = {
+                "window": self.cur_len,
+                "window_medians": meds,
+                "improvement": gain,
+                "total_improvement": total,
+                "loss_first": first,
+                "lr": e.lr,
+            }
+            msg = (
+                f"median loss {fmt(meds[0])} -> {fmt(meds[-1])} over {len(meds)} windows of "
+                f"{self.cur_len} steps ({fmt(100 * gain)} % better, < {fmt(100 * self.min_imp)} %); "
+                f"{fmt(100 * total)} % below the starting loss"
+            )
+            a = self.tr.fire(b[0][3], sev, title, msg, ev, t=e.t, refresh=True)
+            # the verdict of now: a run that was stuck at its start and has learned since is
+            # a plateau after learning (info), not "not learning" any more
+            a.severity = sev
+            self.tr.hold(step)
+            self.span = span
+        elif self.tr.active and gain >= self.min_imp:
+            self.tr.clear(step)
