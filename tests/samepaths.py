@@ -20,6 +20,10 @@ from dltop.tui.core.run import RunModel
 from dltop.tui.core.sources import FileSource
 from waiting import wait_for
 
+# the settle time of these models: long enough that a trickle paused by a busy machine
+# is not taken for the end of the run, short enough to keep the tests quick
+SETTLE_S = 0.3
+
 Answer = list[tuple[str, str, Any, Any]]
 
 
@@ -38,7 +42,12 @@ def _settle(model: RunModel, src: FileSource, size: int) -> None:
         lambda: src.offset >= size and model.loading is None and model.diagnosing is None,
         timeout=120,
     ), f"source at {src.offset} of {size}, loading {model.loading}, rules {model.diagnosing}"
-    model.status()  # a crashed (vanished) run's last block is judged as check judges it
+    # a crashed (vanished) run's last block is judged as check judges it, once no record
+    # has come for the model's settle time
+    state = model.status()
+    if state is not None and state.status == "crashed":
+        time.sleep(model.settle_s)
+        model.status()
 
 
 def trickled(log: Path, work: Path, seed: int) -> Answer:
@@ -48,6 +57,7 @@ def trickled(log: Path, work: Path, seed: int) -> Answer:
     dest = work / f"trickle-{log.name}"
     dest.write_bytes(b"")
     model = RunModel("trickle", Config())
+    model.settle_s = SETTLE_S
     src = FileSource(dest, model, poll_interval=0.005, tail_first=None).start()
     stop = threading.Event()
 
@@ -82,6 +92,7 @@ def opened_huge(log: Path) -> Answer:
     """The log opened as a huge one: the tail shown first, the run and its rules backfilled."""
     size = os.path.getsize(log)
     model = RunModel("huge", Config())
+    model.settle_s = SETTLE_S
     src = FileSource(
         log, model, poll_interval=0.01, tail_first=max(1, size // 4), tail_bytes=size // 8
     ).start()

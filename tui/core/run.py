@@ -27,6 +27,9 @@ from dltop.tui.core.status import RunState, explain_unrecorded_end, local_pid_al
 from dltop.tui.core.store import Store
 
 
+SETTLE_S = 1.0  # seconds without records before a crashed run's last block is judged
+
+
 def make_engine(config: Config | None = None) -> tuple[RuleEngine | None, str | None]:
     """A fresh RuleEngine and ``None``, or ``None`` and why there is none (its constructor
     failed: the charts must work regardless). ``config``: the rule thresholds
@@ -99,6 +102,8 @@ class RunModel:
         self.engine_error: str | None = engine_error  # why there is no diagnosis (a rule raised)
         self._pid_cache: tuple[float, Any, bool | None] = (0.0, None, None)
         self._judged_engine: RuleEngine | None = None  # whose last partial block was judged
+        self._fed_at = time.monotonic()  # when records last reached this run
+        self.settle_s = SETTLE_S
 
     # -- the reader thread -----------------------------------------------------------------
     def ingest(self, records: list[dict[str, Any]], malformed: int | None = None) -> None:
@@ -112,6 +117,7 @@ class RunModel:
                 elif self.engine_error is None:
                     self.engine_error = feed_engine(self.engine, records)
                 self.records += len(records)
+                self._fed_at = time.monotonic()
                 self._bump()
             if malformed is not None and malformed != self.malformed:
                 self.malformed = malformed
@@ -194,6 +200,7 @@ class RunModel:
                 self.engine = staged.engine
                 self.engine_error = staged.engine_error
             self.records = staged.records
+            self._fed_at = time.monotonic()
             self.malformed = malformed
             self.loading = None
             self.preview_from = None
@@ -217,6 +224,7 @@ class RunModel:
             if error is None and engine is not None and backlog:
                 error = feed_engine(engine, backlog)
             self.engine, self.engine_error = engine, error
+            self._fed_at = time.monotonic()
             self.diagnosing = None
             self._bump()
 
@@ -249,14 +257,21 @@ class RunModel:
 
         A run seen crashed (its process gone without an exit record: SIGKILL, the kernel's
         OOM killer) writes no more steps, so its last partial block of steps is judged
-        now, once, as ``dltop check`` judges it at the end of the file."""
+        now, once, as ``dltop check`` judges it at the end of the file; but only once no
+        record has come for ``SETTLE_S``: a dead pid whose log still grows (a copy being
+        written, a reader still going through the file) is not over, and judging a block
+        early would make the rules' later answers differ from ``check``'s."""
         with self.lock:
             if self.engine is None:
                 return None
             state = explain_unrecorded_end(
                 self.engine.status(now, self.pid_alive(now)), self.log_path
             )
-            if state.status == "crashed" and self._judged_engine is not self.engine:
+            if (
+                state.status == "crashed"
+                and self._judged_engine is not self.engine
+                and time.monotonic() - self._fed_at >= self.settle_s
+            ):
                 self._judged_engine = self.engine
                 if self.engine_error is None and self._backlog is None:
                     try:
