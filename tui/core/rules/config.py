@@ -93,7 +93,6 @@ DEFAULTS: dict[str, dict[str, Any]] = {
         "min_improvement": 0.01,
         "max_rise": 0.1,
         "stuck_progress": 0.05,
-        "noise_factor": 2.0,
     },
     "oscillation": {
         "enabled": True,

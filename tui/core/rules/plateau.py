@@ -7,7 +7,6 @@ warning.
 
 from __future__ import annotations
 
-import math
 from collections import deque
 from typing import TYPE_CHECKING
 
@@ -25,18 +24,6 @@ if TYPE_CHECKING:
 MIN_WINDOW_LOSSES = 5  # losses a plateau window needs, however many steps it spans
 
 
-def median_noise(window: list[float]) -> float:
-    """The noise of a window's median: a robust sigma of one loss from the differences of
-    consecutive ones (a steady descent does not inflate it), over the square root of how
-    many there are (0 for fewer than 3)."""
-    n = len(window)
-    if n < 3:
-        return 0.0
-    diffs = sorted(abs(b - a) for a, b in zip(window, window[1:], strict=False))
-    sigma = 1.4826 * diffs[len(diffs) // 2] / math.sqrt(2)
-    return 1.2533 * sigma / math.sqrt(n)
-
-
 class Plateau(Rule):
     def __init__(self, engine: RuleEngine) -> None:
         super().__init__(engine)
@@ -48,14 +35,13 @@ class Plateau(Rule):
         self.min_imp = float(c["min_improvement"])
         self.stuck = float(c["stuck_progress"])
         self.max_rise = float(c["max_rise"])
-        self.noise_k = float(c["noise_factor"])
         self.span = 0
         self.tr = Tracker(engine, "plateau")
         self.cur: list[float] = []
         self.cur_len = self.window
         self.cur_start = 0  # the current window's first step (set when it opens)
-        # closed windows: (median, lr at start, lr at end, first step, noise of the median)
-        self.blocks: deque[tuple[float, float | None, float | None, int, float]] = deque(
+        # closed windows: (median, lr at start, lr at end, first step)
+        self.blocks: deque[tuple[float, float | None, float | None, int]] = deque(
             maxlen=self.windows + 1
         )
         self.cur_lr0: float | None = None
@@ -89,7 +75,7 @@ class Plateau(Rule):
                 n >= MIN_WINDOW_LOSSES and step - self.cur_start + 1 >= self.cur_len
             ):
                 m = median_of(self.cur) or 0.0
-                self.blocks.append((m, self.cur_lr0, e.lr, self.cur_start, median_noise(self.cur)))
+                self.blocks.append((m, self.cur_lr0, e.lr, self.cur_start))
                 self.cur = []
                 self._judge(e, step)
 
@@ -108,17 +94,12 @@ class Plateau(Rule):
         # 0.238, 0.226, 0.258 is still learning, with one noisy window at the end (a
         # fine-tune from a low loss); a flat run has no later window 1 % better
         gain = (base - min(meds[1:])) / abs(base) if base else 0.0
-        # ... by more than the windows' own noise: the lowest of three noisy medians is
-        # below the first by chance (a loss swinging 0.25..0.75 per logged step moves a
-        # median of 5 of them by ~15 %), and that is no evidence of learning
-        noise = sorted(x[4] for x in b)[len(b) // 2]
-        need = max(self.min_imp, self.noise_k * noise / abs(base)) if base else self.min_imp
         now = (base - meds[-1]) / abs(base) if base else 0.0
         # flat: less than min_improvement better over the span, and not rising either
         # (a rising loss is divergence's business, not a plateau)
         first = e.fig.loss_first if e.fig.loss_first is not None else meds[0]
         total = (first - meds[-1]) / abs(first) if first else 0.0
-        if -self.max_rise < now and gain < need and total > -self.max_rise:
+        if -self.max_rise < now and gain < self.min_imp and total > -self.max_rise:
             sev: Severity = WARNING if total < self.stuck else INFO
             title = "Loss plateau (not learning)" if sev == WARNING else "Loss plateau"
             span = len(meds) * self.cur_len
@@ -126,14 +107,13 @@ class Plateau(Rule):
                 "window": self.cur_len,
                 "window_medians": meds,
                 "improvement": gain,
-                "improvement_needed": need,
                 "total_improvement": total,
                 "loss_first": first,
                 "lr": e.lr,
             }
             msg = (
                 f"median loss {fmt(meds[0])} -> {fmt(meds[-1])} over {len(meds)} windows of "
-                f"{self.cur_len} steps ({fmt(100 * gain)} % better, < {fmt(100 * need)} %); "
+                f"{self.cur_len} steps ({fmt(100 * gain)} % better, < {fmt(100 * self.min_imp)} %); "
                 f"{fmt(100 * total)} % below the starting loss"
             )
             a = self.tr.fire(b[0][3], sev, title, msg, ev, t=e.t, refresh=True)
@@ -142,5 +122,5 @@ class Plateau(Rule):
             a.severity = sev
             self.tr.hold(step)
             self.span = span
-        elif self.tr.active and gain >= need:
+        elif self.tr.active and gain >= self.min_imp:
             self.tr.clear(step)
