@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections import deque
 from itertools import repeat
-from operator import truediv
+from operator import sub, truediv
 from typing import TYPE_CHECKING, Any, cast
 
 from dltop.probe.schema import as_float
@@ -331,13 +331,15 @@ class Stall(Rule):
         ):
             # the common case, without a Python loop per step
             fts = cast(list[float], ts)  # no None: checked just above
-            gaps = [b - a for a, b in zip([prev, *fts[:-1]], fts, strict=True)]
-            if max(gaps) >= self.thresholds()[0]:  # rare: a long gap, or the wall clock jumped
+            gaps = list(map(sub, fts, [prev, *fts[:-1]]))  # t[i] - t[i-1]
+            longest = max(gaps)
+            if longest >= self.thresholds()[0]:  # rare: a long gap, or the wall clock jumped
                 self._clock_jumped(e, blk.recs[max(range(len(gaps)), key=gaps.__getitem__)])
                 gaps = [_monotonic_gap(g, r) for g, r in zip(gaps, blk.recs, strict=True)]
-            self.intervals.extend(gaps)
+                longest = max(gaps)
+            self.intervals.extend(gaps)  # (may move the thresholds: asked again below)
             resumed_at = blk.steps[0]
-            if max(gaps) >= self.thresholds()[0] and self.on and not self.explained_by_eval:
+            if longest >= self.thresholds()[0] and self.on and not self.explained_by_eval:
                 i = max(range(len(gaps)), key=gaps.__getitem__)
                 self._fire(
                     e, blk.steps[i - 1] if i else self.prev_step, gaps[i], fts[i], resumed=True
