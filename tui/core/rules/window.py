@@ -14,7 +14,7 @@ import math
 from bisect import bisect_left
 from collections import deque
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, cast
 
 
 def median_of(values: Iterable[float]) -> float | None:
@@ -34,6 +34,14 @@ def quantile_of(values: Iterable[float], q: float) -> float | None:
         return None
     i = min(len(s) - 1, max(0, int(round(q * (len(s) - 1)))))
     return s[i]
+
+
+def present(values: list[float | None]) -> list[float]:
+    """The values that are not None: the list itself when none is (no copy at each block
+    end; the engine's Block starts new lists when it is cleared, never reuses them)."""
+    if None not in values:
+        return cast(list[float], values)
+    return [x for x in values if x is not None]
 
 
 def slide_sorted(win: deque[float], s: list[float], new: list[float]) -> None:
