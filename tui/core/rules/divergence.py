@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 from collections import deque
+from operator import sub
 from typing import TYPE_CHECKING
 
 from dltop.tui.core.alerts import CRITICAL, WARNING, Severity
@@ -31,7 +32,7 @@ def _step_noise(logs: list[float]) -> float:
     the median |difference| of two independent draws is 0.954 sigma."""
     if len(logs) < 4:
         return 0.0
-    d = sorted(abs(b - a) for a, b in zip(logs, logs[1:], strict=False))
+    d = sorted(map(abs, map(sub, logs[1:], logs)))  # |logs[i+1] - logs[i]|
     return d[len(d) // 2] / 0.954
 
 
@@ -122,16 +123,22 @@ class Divergence(Rule):
         a = self.alpha
         dense = max(self.log_ratio, self.noise_sigmas * self.noise_gain * self.spread_at_min)
         log = math.log
+        # the per-loss state in locals, written back before anything that may read it (a
+        # judgement, the return on a non-positive loss, the end): this loop runs for every
+        # finite loss. `run` and the tracker's state change only in _judge.
+        ema, ema_step, seen, first_step = self.ema, self.ema_step, self.seen, self.first_step
+        base, warmup, append = self.base, self.warmup, self.diffs_src.append
+        run_or_active = bool(self.run) or self.tr.active
         for step, loss in zip(b.steps, b.loss, strict=True):
             if loss is None:
                 continue
             if loss <= 0:
                 self.nonpositive = True
-                return
+                break
             x = log(loss)
-            self.diffs_src.append(x)
-            gap = step - self.ema_step if self.ema_step is not None else 1
-            self.ema_step = step
+            append(x)
+            gap = step - ema_step if ema_step is not None else 1
+            ema_step = step
             if gap == 1 or gap <= 0:
                 a_eff, line = a, dense
             else:
@@ -140,21 +147,24 @@ class Divergence(Rule):
                 a_eff = 1.0 - (1.0 - a) ** min(gap, 10_000)
                 gain = math.sqrt(a_eff / (2.0 - a_eff))
                 line = max(self.log_ratio, self.noise_sigmas * gain * self.spread_at_min)
-            ema = x if self.ema is None else self.ema + a_eff * (x - self.ema)
-            self.ema = ema
-            self.seen += 1
-            if self.first_step is None:
-                self.first_step = step
-            base = self.base
+            ema = x if ema is None else ema + a_eff * (x - ema)
+            seen += 1
+            if first_step is None:
+                first_step = step
             if (
                 base is not None
-                and (
-                    self.seen > self.warmup
-                    or (self.seen >= 3 and step - self.first_step > self.warmup)
-                )
-                and (ema - base >= line or self.run or self.tr.active)
+                and (seen > warmup or (seen >= 3 and step - first_step > warmup))
+                and (ema - base >= line or run_or_active)
             ):
+                self.ema, self.ema_step, self.seen, self.first_step = (
+                    ema,
+                    ema_step,
+                    seen,
+                    first_step,
+                )
                 self._judge(e, step, ema, line)
+                run_or_active = bool(self.run) or self.tr.active
+        self.ema, self.ema_step, self.seen, self.first_step = ema, ema_step, seen, first_step
 
     def early(self, e: RuleEngine, step: int, loss: float) -> None:
         """Called by the engine on each of the first ``early_steps`` finite losses, on the

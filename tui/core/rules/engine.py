@@ -21,7 +21,7 @@ from dltop.tui.core.rules.base import Rule, Tracker
 from dltop.tui.core.rules.config import Config
 from dltop.tui.core.rules.figures import Figures
 from dltop.tui.core.rules.segments import Segments
-from dltop.tui.core.rules.window import Block, median_of
+from dltop.tui.core.rules.window import Block, median_of, present
 
 if TYPE_CHECKING:
     from dltop.tui.core.status import RunState
@@ -430,8 +430,8 @@ class RuleEngine:
         self.warm = self.steps > self.warmup_steps
         for h in self._block_hooks:
             h(self, b)
-        losses = [x for x in b.loss if x is not None]
-        gns = [x for x in b.gn if x is not None]
+        losses = present(b.loss)
+        gns = present(b.gn)
         fig = self.fig
         med = fig.loss_med  # the largest jump of this block against the window before it
         if losses and med and med > 0 and self.warm:

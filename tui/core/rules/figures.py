@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections import deque
 
-from dltop.tui.core.rules.window import log_spread, median_of
+from dltop.tui.core.rules.window import log_spread, median_of, slide_sorted
 
 FIRST_VALUES = 20  # finite losses whose median is "the start" of the run
 PROGRESS_BLOCKS = 64  # block medians kept for the progress gate (the first one always)
@@ -49,7 +49,7 @@ class Figures:
         "loss_win", "gn_win", "loss_seen", "gn_seen", "loss_med", "gn_med", "loss_wmax",
         "gn_wmax", "gn_p90", "loss_spread", "gn_spread", "loss_first_vals", "loss_first",
         "loss_min", "loss_blocks", "progress_failing", "progress_stalled", "_pblock", "_progress_block",
-        "_min_gain", "_total_gain",
+        "_min_gain", "_total_gain", "_loss_sorted", "_gn_sorted",
     )  # fmt: skip
 
     def __init__(
@@ -62,6 +62,9 @@ class Figures:
     ) -> None:
         self.loss_win: deque[float] = deque(maxlen=max(2, loss_window))
         self.gn_win: deque[float] = deque(maxlen=max(2, gn_window))
+        # the windows' values in order, kept up to date by slide_sorted (no sort per block)
+        self._loss_sorted: list[float] = []
+        self._gn_sorted: list[float] = []
         # finite values pushed into the windows so far: "enough samples" is counted here,
         # not as the window's length, so a window set below min_samples / critical_after
         # does not silently switch a rule off
@@ -96,8 +99,8 @@ class Figures:
         FIRST_VALUES records: a log written every 50 steps is long past its start then."""
         if losses:
             self.loss_seen += len(losses)
-            self.loss_win.extend(losses)
-            s = sorted(self.loss_win)
+            s = self._loss_sorted
+            slide_sorted(self.loss_win, s, losses)
             self.loss_med = _median_sorted(s)
             self.loss_wmax = s[-1]
             self.loss_spread = log_spread(s)
@@ -116,8 +119,8 @@ class Figures:
                 del pb[:size]
         if gns:
             self.gn_seen += len(gns)
-            self.gn_win.extend(gns)
-            s = sorted(self.gn_win)
+            s = self._gn_sorted
+            slide_sorted(self.gn_win, s, gns)
             n = len(s)
             self.gn_med = _median_sorted(s)
             self.gn_wmax = s[-1]

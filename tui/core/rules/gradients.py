@@ -9,6 +9,7 @@ pre-norm transformers). Only when the loss is stuck do they explain something.
 
 from __future__ import annotations
 
+from itertools import repeat
 from typing import TYPE_CHECKING, Any
 
 from dltop.probe.schema import as_float
@@ -72,6 +73,8 @@ class LayerGradients(Rule):
         a few zeros among normal norms are a logging quirk of some trainers."""
         if not self.d_on:
             return
+        if self.zero_run == 0 and 0 not in map(dict.get, b.recs, repeat("grad_norm")):
+            return  # the usual block: no norm == 0 and no run of them open, nothing to do
         for step, rec in zip(b.steps, b.recs, strict=True):
             gn = rec.get("grad_norm")
             if gn != 0 or isinstance(gn, bool):

@@ -13,6 +13,8 @@ estimated from the window, not the later step where the rule became sure of it.
 from __future__ import annotations
 
 from collections import deque
+from itertools import repeat
+from operator import sub, truediv
 from typing import TYPE_CHECKING, Any, cast
 
 from dltop.probe.schema import as_float
@@ -27,6 +29,8 @@ if TYPE_CHECKING:
     from dltop.tui.core.rules.window import Block
 
 MIB = 1 << 20
+_FLOATS = {float}
+_ZERO = 0.0
 
 
 class DataBound(Rule):
@@ -51,25 +55,31 @@ class DataBound(Rule):
 
     def on_block(self, e: RuleEngine, blk: Block) -> None:
         pushed = 0
-        dts = [r.get("data_time") for r in blk.recs]
-        sts = [r.get("step_time") for r in blk.recs]
+        recs = blk.recs
+        n = len(recs)
+        # map() over dict.get / operator functions rather than comprehensions: this runs at
+        # every block end; the same values come out (see the comments on each check)
+        dts: list[Any] = list(map(dict.get, recs, repeat("data_time", n)))
+        sts: list[Any] = list(map(dict.get, recs, repeat("step_time", n)))
+        new: list[float] = []  # this block's shares
         if (
-            all(type(x) is float for x in dts)
-            and all(type(x) is float and x > 0 for x in sts)
+            set(map(type, dts)) == _FLOATS  # all(type(x) is float ...) on a non-empty block
+            and set(map(type, sts)) == _FLOATS
+            and all(map(_ZERO.__lt__, sts))  # x > 0 (False for NaN)
             and all(blk.timing)
         ):
-            # the common case in one pass of comprehensions (non-finite values fail `x > 0`
-            # or produce a share the min() clamps; NaN shares are filtered below)
-            fdts, fsts = cast(list[float], dts), cast(list[float], sts)  # checked just above
-            shares = [min(1.0, d / st) for d, st in zip(fdts, fsts, strict=True)]
-            if all(x == x and x >= 0 for x in shares):
-                self.share.extend(shares)
+            # the common case in one pass (non-finite values fail `x > 0` or produce a
+            # share the clamp below turns into 1.0, as min(1.0, x) did)
+            q = list(map(truediv, dts, sts))
+            shares = [x if x < 1.0 else 1.0 for x in q]  # min(1.0, x), NaN -> 1.0 too
+            if all(map(_ZERO.__le__, shares)):  # x == x and x >= 0
+                new = shares
                 self.share_steps.extend(blk.steps)
-                self.dt.extend(dts)  # type: ignore[arg-type]
-                self.st.extend(sts)  # type: ignore[arg-type]
+                self.dt.extend(dts)
+                self.st.extend(sts)
                 pushed = len(shares)
                 dts = []
-        for step, rec, ok in zip(blk.steps, blk.recs if dts else [], blk.timing, strict=False):
+        for step, rec, ok in zip(blk.steps, recs if dts else [], blk.timing, strict=False):
             dt, st = rec.get("data_time"), rec.get("step_time")
             if dt is None or st is None or not ok:
                 continue
@@ -79,11 +89,12 @@ class DataBound(Rule):
                     continue
             if not (st > 0) or not (dt >= 0) or dt - dt != 0.0:
                 continue
-            self.share.append(min(1.0, dt / st))
+            new.append(min(1.0, dt / st))
             self.share_steps.append(step)
             self.dt.append(dt)
             self.st.append(st)
             pushed += 1
+        self.share.extend(new)
         before = self.pushed
         self.pushed += pushed
         if not pushed or self.pushed < self.min_steps or self.pushed // 10 == before // 10:
@@ -320,13 +331,15 @@ class Stall(Rule):
         ):
             # the common case, without a Python loop per step
             fts = cast(list[float], ts)  # no None: checked just above
-            gaps = [b - a for a, b in zip([prev, *fts[:-1]], fts, strict=True)]
-            if max(gaps) >= self.thresholds()[0]:  # rare: a long gap, or the wall clock jumped
+            gaps = list(map(sub, fts, [prev, *fts[:-1]]))  # t[i] - t[i-1]
+            longest = max(gaps)
+            if longest >= self.thresholds()[0]:  # rare: a long gap, or the wall clock jumped
                 self._clock_jumped(e, blk.recs[max(range(len(gaps)), key=gaps.__getitem__)])
                 gaps = [_monotonic_gap(g, r) for g, r in zip(gaps, blk.recs, strict=True)]
-            self.intervals.extend(gaps)
+                longest = max(gaps)
+            self.intervals.extend(gaps)  # (may move the thresholds: asked again below)
             resumed_at = blk.steps[0]
-            if max(gaps) >= self.thresholds()[0] and self.on and not self.explained_by_eval:
+            if longest >= self.thresholds()[0] and self.on and not self.explained_by_eval:
                 i = max(range(len(gaps)), key=gaps.__getitem__)
                 self._fire(
                     e, blk.steps[i - 1] if i else self.prev_step, gaps[i], fts[i], resumed=True

@@ -7,6 +7,7 @@ noisy to say anything. (Plateau: rules/plateau.py; overfitting: rules/overfittin
 from __future__ import annotations
 
 from collections import deque
+from operator import mul, sub
 from typing import TYPE_CHECKING
 
 from dltop.tui.core.alerts import WARNING
@@ -78,16 +79,19 @@ class Oscillation(Rule):
                 self._close(e, steps[pos - 1])
 
     def _close(self, e: RuleEngine, step: int) -> None:
+        # map() over operator functions instead of comprehensions over zip(): this runs
+        # for every `block` losses (twice per engine block by default); the same
+        # operations on the same operands in the same order, so the same floats
         c = self.cur
         self.cur = []
         s = sorted(c)
         self.meds.append(s[len(s) // 2])
-        diffs = sorted([abs(b - a) for a, b in zip(c, c[1:], strict=False)])
+        diffs = sorted(map(abs, map(sub, c[1:], c)))  # |c[i+1] - c[i]|
         self.noise.append(1.4826 * diffs[len(diffs) // 2] / 1.4142)
         m = sum(c) / len(c)
         d = [x - m for x in c]
-        lag = sum([a * b for a, b in zip(d, d[1:], strict=False)])
-        sq = sum([x * x for x in d])
+        lag = sum(map(mul, d, d[1:]))  # d[i] * d[i+1], summed left to right
+        sq = sum(map(mul, d, d))
         if len(self.ac) == self.ac.maxlen:
             old_lag, old_sq = self.ac[0]
             self.ac_num -= old_lag

@@ -43,6 +43,7 @@ class Segments:
             maxlen=max(self.jumps, int(section["window"]))
         )  # step went back?
         self._back = 0  # how many of _recent are True
+        self.watching = False  # see _watch
 
     def on_meta(self, meta: dict[str, Any]) -> bool:
         """A ``meta`` record: True when it announces a run not seen before in this file
@@ -51,14 +52,16 @@ class Segments:
         if any(run_identity(m) == ident for m in self.runs):
             return False  # the same run's meta again (a re-sent backlog, a reconnect)
         self.runs.append(meta)
+        self._watch()
         self._recent.clear()
         self._back = 0
         return True
 
-    @property
-    def watching(self) -> bool:
-        """Whether step order is being watched: only once a second run announced itself."""
-        return self.on and len(self.runs) >= 2 and self.mixed is None
+    def _watch(self) -> None:
+        """Whether step order is being watched (``watching``): only once a second run
+        announced itself, until two writers are found. A plain attribute, set here when
+        ``runs`` or ``mixed`` change, because the engine reads it on every step."""
+        self.watching = self.on and len(self.runs) >= 2 and self.mixed is None
 
     def on_step(self, went_back: bool) -> bool:
         """A step record while :attr:`watching`: True when the file just turned out to hold
@@ -89,3 +92,4 @@ class Segments:
             t=e.t,
         )
         e.sink.add(self.mixed)
+        self._watch()

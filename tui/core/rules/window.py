@@ -11,9 +11,10 @@ what the rules decide.
 from __future__ import annotations
 
 import math
+from bisect import bisect_left
 from collections import deque
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, cast
 
 
 def median_of(values: Iterable[float]) -> float | None:
@@ -33,6 +34,42 @@ def quantile_of(values: Iterable[float], q: float) -> float | None:
         return None
     i = min(len(s) - 1, max(0, int(round(q * (len(s) - 1)))))
     return s[i]
+
+
+def present(values: list[float | None]) -> list[float]:
+    """The values that are not None: the list itself when none is (no copy at each block
+    end; the engine's Block starts new lists when it is cleared, never reuses them)."""
+    if None not in values:
+        return cast(list[float], values)
+    return [x for x in values if x is not None]
+
+
+def slide_sorted(win: deque[float], s: list[float], new: list[float]) -> None:
+    """Append ``new`` to the bounded window ``win`` and keep ``s`` equal to ``sorted(win)``.
+
+    Why: sorting a 100-value window of scattered float objects at every block end is most
+    of what the figures cost; the window changes by one block's values, so dropping the
+    values that leave (by identity, so ``s`` holds the very objects ``win`` holds) and
+    merging the new ones in (timsort finds the sorted run) is cheaper. The list is the
+    one ``sorted(win)`` gives, equal values included in the same order (both keep the
+    older first, the sort is stable). The values must not be NaN (bisect needs an order);
+    the callers push finite values only.
+    """
+    maxlen = win.maxlen
+    leaving = len(win) + len(new) - maxlen if maxlen is not None else 0
+    if len(s) != len(win) or (maxlen is not None and len(new) >= maxlen):
+        win.extend(new)  # a window changed behind our back, or replaced whole: sort it
+        s[:] = sorted(win)
+        return
+    for j in range(leaving):
+        old = win[j]
+        i = bisect_left(s, old)
+        while s[i] is not old:  # an equal value (or -0.0 for 0.0) pushed at another time
+            i += 1
+        del s[i]
+    win.extend(new)
+    s += new
+    s.sort()
 
 
 class Rolling:

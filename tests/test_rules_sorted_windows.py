@@ -1,0 +1,40 @@
+"""The incrementally sorted windows give exactly what sorting the window again gives.
+
+The rules engine keeps some windows' values sorted block by block instead of sorting
+them at every block end (rules/window.py ``slide_sorted``). Its answers may not change
+by a bit: the list must hold the very objects ``sorted(window)`` would, in the same
+order, equal values (ties, ``0.0`` and ``-0.0``) included.
+"""
+
+from __future__ import annotations
+
+import random
+from collections import deque
+
+import pytest
+from dltop.tui.core.rules.window import slide_sorted
+
+
+@pytest.mark.parametrize("maxlen", [2, 5, 10, 100])
+@pytest.mark.parametrize("seed", range(4))
+def test_slide_sorted_is_sorted_window_object_for_object(maxlen: int, seed: int) -> None:
+    r = random.Random(seed)
+    win: deque[float] = deque(maxlen=maxlen)
+    s: list[float] = []
+    pool = [0.0, -0.0, 1.0, 2.5, -3.0, 1e300, -1e-300]
+    for _ in range(300):
+        n = r.choice((0, 1, 3, 10, maxlen, maxlen + 7))
+        # fresh float objects: ties by value, never by identity
+        new = [float(r.choice(pool)) * 1.0 if r.random() < 0.5 else r.random() for _ in range(n)]
+        new = [x + 0.0 if x != 0.0 else x for x in new]
+        slide_sorted(win, s, new)
+        want = sorted(win)
+        assert len(s) == len(want)
+        assert all(a is b for a, b in zip(s, want, strict=True))
+
+
+def test_slide_sorted_recovers_from_a_window_changed_elsewhere() -> None:
+    win: deque[float] = deque([3.0, 1.0], maxlen=4)
+    s: list[float] = []
+    slide_sorted(win, s, [2.0])
+    assert s == sorted(win) == [1.0, 2.0, 3.0]
