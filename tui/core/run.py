@@ -26,7 +26,6 @@ from dltop.tui.core.rules import Config, RuleEngine
 from dltop.tui.core.status import RunState, explain_unrecorded_end, local_pid_alive
 from dltop.tui.core.store import Store
 
-
 SETTLE_S = 1.0  # seconds without records before a crashed run's last block is judged
 
 
