@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import math
+from typing import Any
+
+from dltop.tui.core.rules import Config, RuleEngine
 from rulekit import Run, alerts_of, noisy, run_engine
 
 MIB = 1 << 20
@@ -23,6 +27,24 @@ def test_data_bound_needs_a_real_wait() -> None:
 
 def test_data_bound_threshold_is_configurable() -> None:
     assert alerts_of(run_engine(Run(data_share=0.15), {"data_bound.warn": 0.2}), "data_bound") == []
+
+
+def test_non_finite_data_times_are_skipped_not_read_as_all_wait() -> None:
+    # a data_time of NaN or Infinity (a clock glitch, a hostile log) says nothing about
+    # the loader: every block of such steps is skipped, as a single such step always was
+    for bad in (math.inf, math.nan):
+
+        def glitch(rec: dict[str, Any], bad: float = bad) -> dict[str, Any]:
+            if rec.get("kind") == "step" and rec["step"] >= 300:
+                return {**rec, "data_time": bad}
+            return rec
+
+        eng = RuleEngine(Config())
+        eng.feed_many(glitch(r) for r in Run(steps=1000).records())
+        eng.finish()
+        assert alerts_of(eng, "data_bound") == [], bad
+        assert eng.data_rule.median_share is not None and eng.data_rule.median_share < 0.1
+        assert all(x == x and x != math.inf for x in eng.data_rule.dt), bad
 
 
 def test_data_bound_starting_midway() -> None:

@@ -12,6 +12,7 @@ estimated from the window, not the later step where the rule became sure of it.
 
 from __future__ import annotations
 
+import math
 from collections import deque
 from itertools import repeat
 from operator import sub, truediv
@@ -68,16 +69,16 @@ class DataBound(Rule):
             and all(map(_ZERO.__lt__, sts))  # x > 0 (False for NaN)
             and all(blk.timing)
         ):
-            # the common case in one pass (non-finite values fail `x > 0` or produce a
-            # share the clamp below turns into 1.0, as min(1.0, x) did)
+            # the common case in one pass; a block with a NaN, an infinite or a negative
+            # data time (a ratio that is not in [0, inf)) goes the per-step way below,
+            # which skips those steps
             q = list(map(truediv, dts, sts))
-            shares = [x if x < 1.0 else 1.0 for x in q]  # min(1.0, x), NaN -> 1.0 too
-            if all(map(_ZERO.__le__, shares)):  # x == x and x >= 0
-                new = shares
+            if all(map(_ZERO.__le__, q)) and math.inf not in q:  # x == x, 0 <= x < inf
+                new = [x if x < 1.0 else 1.0 for x in q]  # min(1.0, x)
                 self.share_steps.extend(blk.steps)
                 self.dt.extend(dts)
                 self.st.extend(sts)
-                pushed = len(shares)
+                pushed = len(new)
                 dts = []
         for step, rec, ok in zip(blk.steps, recs if dts else [], blk.timing, strict=False):
             dt, st = rec.get("data_time"), rec.get("step_time")
