@@ -19,7 +19,6 @@ from dltop.tui.core.chartdata import EMA, ChartData, Trace
 from dltop.tui.core.fmt import compact
 from dltop.tui.core.ranklog import RankLog
 from dltop.tui.core.rules.window import median_of
-from dltop.tui.core.safetext import visible
 
 if TYPE_CHECKING:
     from dltop.tui.core.run import RunModel
@@ -186,18 +185,5 @@ def job_chart(
                 legend.insert(0, text)
             else:
                 legend.append(text)
-    prefix = f"@{at} " if at is not None else ""
-    log, mark = panels.log_scale(spec, state, traces)  # one decision with a single run's
-    if mark:
-        legend.insert(0, mark)
-    return ChartData(
-        start=start,
-        end=max(end, start),
-        traces=tuple(bands + traces),  # the band first: the median lines are drawn over it
-        log=log,
-        cursor=at,
-        legend=visible(prefix + "  ".join(legend)),
-        unit=unit,
-        empty_text=spec.empty,
-        y_floor=None if log else spec.y_floor,
-    )
+    # the band first: the median lines are drawn over it
+    return panels.assemble(spec, state, start, end, bands + traces, legend, at, unit)

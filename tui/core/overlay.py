@@ -132,22 +132,8 @@ def overlay_chart(
                 traces.append(Trace(f"{run.name} eval", e.lo, e.hi, e.bad, run.style, False))
         if c.at is not None:  # compact() writes NaN/Inf as such: a run that went NaN says so
             legend.append(f"{run.name} {compact(c.at, '' if invert else spec.unit)}")
-    log, mark = panels.log_scale(spec, state, traces)
-    if mark:
-        legend.insert(0, mark)
-    prefix = f"@{at} " if at is not None else ""
     unit = "" if inverted else spec.unit
-    return ChartData(
-        start=start,
-        end=max(end, start),
-        traces=tuple(traces),
-        log=log,
-        cursor=at,
-        legend=visible(prefix + "  ".join(legend)),
-        unit=unit,
-        empty_text=spec.empty,
-        y_floor=None if log else spec.y_floor,
-    )
+    return panels.assemble(spec, state, start, end, traces, legend, at, unit)
 
 
 class OverlayView(JobView):

@@ -210,18 +210,33 @@ def store_chart(store: Store, key: str, state: ViewState, buckets: int) -> Chart
     legend = lead + legend
     if key == "throughput" and not traces:
         traces, legend = _steps_per_second(store, start, end, buckets, at)
-    prefix = f"@{at} " if at is not None else ""
+    return assemble(spec, state, start, end, traces, legend, at, spec.unit)
+
+
+def assemble(
+    spec: PanelSpec,
+    state: ViewState,
+    start: int,
+    end: int,
+    traces: Sequence[Trace],
+    legend: list[str],
+    at: int | None,
+    unit: str,
+) -> ChartData:
+    """A panel's chart from its traces and legend items: the log-axis decision and its
+    mark, the cursor's ``@step`` prefix, the legend made safe to print (metric and run
+    names are the user's). One assembly for a single run, a job and an overlay."""
     log, mark = log_scale(spec, state, traces)
-    if mark:
-        legend.insert(0, mark)
+    items = [mark, *legend] if mark else legend
+    prefix = f"@{at} " if at is not None else ""
     return ChartData(
         start=start,
         end=max(end, start),
         traces=tuple(traces),
         log=log,
         cursor=at,
-        legend=visible(prefix + "  ".join(legend)),  # metric names are the user's
-        unit=spec.unit,
+        legend=visible(prefix + "  ".join(items)),
+        unit=unit,
         empty_text=spec.empty,
         y_floor=None if log else spec.y_floor,
     )
