@@ -142,3 +142,60 @@ def test_two_runs_snapshot(tmp_path: Path, snap_compare: object) -> None:
         await _loaded(pilot, app)
 
     assert snap_compare(app, terminal_size=(120, 40), run_before=run_before)  # type: ignore[operator]
+
+
+async def _test_l_turns_the_drawn_axis(tmp_path: Path) -> None:
+    paths = [
+        write_log(tmp_path / "ok.jsonl", "healthy", 320),
+        write_log(tmp_path / "blew.jsonl", "blowup", 320),
+    ]
+    app = _overlay(paths, steps=320)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await _loaded(pilot, app)
+
+        def log_axis() -> bool:
+            data = app.query_one("#panel-loss", Chart).data
+            assert data is not None
+            return data.log
+
+        # B's loss spans 35 decades: the overlaid chart is on a log axis by itself, while
+        # run A's own chart would not be; `l` turns what is drawn, not run A's chart
+        assert log_axis()
+        await pilot.press("l")
+        await pilot.pause()
+        app.redraw()
+        await pilot.pause()
+        assert not log_axis()
+
+
+def test_l_turns_the_axis_the_overlay_draws(tmp_path: Path) -> None:
+    asyncio.run(_test_l_turns_the_drawn_axis(tmp_path))
+
+
+async def _test_report_of_a_focused_run(tmp_path: Path) -> tuple[str, Path]:
+    healthy = write_log(tmp_path / "before.jsonl", "healthy", STEPS)
+    nan = write_log(tmp_path / "after.jsonl", "nan", STEPS)
+    app = _overlay([healthy, nan])
+    async with app.run_test(size=(120, 40)) as pilot:
+        await _loaded(pilot, app)
+        await pilot.press("f", "f")  # run B alone
+        await pilot.pause()
+        await pilot.press("a")  # its alert (run A alone had none to keep selected)
+        await pilot.pause()
+        assert app.state.selected == f"B:nan_loss@{NAN_STEP}"
+        app.query_one(StepList).focus()
+        await pilot.pause()
+        await pilot.press("space")  # a tick made after the focus key
+        await pilot.pause()
+        await pilot.press("r")
+        await pilot.pause()
+    return app.state.selected or "", nan
+
+
+def test_r_on_a_focused_run_reports_that_run_with_its_ticks(tmp_path: Path) -> None:
+    from dltop.tui.core.report import default_path
+
+    _, nan = asyncio.run(_test_report_of_a_focused_run(tmp_path))
+    text = Path(default_path(str(nan))).read_text()
+    assert f"Source: `{nan}`" in text  # run B's log, not run A's
+    assert "(1 of " in text  # the tick made on screen, not the sidecar as at the focus key

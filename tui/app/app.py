@@ -31,7 +31,6 @@ from dltop.tui.core.overlay_source import OverlaySource
 from dltop.tui.core.safetext import visible
 from dltop.tui.core.sources import FileSource, ForeignSource, SourceError, open_source
 from dltop.tui.core.stream import SocketSource, StreamError, is_stream_spec, redact
-from dltop.tui.core.ticks import Ticks
 from textual import on
 from textual.app import App, ComposeResult
 from textual.binding import Binding, BindingType
@@ -112,7 +111,7 @@ class DltopApp(RankFocus, App[int]):
             else rankjob.JobView(self._rank_logs)
         )
         self.state = vm.ViewState()
-        self.ticks = Ticks.beside(source)
+        self.ticks = self._ticks_beside(source)  # one Ticks per sidecar (rank_focus.py)
         self.screenshot_dir = screenshot_dir
         self.poll_interval = poll_interval
         self.reader: FileSource | ForeignSource | SocketSource | OverlaySource | None = None
@@ -205,7 +204,7 @@ class DltopApp(RankFocus, App[int]):
         reader = self.reader
         chosen = getattr(reader, "chosen", None)  # a directory: ticks go next to the rank shown
         if chosen is not None:
-            self.ticks = Ticks(chosen.path)
+            self.ticks = self._ticks_beside(chosen.path)
         if getattr(reader, "skipped", None):  # rank files that are FIFOs, devices, loops
             self.notify(visible("; ".join(reader.skipped)), severity="warning", timeout=8)  # type: ignore[union-attr]
 
@@ -379,8 +378,9 @@ class DltopApp(RankFocus, App[int]):
             self.call_after_refresh(widget.update)
 
     def action_toggle_log(self) -> None:
-        with vm.locked(self.model):  # the other way from what is drawn (by choice or by itself)
-            shown = vm.loss_log_shown(self.model, self.state)
+        # the other way from what is drawn (by choice or by itself): the chart across ranks
+        # or runs when that is what the panel shows, not the shown model's own
+        shown = self._chart("loss", 120).log
         self.set_state(log_loss=not shown)
 
     def action_toggle_smoothing(self) -> None:
@@ -507,10 +507,15 @@ class DltopApp(RankFocus, App[int]):
         from dltop.tui.core.report import write_from_model
 
         try:
-            out = write_from_model(self.model, self.source, self.ticks, self.lang, self.clock.now())
+            source = self._shown_source(self.source)
+            out = write_from_model(self.model, source, self.ticks, self.lang, self.clock.now())
         except Exception as e:  # a full disk or a bug: one line, never a dead viewer
+            # an OSError names a path (a rank file's name is the folder's): escaped
+            why = visible(getattr(e, "strerror", None) or e)
+            where = getattr(e, "filename", None)
             self.notify(
-                f"report not written: {getattr(e, 'strerror', None) or e}", severity="error"
+                f"report not written: {visible(where) + ': ' if where else ''}{why}",
+                severity="error",
             )
             return
         self.notify(f"report written to {visible(out.report)}", timeout=10)

@@ -32,6 +32,7 @@ class RankFocus:
     """Mixed into ``DltopApp``: the job view, the ``f`` key, the rank table."""
 
     model: Any
+    source: str | None
     primary: Any  # the model the app was started with (rank 0 of a job)
     reader: Any
     state: vm.ViewState
@@ -77,11 +78,21 @@ class RankFocus:
         run = self.job.run_of(alert) if self.job.overlay else None
         if run is None:
             return self.ticks, vm.alert_key(alert)
-        cache: dict[str, Ticks] = self.__dict__.setdefault("_run_ticks", {})
-        kept = cache.get(run.path)
+        return self._ticks_beside(run.path), vm.alert_key(replace(alert, run=None))
+
+    def _ticks_beside(self, path: str | None) -> Ticks:
+        """The one :class:`Ticks` of a log's sidecar: the checklist pane, the focus key
+        and the report key share it, so a tick made through one is seen by the others."""
+        cache: dict[str | None, Ticks] = self.__dict__.setdefault("_run_ticks", {})
+        kept = cache.get(path)
         if kept is None:
-            kept = cache[run.path] = Ticks.beside(run.path)
-        return kept, vm.alert_key(replace(alert, run=None))
+            kept = cache[path] = Ticks.beside(path)
+        return kept
+
+    def _shown_source(self, source: str | None) -> str | None:
+        """What the screen shows came from: an overlay's focused run, else ``source``."""
+        focused = self.job.focused() if self.job.overlay else None
+        return focused.path if focused is not None else source
 
     def _checklist_model(self, alert: Any) -> RunModel:
         return self.job.owner(alert, self.model)
@@ -164,7 +175,9 @@ class RankFocus:
         reader = self.reader
         chosen = getattr(reader, "chosen", None)
         path = shown.path if shown is not None else getattr(chosen, "path", None)
-        self.ticks = Ticks(path)  # ticks are saved beside the log whose checklist they tick
+        # ticks are saved beside the log whose checklist they tick (all runs of an
+        # overlay again: run A's, as at the start)
+        self.ticks = self._ticks_beside(path or self.source)
         keys = {vm.alert_key(a) for a in self.job.alerts(self.model)}
         selected = self.state.selected if self.state.selected in keys else None
         self.state = vm.replace_state(self.state, selected=selected, cursor=None, window=None)

@@ -30,6 +30,7 @@ from dltop.tui.core.alerts import Alert
 from dltop.tui.core.chartdata import ChartData, Trace
 from dltop.tui.core.fmt import compact
 from dltop.tui.core.rankjob import JobView, RankLog, RankRow, column, job_signature, job_window
+from dltop.tui.core.ranks import FAILURES
 from dltop.tui.core.safetext import visible
 
 if TYPE_CHECKING:
@@ -204,9 +205,7 @@ class OverlayView(JobView):
         for r in self.runs():
             with r.model.lock:
                 engine = r.model.engine
-                crashed = engine is not None and any(
-                    a.id in ("crash", "oom") for a in engine.alerts()
-                )
+                crashed = engine is not None and any(a.id in FAILURES for a in engine.alerts())
             if crashed:
                 return r.model
         return model

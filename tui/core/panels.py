@@ -257,12 +257,6 @@ def log_scale(spec: PanelSpec, state: ViewState, traces: Sequence[Trace]) -> tup
     return False, ""
 
 
-def loss_log_shown(model: RunModel, state: ViewState, buckets: int = 120) -> bool:
-    """Whether the loss panel draws a log axis now (chosen, or by itself): what the ``l``
-    key turns the other way."""
-    return panel_chart(model, "loss", state, buckets).log
-
-
 def scale_of(store: Store, metric: str) -> float | None:
     """GPU memory is drawn in % of the device, next to utilisation in %."""
     if metric.startswith("sys.gpus.") and metric.endswith(".mem_used"):

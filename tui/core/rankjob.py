@@ -35,7 +35,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from dltop.tui.core import panels
-from dltop.tui.core.alerts import CRITICAL, INFO, SEVERITY_RANK, Alert
+from dltop.tui.core.alerts import INFO, SEVERITY_RANK, Alert
 from dltop.tui.core.chartdata import ChartData
 from dltop.tui.core.crossrank import JUDGE_EVERY, CrossRank
 from dltop.tui.core.jobcharts import BAND, column, job_chart, job_signature, job_window
@@ -268,7 +268,7 @@ class JobView:
         out = []
         for r in ranks:
             alerts = [a for a in self.rank_alerts(r) if a.active and a.severity != INFO]
-            worst = max((SEVERITY_RANK[a.severity] for a in alerts), default=-1)
+            worst = max((a.severity for a in alerts), key=SEVERITY_RANK.__getitem__, default="")
             first = any(
                 a.evidence.get("first_rank") is not None and a.evidence.get("secondary") is False
                 for a in alerts
@@ -280,14 +280,16 @@ class JobView:
                 out.append(
                     RankRow(
                         name=r.name,
-                        host=visible(str(meta.get("host") or ""))[:24],
+                        host=visible(
+                            meta.get("host") or "", 24
+                        ),  # cut before escaping: never half an escape
                         step=str(store.last_step) if store.last_step is not None else "—",
                         step_time=seconds_text(recent(store, "step_time")),
                         data_wait=seconds_text(recent(store, "data_time")),
                         memory=memory_text(store),
                         status=state.status if state is not None else "unknown",
                         alerts=str(len(alerts)) if alerts else "—",
-                        worst=("info", "warning", CRITICAL)[worst] if worst >= 0 else "",
+                        worst=worst,
                         slowest=slow is not None and slow.path == r.path,
                         focused=r.path == self.focus,
                         first_failure=first,

@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from dltop.tui.core.alerts import SEVERITY_RANK
 from dltop.tui.core.crossrank import CrossRank
 from dltop.tui.core.fmt import compact, compact_bytes
 from dltop.tui.core.ranklog import RankLog
@@ -118,7 +119,6 @@ def pick_rows(rows: list[RankRow], limit: int = TABLE_ROWS) -> tuple[list[RankRo
     """
     if len(rows) <= limit:
         return rows, ""
-    severity = {"critical": 2, "warning": 1}
 
     def rank(i_row: tuple[int, RankRow]) -> tuple[int, ...]:
         i, r = i_row
@@ -126,7 +126,7 @@ def pick_rows(rows: list[RankRow], limit: int = TABLE_ROWS) -> tuple[list[RankRo
             not r.focused,
             not r.first_failure,
             not r.slowest,
-            -severity.get(r.worst, 0),
+            -SEVERITY_RANK.get(r.worst, 0),
             r.status not in ("crashed", "stalled"),
             i,
         )

@@ -34,7 +34,7 @@ from typing import Any
 from dltop.probe.schema import META, LineDecoder, decode_line
 from dltop.tui.core.backfill import TailFirst
 from dltop.tui.core.peers import PeerJoin, has_shares
-from dltop.tui.core.rankjob import RankLog
+from dltop.tui.core.ranklog import RankLog
 from dltop.tui.core.reader import ReaderThread
 from dltop.tui.core.run import RunModel
 from dltop.tui.core.sourcefiles import (
@@ -279,7 +279,7 @@ class DirectorySource(FileSource):
     given, so everything that shows one run keeps working on it; every other rank gets
     its own :class:`RunModel` (its own store and rules: NaN, OOM, memory growth and crashes
     are per process) and its own :class:`FileSource` thread, started with this one.
-    ``ranks`` lists them all in rank order (``rankjob.RankLog``), replaced as a whole when
+    ``ranks`` lists them all in rank order (``ranklog.RankLog``), replaced as a whole when
     a rank's file appears later (ranks start seconds apart), so a reader of it never sees
     it half-built. At most ``MAX_RANKS`` are followed: beyond that a note says so.
     """

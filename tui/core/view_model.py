@@ -33,7 +33,6 @@ from dltop.tui.core.header_view import (  # noqa: F401 - re-exported
 )
 from dltop.tui.core.panels import (  # noqa: F401 - re-exported
     PANELS,
-    loss_log_shown,
     panel_chart,
     panel_signature,
 )
