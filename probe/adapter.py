@@ -113,8 +113,7 @@ def shared_job() -> str:
     Rank 0 picks ``TORCHELASTIC_RUN_ID`` when set, else ``<time>-<its pid>``: two runs
     started from one shell must not share a folder.
     """
-    run_id = os.environ.get("TORCHELASTIC_RUN_ID", "").strip()
-    name = jobpath.job_name() if run_id and run_id.lower() != "none" else jobpath.stamp()
+    name = jobpath.job_name() if jobpath.elastic_run_id() is not None else jobpath.stamp()
     try:
         import torch.distributed as dist
 

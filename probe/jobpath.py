@@ -70,10 +70,16 @@ def safe_name(name: str) -> str:
     return name if name.strip(".") else "job" + name
 
 
+def elastic_run_id() -> str | None:
+    """``TORCHELASTIC_RUN_ID`` when set and not torchrun's ``"none"`` (no ``--rdzv-id``)."""
+    run_id = os.environ.get("TORCHELASTIC_RUN_ID", "").strip()
+    return run_id if run_id and run_id.lower() != "none" else None
+
+
 def job_name() -> str:
     """The job's folder name, the same on every rank of the job (see the module's rules)."""
-    run_id = os.environ.get("TORCHELASTIC_RUN_ID", "").strip()
-    if run_id and run_id.lower() != "none":
+    run_id = elastic_run_id()
+    if run_id is not None:
         return safe_name(run_id)
     ppid = os.getppid()
     started = _start_time(ppid)

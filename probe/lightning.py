@@ -56,8 +56,6 @@ except ImportError as _e:  # only the missing package itself gets the short mess
 
 __all__ = ["DltopCallback"]
 
-_FETCH = "train_dataloader_next"  # the profiler action around a training batch's fetch
-
 
 class DltopCallback(CallbackBase, pl.Callback):
     """Records a Lightning ``fit`` with the probe; keyword arguments are ``Probe``'s
@@ -131,41 +129,25 @@ class DltopCallback(CallbackBase, pl.Callback):
         self._patches.wrap(trainer, "save_checkpoint", make)
 
     def _wrap_fetch(self, trainer: pl.Trainer, s: Session) -> None:
-        """Time Lightning's fetch of each training batch. The training epoch loop hands its
-        fetcher two callables that bracket every ``next()`` (for the profiler); wrapping
-        those costs two calls a batch. Where a Lightning version lacks them, the trainer's
-        profiler ``start``/``stop`` are wrapped instead (every hook goes through them: ~60
-        calls a batch) and filtered on the fetch's action name."""
+        """Time Lightning's fetch of each training batch: the training epoch loop hands its
+        fetcher two callables that bracket every ``next()`` (for its profiler, in every
+        supported Lightning); wrapping those costs two calls a batch."""
         loop = trainer.fit_loop.epoch_loop
-        if callable(getattr(loop, "_on_before_fetch", None)) and callable(
-            getattr(loop, "_on_after_fetch", None)
-        ):
+        if not (hasattr(loop, "_on_before_fetch") and hasattr(loop, "_on_after_fetch")):
+            return  # an older Lightning than the supported 2.4: steps without data_time
 
-            def around(original: Any, begins: bool) -> Any:
-                mark = s.wait_begins if begins else s.wait_ends
+        def around(original: Any, begins: bool) -> Any:
+            mark = s.wait_begins if begins else s.wait_ends
 
-                def call(*args: Any, **kwargs: Any) -> Any:
-                    if s.live:
-                        s.guard("data wait", mark)
-                    return original(*args, **kwargs)
-
-                return call
-
-            self._patches.wrap(loop, "_on_before_fetch", lambda o: around(o, True))
-            self._patches.wrap(loop, "_on_after_fetch", lambda o: around(o, False))
-            return
-
-        def make(original: Any, begins: bool) -> Any:
-            def call(action_name: str, *args: Any, **kwargs: Any) -> Any:
-                if action_name.endswith(_FETCH) and s.live:
-                    s.guard("data wait", s.wait_begins if begins else s.wait_ends)
-                return original(action_name, *args, **kwargs)
+            def call(*args: Any, **kwargs: Any) -> Any:
+                if s.live:
+                    s.guard("data wait", mark)
+                return original(*args, **kwargs)
 
             return call
 
-        profiler = trainer.profiler  # type: ignore[attr-defined]  # set in Trainer.__init__
-        self._patches.wrap(profiler, "start", lambda o: make(o, True))
-        self._patches.wrap(profiler, "stop", lambda o: make(o, False))
+        self._patches.wrap(loop, "_on_before_fetch", lambda o: around(o, True))
+        self._patches.wrap(loop, "_on_after_fetch", lambda o: around(o, False))
 
     def on_fit_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self._end()

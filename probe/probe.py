@@ -330,14 +330,15 @@ class Probe:
             self._steps += 1
             dw = self._data_wait if self._loader_used else None
             self._data_wait = 0.0
-            st = now - self._prev_end
+            prev = self._prev_end
+            st = now - prev
             self._prev_end = now
             tr = self._grad
             phases = None
             if tr is not None:
                 times = tr.take_times()
-                bt = self._batch_t
-                if times is not None and bt and self._prev_end - st <= bt <= times[0]:
+                bt = self._batch_t  # a batch handed out during this step, or no split
+                if times is not None and prev <= bt <= times[0]:
                     phases = (times[0] - bt, times[1] - times[0])
                 every = self.layers_every
                 grad_norm, err = tr.on_step(grad_norm, self._steps % every == 0 if every else None)

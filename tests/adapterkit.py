@@ -71,17 +71,6 @@ def assert_phases_are_never_stalls(
     assert "stall" in alert_ids(check(bare, *FAST_STALL))
 
 
-def without_phases(src: Path, dst: Path) -> Path:
-    """The same log with its phase events taken out: what a run without them would read."""
-    keep = [
-        line
-        for line in src.read_text().splitlines()
-        if not ('"type":"phase"' in line and '"kind":"event"' in line)
-    ]
-    dst.write_text("\n".join(keep) + "\n")
-    return dst
-
-
 def blocked_import(module: str, package: str) -> subprocess.CompletedProcess[str]:
     """Import ``module`` in a fresh interpreter where ``package`` is missing."""
     code = (

@@ -125,6 +125,9 @@ def test_each_step_has_its_loss_pre_clip_norm_and_lr(
     assert [s["lr"] for s in steps] == pytest.approx([e["learning_rate"] for e in train_logs])
     assert [s["batch_size"] for s in steps] == [4 * accum] * 5
     assert all(0 <= s["data_time"] < s["step_time"] for s in steps)
+    # the step split from the last micro-batch's start (the adapter marks it) to its gradients
+    assert all(0 <= s["forward_time"] < s["compute_time"] for s in steps)
+    assert all(0 <= s["backward_time"] < s["compute_time"] for s in steps)
 
     eval_logs = [entry for entry in logs.logs if "eval_loss" in entry]
     evals = records(log, "eval")

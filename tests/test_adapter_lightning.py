@@ -145,6 +145,9 @@ def test_each_step_has_its_loss_pre_clip_norm_and_lr(
     assert [s["loss"] for s in steps] == pytest.approx(per_step, rel=1e-5)
     assert [s["batch_size"] for s in steps] == [8 * k for k in (sizes * 2)[:5]]
     assert all(s["data_time"] >= 0 and s["data_time"] < s["step_time"] for s in steps)
+    # the step split from the last micro-batch's start (the adapter marks it) to its gradients
+    assert all(0 <= s["forward_time"] < s["compute_time"] for s in steps)
+    assert all(0 <= s["backward_time"] < s["compute_time"] for s in steps)
 
     evals = records(log, "eval")
     assert evals and all(set(e) >= {"loss", "step"} for e in evals)

@@ -236,6 +236,29 @@ def test_data_wait_step_time_and_batch_size_from_the_loader(tmp_path: Path) -> N
     assert s[0]["step_time"] < 0.5  # the first step is timed from the first next()
 
 
+def test_forward_and_backward_time_split_the_step_from_the_loaders_batch(
+    tmp_path: Path,
+) -> None:
+    """Batch ready (``probe.loader``) -> first gradient is the forward, first -> last
+    gradient the backward; a step with no new batch since the last has no split."""
+    log = tmp_path / "run.jsonl"
+    model = _model()
+    model[0].register_forward_hook(lambda *_: time.sleep(0.03))  # a slow forward
+    model[2].register_full_backward_hook(lambda *_: time.sleep(0.02))  # between the grads
+    with Probe(path=log, model=model, system=False) as probe:
+        for x, y in probe.loader([_batch(i) for i in range(3)]):
+            torch.nn.functional.mse_loss(model(x), y).backward()
+            probe.step()
+        torch.nn.functional.mse_loss(model(x), y).backward()
+        probe.step()  # the loader's last batch belongs to the previous step
+    s = _records(log, "step")
+    assert len(s) == 4
+    for r in s[:3]:
+        assert 0.03 <= r["forward_time"] < r["compute_time"], r
+        assert r["backward_time"] >= 0.02, r
+    assert "forward_time" not in s[3] and "backward_time" not in s[3]
+
+
 def test_eval_note_phase_heartbeat_and_exit(tmp_path: Path) -> None:
     log = tmp_path / "run.jsonl"
     with Probe(path=log, system=False, heartbeat_every=0.1) as probe:

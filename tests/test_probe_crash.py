@@ -342,6 +342,46 @@ def test_signal_is_recorded_then_the_previous_handler_runs() -> None:
         assert signal.getsignal(signal.SIGTERM) is theirs
 
 
+def test_a_sigchld_during_the_record_runs_its_handler_once_after_it() -> None:
+    """A DataLoader's SIGCHLD handler raises when its workers die of the same SIGTERM:
+    it must not run inside the record's write (the record was lost), but once after it,
+    and stay installed."""
+    calls: list[str] = []
+    writing = [False]
+
+    def loader_check(signum: int, frame: Any) -> None:
+        calls.append("inside the write" if writing[0] else "after")
+
+    old_chld = signal.getsignal(signal.SIGCHLD)
+    with Hooks():
+        signal.signal(signal.SIGCHLD, loader_check)
+        signal.signal(signal.SIGTERM, lambda signum, frame: calls.append("theirs"))
+        try:
+            sink = Sink(step=3)
+
+            def emit(rec: dict[str, Any]) -> None:
+                writing[0] = True
+                os.kill(os.getpid(), signal.SIGCHLD)  # a worker died meanwhile
+                for _ in range(1000):  # where Python would run a handler
+                    pass
+                sink.calls.append(rec)
+                writing[0] = False
+
+            rec = CrashRecorder(emit, sink.flush, lambda: sink.step)
+            rec.install()
+            os.kill(os.getpid(), signal.SIGTERM)
+            for _ in range(1000):
+                if "theirs" in calls:
+                    break
+            assert calls == ["after", "theirs"]
+            (ev,) = sink.events
+            assert ev["type"] == EV_SIGNAL and ev["signal"] == "SIGTERM"
+            assert signal.getsignal(signal.SIGCHLD) is loader_check
+            rec.uninstall()
+        finally:
+            signal.signal(signal.SIGCHLD, old_chld)
+
+
 def test_a_second_sigterm_while_the_first_is_recorded_is_not_a_second_event() -> None:
     """A demo whose `dltop demo` parent died gets SIGTERM twice at once (parent death and
     its process group): the nested handler call must not record it again (it did, about
