@@ -20,6 +20,7 @@ if TYPE_CHECKING:
 
 
 MAX_EVAL_SETS = 8  # evaluation sets followed (the first seen); a record's others are ignored
+MAX_SET_NAME = 200  # characters of a set's name kept (it is a key from the log: any length)
 
 
 def eval_losses(rec: dict[str, Any]) -> list[tuple[str, float]]:
@@ -35,10 +36,10 @@ def eval_losses(rec: dict[str, Any]) -> list[tuple[str, float]]:
         return [("loss", f)] if f is not None and f - f == 0.0 else []
     out: list[tuple[str, float]] = []
     for k, v in rec.items():
-        if isinstance(k, str) and k.endswith("_loss") and k != "kind":
+        if isinstance(k, str) and k.endswith("_loss"):
             f = as_float(v)
             if f is not None and f - f == 0.0:
-                out.append((k, f))
+                out.append((k[:MAX_SET_NAME], f))
                 if len(out) >= MAX_EVAL_SETS:
                     break
     return out
@@ -47,17 +48,18 @@ def eval_losses(rec: dict[str, Any]) -> list[tuple[str, float]]:
 class _EvalSet:
     """One evaluation set's history: (step, eval loss, train loss at that step)."""
 
-    __slots__ = ("name", "evals", "best", "count", "last")
+    __slots__ = ("name", "evals", "best")
 
     def __init__(self, name: str) -> None:
         self.name = name
         self.evals: list[tuple[int | None, float, float | None]] = []
         self.best: int | None = None  # index into evals
-        self.count = 0
-        self.last: tuple[int | None, float, float | None] | None = None
+
+    @property
+    def last(self) -> tuple[int | None, float, float | None] | None:
+        return self.evals[-1] if self.evals else None
 
     def add(self, item: tuple[int | None, float, float | None]) -> None:
-        self.count += 1
         self.evals.append(item)
         if len(self.evals) > 512:
             keep = self.evals[self.best] if self.best is not None else None
@@ -65,7 +67,6 @@ class _EvalSet:
             if keep is not None and keep not in self.evals:
                 self.evals.insert(0, keep)
             self.best = None
-        self.last = self.evals[-1]
         if self.best is None:
             self.best = min(range(len(self.evals)), key=lambda i: self.evals[i][1])
         elif item[1] < self.evals[self.best][1]:

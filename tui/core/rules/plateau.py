@@ -13,8 +13,7 @@ from typing import TYPE_CHECKING
 from dltop.tui.core.alerts import INFO, WARNING, Severity
 from dltop.tui.core.fmt import number as fmt
 from dltop.tui.core.rules.base import Rule, Tracker
-from dltop.tui.core.rules.progress import finite_losses
-from dltop.tui.core.rules.window import median_of
+from dltop.tui.core.rules.window import finite_losses, median_of
 
 if TYPE_CHECKING:
     from dltop.tui.core.rules.engine import RuleEngine

@@ -13,18 +13,11 @@ from typing import TYPE_CHECKING
 from dltop.tui.core.alerts import WARNING
 from dltop.tui.core.fmt import number as fmt
 from dltop.tui.core.rules.base import Rule, Tracker
+from dltop.tui.core.rules.window import finite_losses
 
 if TYPE_CHECKING:
     from dltop.tui.core.rules.engine import RuleEngine
     from dltop.tui.core.rules.window import Block
-
-
-def finite_losses(blk: Block) -> tuple[list[int], list[float]]:
-    """The block's steps and losses without the non-finite ones (kept as None)."""
-    if None not in blk.loss:
-        return blk.steps, blk.loss  # type: ignore[return-value]
-    pairs = [(s, x) for s, x in zip(blk.steps, blk.loss, strict=True) if x is not None]
-    return [p[0] for p in pairs], [p[1] for p in pairs]
 
 
 class Oscillation(Rule):

@@ -72,6 +72,14 @@ def slide_sorted(win: deque[float], s: list[float], new: list[float]) -> None:
     s.sort()
 
 
+def finite_losses(blk: Block) -> tuple[list[int], list[float]]:
+    """The block's steps and losses without the non-finite ones (kept as None)."""
+    if None not in blk.loss:
+        return blk.steps, blk.loss  # type: ignore[return-value]
+    pairs = [(s, x) for s, x in zip(blk.steps, blk.loss, strict=True) if x is not None]
+    return [p[0] for p in pairs], [p[1] for p in pairs]
+
+
 class Rolling:
     """The last ``size`` values with a median (and optional quantile) refreshed every ``refresh`` pushes."""
 
