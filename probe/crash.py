@@ -149,7 +149,11 @@ class CrashRecorder:
                 self._write(event | {"signal": name})
             prev = self._prev_handlers.get(signum, signal.SIG_DFL)
             if callable(prev):  # the user's handler, or SIGINT's default_int_handler
-                held.release()
+                try:
+                    held.release()
+                except BaseException:  # the held SIGCHLD's handler raised (a DataLoader
+                    prev(signum, frame)  # worker died): the user's handler still runs
+                    raise
                 return prev(signum, frame)
             if prev == signal.SIG_DFL:  # die by the signal, exactly as without the probe
                 _forget_live_entries()  # no close will run: leave no socket of a dead run

@@ -382,6 +382,41 @@ def test_a_sigchld_during_the_record_runs_its_handler_once_after_it() -> None:
             signal.signal(signal.SIGCHLD, old_chld)
 
 
+def test_a_held_sigchld_that_raises_still_lets_the_users_handler_run() -> None:
+    """The DataLoader's check raises ("worker exited unexpectedly") when its workers died
+    of the same SIGTERM: the user's own SIGTERM handler must still run, and the loader's
+    error still reach the training loop."""
+    calls: list[str] = []
+
+    def loader_check(signum: int, frame: Any) -> None:
+        calls.append("loader")
+        raise RuntimeError("DataLoader worker exited unexpectedly")
+
+    old_chld = signal.getsignal(signal.SIGCHLD)
+    with Hooks():
+        signal.signal(signal.SIGCHLD, loader_check)
+        signal.signal(signal.SIGTERM, lambda signum, frame: calls.append("theirs"))
+        try:
+            sink = Sink(step=3)
+
+            def emit(rec: dict[str, Any]) -> None:
+                os.kill(os.getpid(), signal.SIGCHLD)  # a worker died meanwhile
+                for _ in range(1000):
+                    pass
+                sink.calls.append(rec)
+
+            rec = CrashRecorder(emit, sink.flush, lambda: sink.step)
+            rec.install()
+            with pytest.raises(RuntimeError, match="worker exited"):
+                os.kill(os.getpid(), signal.SIGTERM)
+                for _ in range(1000):
+                    pass
+            assert calls == ["loader", "theirs"]
+            rec.uninstall()
+        finally:
+            signal.signal(signal.SIGCHLD, old_chld)
+
+
 def test_a_second_sigterm_while_the_first_is_recorded_is_not_a_second_event() -> None:
     """A demo whose `dltop demo` parent died gets SIGTERM twice at once (parent death and
     its process group): the nested handler call must not record it again (it did, about
