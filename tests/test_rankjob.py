@@ -355,3 +355,12 @@ def test_a_peer_beyond_the_open_files_is_not_reopened_for_a_step_it_has_read(
     out = [join.offer([_sharded(i)], now=0.0) for i in range(3)]
     assert [r[0]["grad_norm"] for r in out] == [2.0] * 3
     assert len(opened) == 1  # one read found steps 0-2
+
+
+def test_waiting_for_a_job_to_catch_up_takes_one_timeout_not_one_per_rank(tmp_path: Path) -> None:
+    for r in range(5):
+        _write(tmp_path / f"rank{r}.jsonl", [_meta(r), *_steps(3)])
+    src = DirectorySource(tmp_path, RunModel("job"), follow=False)  # not started: never caught up
+    t0 = time.monotonic()
+    assert not src.wait_caught_up(0.3)
+    assert time.monotonic() - t0 < 0.9  # 5 ranks one after the other would take 1.5 s

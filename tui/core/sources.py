@@ -370,9 +370,15 @@ class DirectorySource(FileSource):
             src.stop(timeout)
 
     def wait_caught_up(self, timeout: float | None = None) -> bool:
-        """True once every rank has read what there is (each rank's own wait, in turn)."""
-        ok = self.caught_up.wait(timeout)
-        return all([ok, *(s.wait_caught_up(timeout) for s in list(self.others))])
+        """True once every rank has read what there is, within ``timeout`` for them all
+        (not per rank: 64 ranks must not wait 65 timeouts)."""
+        end = None if timeout is None else time.monotonic() + timeout
+
+        def left() -> float | None:
+            return None if end is None else max(0.0, end - time.monotonic())
+
+        ok = self.caught_up.wait(left())
+        return all([ok, *(s.wait_caught_up(left()) for s in list(self.others))])
 
     def _deliver(self, records: list[dict[str, Any]]) -> None:
         now = time.monotonic()
