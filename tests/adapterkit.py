@@ -87,11 +87,3 @@ def blocked_import(module: str, package: str) -> subprocess.CompletedProcess[str
     return subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=ROOT / "tests"
     )
-
-
-def loaded_after(code: str) -> set[str]:
-    out = subprocess.run(
-        [sys.executable, "-c", code + "\nimport sys; print(' '.join(sorted(sys.modules)))"],
-        capture_output=True, text=True, check=True, cwd=ROOT / "tests", timeout=60,
-    ).stdout.split()  # fmt: skip
-    return {m.split(".")[0] for m in out}
