@@ -59,6 +59,7 @@ class RuleEngine:
         self.progress_min_gain = float(g["progress_min_gain"])
         self.progress_total_gain = float(g["progress_total_gain"])
         self.sink = AlertSink()  # every rule reports here (kept across segments)
+        self.segment_mark = 0  # alerts before this index belong to earlier segments
 
         # counters and identity
         self.steps = 0
@@ -395,6 +396,7 @@ class RuleEngine:
         "sink", "segments", "steps", "records", "meta", "device", "first_t", "last_t",
         "last_step_t", "first_nonfinite_step", "lr_at_first_nonfinite", "gn_before_nonfinite",
         "gn_before_nonfinite_ratio", "gn_max_seen", "loss_max_jump_ratio", "lr_max",
+        "segment_mark",
     )  # fmt: skip
 
     def _new_segment(self, step: int | None, why: str) -> None:
@@ -408,9 +410,12 @@ class RuleEngine:
                 for tr in trackers:
                     if isinstance(tr, Tracker) and tr.active:
                         tr.clear(self.last_step)
-        for a in self.sink.alerts:
-            # a crash of an earlier part that the job came back from (an elastic restart,
-            # a rerun onto the same log) is history, not a run wasting its compute now
+        # a crash of an earlier part that the job came back from (an elastic restart, a
+        # rerun onto the same log) is history, not a run wasting its compute now. Only the
+        # alerts raised since the last segment began: earlier parts' alerts were looked at
+        # then and no rule can touch them since (a log restarting 20 k times must not cost
+        # 20 k² looks)
+        for a in self.sink.alerts[self.segment_mark :]:
             if (
                 a.id in ("crash", "oom")
                 and a.severity == CRITICAL
@@ -419,11 +424,12 @@ class RuleEngine:
                 a.severity = WARNING
                 a.evidence["restarted"] = True
                 a.message += "; the run started again after it"
+        self.segment_mark = len(self.sink.alerts)
         kept = {name: getattr(self, name) for name in self._KEPT_ACROSS_SEGMENTS}
         self.__init__(self.config)  # type: ignore[misc]
         for name, value in kept.items():
             setattr(self, name, value)
-        self.segments.starts.append((step, why))
+        self.segments.started(step, why)
 
     def _close_block(self) -> None:
         b = self.blk

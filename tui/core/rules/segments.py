@@ -21,9 +21,18 @@ if TYPE_CHECKING:
     from dltop.tui.core.rules.engine import RuleEngine
 
 
-def run_identity(meta: dict[str, Any]) -> tuple[Any, Any, Any]:
-    """What tells two runs apart in their ``meta``: pid, run id, start time."""
-    return meta.get("pid"), meta.get("run_id"), meta.get("t")
+MAX_RUNS_KEPT = 16  # metas kept to name the writers in a mixed_runs alert; the rest are counted
+
+
+def run_identity(meta: dict[str, Any]) -> tuple[Any, Any, Any] | str:
+    """What tells two runs apart in their ``meta``: pid, run id, start time, as a set key
+    (its ``repr`` when a hostile log gives a list or an object where a scalar belongs)."""
+    ident = meta.get("pid"), meta.get("run_id"), meta.get("t")
+    try:
+        hash(ident)
+    except TypeError:
+        return repr(ident)
+    return ident
 
 
 class Segments:
@@ -36,8 +45,14 @@ class Segments:
         # every switch between them
         self.on = bool(section["enabled"])
         self.jumps = max(2, int(section["jumps"]))
-        self.runs: list[dict[str, Any]] = []  # every distinct meta, in order
-        self.starts: list[tuple[int | None, str]] = []  # (first step, why) of each later segment
+        # the first MAX_RUNS_KEPT distinct metas, in order; every run's identity is in
+        # ``_seen`` (a set: a file appended by thousands of runs must not cost runs² compares)
+        self.runs: list[dict[str, Any]] = []
+        self.count = 0  # distinct runs seen
+        self._seen: set[tuple[Any, Any, Any] | str] = set()
+        # (first step, why) of the first MAX_RUNS_KEPT later segments; all are counted
+        self.starts: list[tuple[int | None, str]] = []
+        self.segments = 1
         self.mixed: Alert | None = None  # the mixed_runs alert, once two writers are seen
         self._recent: deque[bool] = deque(
             maxlen=max(self.jumps, int(section["window"]))
@@ -49,19 +64,28 @@ class Segments:
         """A ``meta`` record: True when it announces a run not seen before in this file
         (the first one included)."""
         ident = run_identity(meta)
-        if any(run_identity(m) == ident for m in self.runs):
+        if ident in self._seen:
             return False  # the same run's meta again (a re-sent backlog, a reconnect)
-        self.runs.append(meta)
+        self._seen.add(ident)
+        self.count += 1
+        if len(self.runs) < MAX_RUNS_KEPT:
+            self.runs.append(meta)
         self._watch()
         self._recent.clear()
         self._back = 0
         return True
 
+    def started(self, step: int | None, why: str) -> None:
+        """A new segment began at ``step`` (``None``: at a new run's meta record)."""
+        self.segments += 1
+        if len(self.starts) < MAX_RUNS_KEPT:
+            self.starts.append((step, why))
+
     def _watch(self) -> None:
         """Whether step order is being watched (``watching``): only once a second run
         announced itself, until two writers are found. A plain attribute, set here when
         ``runs`` or ``mixed`` change, because the engine reads it on every step."""
-        self.watching = self.on and len(self.runs) >= 2 and self.mixed is None
+        self.watching = self.on and self.count >= 2 and self.mixed is None
 
     def on_step(self, went_back: bool) -> bool:
         """A step record while :attr:`watching`: True when the file just turned out to hold
@@ -76,7 +100,8 @@ class Segments:
     def raise_mixed(self, e: RuleEngine, step: int) -> None:
         pids = [m.get("pid") for m in self.runs]
         ids = [m.get("run_id") for m in self.runs]
-        n = len(self.runs)
+        n = self.count
+        more = f" and {n - len(pids)} more" if n > len(pids) else ""
         self.mixed = Alert(
             id="mixed_runs",
             severity=WARNING,
@@ -84,7 +109,7 @@ class Segments:
             title="Several runs write to this log",
             message=(
                 f"{n} runs append to this file at the same time (pids "
-                f"{', '.join(str(p) for p in pids)}): their steps interleave and cannot be "
+                f"{', '.join(str(p) for p in pids)}{more}): their steps interleave and cannot be "
                 f"told apart, so the loss, gradient and timing rules stop at step {step}"
             ),
             evidence={"runs": n, "pids": pids, "run_ids": ids, "raised_at_step": step},
