@@ -5,25 +5,31 @@ RunModel and posts ONE ``Ingested`` message per chunk; nothing is drawn then. A 
 ``refresh_hz`` (2-4 Hz) compares the model's version with what was last drawn and asks
 only the panels whose data (or view) changed to pull fresh decimated data. Every number
 shown comes from ``dltop.tui.core.view_model``; the widgets only draw it.
+
+This module wires the source, the model and the screen together (layout, reader, timer);
+the keys live in mixins, one concern each: ``view_keys.py`` (zoom, scale, pause, cursor,
+go-to), ``alert_pane.py`` (alert selection and the checklist), ``exports.py`` (screenshot
+and report) and ``rank_focus.py`` (a job's ranks or overlaid runs).
 """
 
 from __future__ import annotations
 
 import os
-import time
-from pathlib import Path
 from typing import Any, ClassVar
 
+from dltop.tui.app.alert_pane import AlertPane
 from dltop.tui.app.badges import Badge, BadgeBar
 from dltop.tui.app.cards import GpuPanel
 from dltop.tui.app.chart import Chart
 from dltop.tui.app.checklist import ChecklistPane, StepList
 from dltop.tui.app.crash_banner import CrashBanner
+from dltop.tui.app.exports import Exports
 from dltop.tui.app.header import Header
 from dltop.tui.app.help import HelpScreen
 from dltop.tui.app.messages import Ingested, SourceEnded, SourceFailed
 from dltop.tui.app.rank_focus import RankFocus
 from dltop.tui.app.rank_table import RankTable
+from dltop.tui.app.view_keys import ViewKeys
 from dltop.tui.core import rankjob
 from dltop.tui.core import view_model as vm
 from dltop.tui.core.overlay import OverlayView
@@ -44,7 +50,7 @@ HINT = "q quit ? help 1-7 zoom l log s ema p pause ←→ cursor g goto a alerts
 FIXED_NOW_ENV = "DLTOP_FIXED_NOW"  # Unix seconds: freeze "now" (ages) for snapshots and demos
 
 
-class DltopApp(RankFocus, App[int]):
+class DltopApp(RankFocus, ViewKeys, AlertPane, Exports, App[int]):
     """The dashboard. ``source`` is a log path; ``model`` may be given instead (tests).
     ``config`` (``rules.Config``: ``--config FILE`` / ``--set KEY=VALUE``) sets the rule
     thresholds of every rules engine the viewer builds for this run."""
@@ -325,31 +331,6 @@ class DltopApp(RankFocus, App[int]):
                     widget.update()
         self._drawn["state"] = self.state
 
-    def _checklist_view(self, alerts: list[Any]) -> tuple[Any, str, list[Any]]:
-        alert = vm.find_alert(alerts, self.state.selected)
-        if alert is None:
-            return None, "", []
-        title, steps = vm.checklist_view(self._checklist_model(alert), alert, self.lang)
-        return alert, title, steps
-
-    def _explain_first_critical(self, alerts: list[Any]) -> None:
-        """Open the checklist of the first critical alert, once per run, unless the person
-        already chose an alert or closed the pane, or the terminal is small: the diagnosis
-        is on screen without a key, and the window keeps following the run."""
-        if self._auto_explained or self.state.selected is not None or self._pane_user is not None:
-            return
-        if self.screen.has_class("-compact"):
-            return  # at 80x24 the pane would take the charts' room: the badge and `a` suffice
-        key = vm.alert_to_explain(alerts)
-        if key is not None:
-            self._auto_explained = True
-            self.state = vm.replace_state(self.state, selected=key)
-
-    def _pane_shown(self) -> bool:
-        if self._pane_user is not None:
-            return self._pane_user
-        return self.state.selected is not None
-
     def set_state(self, **changes: Any) -> None:
         self.state = vm.replace_state(self.state, **changes)
         self.redraw()
@@ -358,172 +339,19 @@ class DltopApp(RankFocus, App[int]):
     def action_help(self) -> None:
         self.push_screen(HelpScreen(self._rank_lines()))
 
-    def action_zoom(self, n: int) -> None:
-        if n > len(vm.PANELS):
-            self.notify(f"there are {len(vm.PANELS)} panels", timeout=2)
-            return
-        key = vm.PANELS[n - 1].key
-        widget = self.query_one(f"#panel-{key}")
-        was = self._zoomed
-        self._zoomed = None
-        for panel in self.query(".panel.-zoomed"):  # one zoomed panel at most
-            panel.remove_class("-zoomed")
-        if was == key:
-            self.screen.minimize()
-            return
-        self._zoomed = key
-        widget.add_class("-zoomed")
-        self.screen.maximize(widget, container=False)
-        if isinstance(widget, (Chart, GpuPanel)):
-            self.call_after_refresh(widget.update)
-
-    def action_toggle_log(self) -> None:
-        # the other way from what is drawn (by choice or by itself): the chart across ranks
-        # or runs when that is what the panel shows, not the shown model's own
-        shown = self._chart("loss", 120).log
-        self.set_state(log_loss=not shown)
-
-    def action_toggle_smoothing(self) -> None:
-        self.set_state(smoothing=not self.state.smoothing)
-
-    def action_toggle_pause(self) -> None:
-        if self.state.paused:  # resume: back to following the whole run
-            self.set_state(paused=False, window=None)
-            return
-        with vm.locked(self.model):
-            window = vm.window_of(self.model, self.state)
-        self.set_state(paused=True, window=window)
-
-    def action_cursor(self, direction: int) -> None:
-        with vm.locked(self.model):
-            cursor = vm.move_cursor(self.model, self.state, direction, self._plot_columns())
-        self.set_state(cursor=cursor)
-
-    def action_cursor_home(self) -> None:
-        with vm.locked(self.model):
-            start, _ = vm.window_of(self.model, self.state)
-        self.set_state(cursor=start)
-
-    def action_cursor_off(self) -> None:
-        self.set_state(cursor=None)
-
-    def action_goto(self) -> None:
-        box = self.query_one("#goto", Input)
-        box.disabled = False
-        box.add_class("-shown")
-        box.value = ""
-        box.focus()
-
-    def _hide_goto(self) -> None:
-        """Hidden and disabled, so neither tab nor the start-up focus can land in it."""
-        box = self.query_one("#goto", Input)
-        box.remove_class("-shown")
-        box.disabled = True
-        self.screen.set_focus(self.query_one("#panel-loss"))
-
+    # Textual collects ``@on`` handlers from the App's own class body only, not from its
+    # mixins: these stay here and hand the event to the mixin that owns the behaviour.
     @on(Input.Submitted, "#goto")
     def _goto_submitted(self, event: Input.Submitted) -> None:
-        self._hide_goto()
-        try:
-            step = int(event.value)
-        except ValueError:
-            self.notify("go to: type a step number", severity="warning", timeout=3)
-            return
-        with vm.locked(self.model):
-            clamped = vm.clamp_step(self.model, step)
-            window = vm.window_around(self.model, step)
-        if clamped is None:
-            self.notify("go to: no steps yet", severity="warning", timeout=3)
-            return
-        step, note = clamped
-        if note:
-            self.notify(note, severity="warning", timeout=5)
-        self.set_state(cursor=step, window=window)
-
-    def action_next_alert(self) -> None:
-        key = vm.next_alert_key(self._alerts(), self.state.selected)
-        if key is None:
-            self.notify("no alerts", timeout=2)
-            return
-        self._select_alert(key)
+        self._go_to(event.value)
 
     @on(Badge.Selected)
     def _badge_selected(self, event: Badge.Selected) -> None:
         self._select_alert(event.key)
 
-    def _select_alert(self, key: str) -> None:
-        with vm.locked(self.model):
-            alert = vm.find_alert(self._alerts(), key)
-            window = vm.window_for_alert(self.model, alert) if alert else None
-        self._pane_user = None
-        self.set_state(selected=key, window=window, cursor=alert.step if alert else None)
-        # space ticks the highlighted step at once: the step list takes the focus
-        steps = self.query_one(StepList)
-        self.call_after_refresh(steps.focus)
-
-    def action_toggle_checklist(self) -> None:
-        self._pane_user = not self._pane_shown()
-        self._drawn.pop("state", None)
-        self.redraw()
-        if self._pane_shown():
-            self.call_after_refresh(self.query_one(StepList).focus)
-        elif self.focused is not None and self.query_one(ChecklistPane) in self.focused.ancestors:
-            self.screen.set_focus(self.query_one("#panel-loss"))
-
     @on(StepList.Ticked)
     def _ticked(self, event: StepList.Ticked) -> None:
-        if self.state.selected is None:
-            return
-        ticks, key = self._ticks_for(vm.find_alert(self._alerts(), self.state.selected))
-        ticks.toggle(key if key else self.state.selected, event.step_id)
-        if ticks.error:
-            self.notify(visible(ticks.error), severity="warning", timeout=5)
-        self._drawn.pop("state", None)
-        self.redraw()
-
-    def action_reset_view(self) -> None:
-        box = self.query_one("#goto", Input)
-        if box.has_class("-shown"):
-            self._hide_goto()
-            return
-        if self._zoomed is not None:
-            self.action_zoom(next(i for i, p in enumerate(vm.PANELS, 1) if p.key == self._zoomed))
-            return
-        self.set_state(window=None, cursor=None, paused=False)
-
-    def action_screenshot_svg(self) -> None:
-        folder = Path(self.screenshot_dir or os.getcwd())
-        name = f"dltop-{time.strftime('%Y%m%d-%H%M%S')}.svg"
-        try:
-            path = self.save_screenshot(name, str(folder))
-        except OSError as e:
-            self.notify(f"screenshot not saved: {e.strerror or e}", severity="error")
-            return
-        self.last_screenshot = path
-        self.notify(f"screenshot saved to {path}", timeout=6)
-
-    def action_report(self) -> None:
-        """Write ``dltop report`` of the run as shown (tui/core/report.py) and say where."""
-        from dltop.tui.core.report import write_from_model
-
-        try:
-            source = self._shown_source(self.source)
-            out = write_from_model(self.model, source, self.ticks, self.lang, self.clock.now())
-        except Exception as e:  # a full disk or a bug: one line, never a dead viewer
-            # an OSError names a path (a rank file's name is the folder's): escaped
-            why = visible(getattr(e, "strerror", None) or e)
-            where = getattr(e, "filename", None)
-            self.notify(
-                f"report not written: {visible(where) + ': ' if where else ''}{why}",
-                severity="error",
-            )
-            return
-        self.notify(f"report written to {visible(out.report)}", timeout=10)
-
-    # ------------------------------------------------------------- helpers
-    def _plot_columns(self) -> int:
-        chart = self.query_one("#panel-loss", Chart)
-        return chart.plot_columns
+        self._tick(event.step_id)
 
 
 def _env_float(name: str) -> float | None:

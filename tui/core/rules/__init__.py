@@ -1,7 +1,7 @@
 """Incremental diagnosis: ``RuleEngine`` turns records into alerts, facts and a run status.
 
 One module per rule family (numeric, spikes, gradients, plateau, progress, overfitting,
-performance, crashes);
+data_bound, memory, stall, crashes);
 thresholds in :class:`Config` (defaults, TOML file, ``--set`` overrides), documented with
 their reasoning in ``docs/alerts.md``.
 """

@@ -36,15 +36,17 @@ class RuleEngine:
     def __init__(self, config: Config | None = None) -> None:
         from dltop.tui.core.rules import (  # noqa: PLC0415 - rule modules import this one
             crashes,
+            data_bound,
             divergence,
             dropped,
             gradients,
+            memory,
             numeric,
             overfitting,
-            performance,
             plateau,
             progress,
             spikes,
+            stall,
         )
 
         self.config = config or Config()
@@ -138,9 +140,9 @@ class RuleEngine:
         self.plateau_rule = plateau.Plateau(self)
         self.oscillation_rule = progress.Oscillation(self)
         self.overfitting_rule = overfitting.Overfitting(self)
-        self.data_rule = performance.DataBound(self)
-        self.memory_rule = performance.MemoryGrowth(self)
-        self.stall_rule = performance.Stall(self)
+        self.data_rule = data_bound.DataBound(self)
+        self.memory_rule = memory.MemoryGrowth(self)
+        self.stall_rule = stall.Stall(self)
         self.crash_rule = crashes.Crashes(self)
         self.dropped_rule = dropped.RecordsDropped(self)
         self.rules: list[Rule] = [

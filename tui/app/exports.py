@@ -1,0 +1,65 @@
+"""The keys that write files: ``e`` (an SVG screenshot) and ``r`` (``dltop report``).
+
+A viewer that dies because a disk is full loses the run's view at the worst moment, so
+each writes where it says, and a failure is a one-line notice, never a traceback.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from dltop.tui.core.safetext import visible
+
+if TYPE_CHECKING:
+    from dltop.tui.core.ticks import Ticks
+    from dltop.tui.core.view_model import Clock
+
+
+class Exports:
+    """Mixed into ``DltopApp``: the screenshot and report keys."""
+
+    model: Any
+    source: str | None
+    ticks: Ticks
+    lang: str
+    clock: Clock
+    screenshot_dir: str | None
+    last_screenshot: str | None  # path of the latest `e` screenshot
+
+    if TYPE_CHECKING:  # what the App and the other mixins provide (for the type checker)
+
+        def save_screenshot(self, *args: Any, **kwargs: Any) -> str: ...
+        def notify(self, *args: Any, **kwargs: Any) -> None: ...
+        def _shown_source(self, source: str | None) -> str | None: ...
+
+    def action_screenshot_svg(self) -> None:
+        folder = Path(self.screenshot_dir or os.getcwd())
+        name = f"dltop-{time.strftime('%Y%m%d-%H%M%S')}.svg"
+        try:
+            path = self.save_screenshot(name, str(folder))
+        except OSError as e:
+            self.notify(f"screenshot not saved: {e.strerror or e}", severity="error")
+            return
+        self.last_screenshot = path
+        self.notify(f"screenshot saved to {path}", timeout=6)
+
+    def action_report(self) -> None:
+        """Write ``dltop report`` of the run as shown (tui/core/report.py) and say where."""
+        from dltop.tui.core.report import write_from_model
+
+        try:
+            source = self._shown_source(self.source)
+            out = write_from_model(self.model, source, self.ticks, self.lang, self.clock.now())
+        except Exception as e:  # a full disk or a bug: one line, never a dead viewer
+            # an OSError names a path (a rank file's name is the folder's): escaped
+            why = visible(getattr(e, "strerror", None) or e)
+            where = getattr(e, "filename", None)
+            self.notify(
+                f"report not written: {visible(where) + ': ' if where else ''}{why}",
+                severity="error",
+            )
+            return
+        self.notify(f"report written to {visible(out.report)}", timeout=10)

@@ -1,0 +1,131 @@
+"""The keys that move the view: zoom, log scale, smoothing, pause, cursor, go-to, escape.
+
+They change only the ``ViewState`` (or which panel is maximized) and ask for a redraw:
+the window, the cursor and the scale are the person's, the data stays the model's, so the
+same tick code draws a followed run and a paused, zoomed one. This mixin keeps those keys
+out of ``app.py``, which wires the source, the model and the screen together.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from dltop.tui.app.cards import GpuPanel
+from dltop.tui.app.chart import Chart
+from dltop.tui.core import view_model as vm
+from textual.widgets import Input
+
+
+class ViewKeys:
+    """Mixed into ``DltopApp``: the view's keys and the go-to box."""
+
+    model: Any
+    state: vm.ViewState
+    _zoomed: str | None
+
+    if TYPE_CHECKING:  # what the App provides (declared for the type checker only)
+
+        @property
+        def screen(self) -> Any: ...
+        def query_one(self, *args: Any, **kwargs: Any) -> Any: ...
+        def query(self, *args: Any, **kwargs: Any) -> Any: ...
+        def notify(self, *args: Any, **kwargs: Any) -> None: ...
+        def call_after_refresh(self, *args: Any, **kwargs: Any) -> Any: ...
+        def set_state(self, **changes: Any) -> None: ...
+        def _chart(self, key: str, buckets: int) -> vm.ChartData: ...
+
+    def action_zoom(self, n: int) -> None:
+        if n > len(vm.PANELS):
+            self.notify(f"there are {len(vm.PANELS)} panels", timeout=2)
+            return
+        key = vm.PANELS[n - 1].key
+        widget = self.query_one(f"#panel-{key}")
+        was = self._zoomed
+        self._zoomed = None
+        for panel in self.query(".panel.-zoomed"):  # one zoomed panel at most
+            panel.remove_class("-zoomed")
+        if was == key:
+            self.screen.minimize()
+            return
+        self._zoomed = key
+        widget.add_class("-zoomed")
+        self.screen.maximize(widget, container=False)
+        if isinstance(widget, (Chart, GpuPanel)):
+            self.call_after_refresh(widget.update)
+
+    def action_toggle_log(self) -> None:
+        # the other way from what is drawn (by choice or by itself): the chart across ranks
+        # or runs when that is what the panel shows, not the shown model's own
+        shown = self._chart("loss", 120).log
+        self.set_state(log_loss=not shown)
+
+    def action_toggle_smoothing(self) -> None:
+        self.set_state(smoothing=not self.state.smoothing)
+
+    def action_toggle_pause(self) -> None:
+        if self.state.paused:  # resume: back to following the whole run
+            self.set_state(paused=False, window=None)
+            return
+        with vm.locked(self.model):
+            window = vm.window_of(self.model, self.state)
+        self.set_state(paused=True, window=window)
+
+    def action_cursor(self, direction: int) -> None:
+        with vm.locked(self.model):
+            cursor = vm.move_cursor(self.model, self.state, direction, self._plot_columns())
+        self.set_state(cursor=cursor)
+
+    def action_cursor_home(self) -> None:
+        with vm.locked(self.model):
+            start, _ = vm.window_of(self.model, self.state)
+        self.set_state(cursor=start)
+
+    def action_cursor_off(self) -> None:
+        self.set_state(cursor=None)
+
+    def action_goto(self) -> None:
+        box = self.query_one("#goto", Input)
+        box.disabled = False
+        box.add_class("-shown")
+        box.value = ""
+        box.focus()
+
+    def _hide_goto(self) -> None:
+        """Hidden and disabled, so neither tab nor the start-up focus can land in it."""
+        box = self.query_one("#goto", Input)
+        box.remove_class("-shown")
+        box.disabled = True
+        self.screen.set_focus(self.query_one("#panel-loss"))
+
+    def _go_to(self, value: str) -> None:
+        """The go-to box was submitted (``DltopApp`` routes ``Input.Submitted`` here)."""
+        self._hide_goto()
+        try:
+            step = int(value)
+        except ValueError:
+            self.notify("go to: type a step number", severity="warning", timeout=3)
+            return
+        with vm.locked(self.model):
+            clamped = vm.clamp_step(self.model, step)
+            window = vm.window_around(self.model, step)
+        if clamped is None:
+            self.notify("go to: no steps yet", severity="warning", timeout=3)
+            return
+        step, note = clamped
+        if note:
+            self.notify(note, severity="warning", timeout=5)
+        self.set_state(cursor=step, window=window)
+
+    def action_reset_view(self) -> None:
+        box = self.query_one("#goto", Input)
+        if box.has_class("-shown"):
+            self._hide_goto()
+            return
+        if self._zoomed is not None:
+            self.action_zoom(next(i for i, p in enumerate(vm.PANELS, 1) if p.key == self._zoomed))
+            return
+        self.set_state(window=None, cursor=None, paused=False)
+
+    def _plot_columns(self) -> int:
+        chart = self.query_one("#panel-loss", Chart)
+        return chart.plot_columns
