@@ -26,7 +26,8 @@ from typing import Any
 
 from dltop.probe import rendezvous
 from dltop.probe.schema import encode_record
-from dltop.probe.socket_server import SocketServer, is_loopback, mask_secret
+from dltop.probe.socket_server import SocketServer
+from dltop.probe.viewerauth import is_loopback, mask_secret
 
 TOKEN_ENV = "DLTOP_TOKEN"
 

@@ -22,6 +22,7 @@ from time import perf_counter
 from typing import Any, Literal, TypeVar
 
 from dltop.probe.cudastep import CudaStep, cuda_step_for
+from dltop.probe.filesink import FileSink, Sink
 from dltop.probe.gradnorm import GradNormTracker
 from dltop.probe.jobpath import RUNS_DIR as RUNS_DIR  # re-exported: the default folder
 from dltop.probe.jobpath import default_path as default_path
@@ -48,7 +49,7 @@ from dltop.probe.schema import (
     EVENT,
     GRAD_SQ_LOCAL,
 )
-from dltop.probe.writer import FileSink, Sink, Writer
+from dltop.probe.writer import Writer
 
 T = TypeVar("T")
 

@@ -6,7 +6,7 @@ the server's own thread with non-blocking sockets and a selector:
 
 - a connecting viewer first receives the ``meta`` line and a bounded backlog of
   recent records (so a late viewer still sees history), then the live stream;
-- each viewer has a bounded queue; a slow or stuck viewer loses records (whole
+- each viewer has a bounded queue (``socket_client.py``); a slow or stuck viewer loses records (whole
   batches, counted), only for itself, and is told how many when it catches up
   (an ``event`` record of type ``dropped``);
 - TCP is optional: loopback by default; any other bind address requires a token,
@@ -16,7 +16,7 @@ the server's own thread with non-blocking sockets and a selector:
   without one, loopback needs none. The probe passes ``$DLTOP_TOKEN`` when it is set,
   for any bind address, and generates a token for a non-loopback one without it;
 - the hello is read before the viewer is trusted: at most ``HELLO_MAX`` bytes within
-  ``HELLO_TIMEOUT`` seconds, refused if nested (``parse_hello``); an unexpected error
+  ``HELLO_TIMEOUT`` seconds, refused if nested (``viewerauth.parse_hello``); an unexpected error
   while serving one connection drops that connection only (``connection_errors``);
 - a failure stays contained: a start that cannot bind everything it was asked to
   closes (and removes) what it had bound before raising; a server thread that dies
@@ -27,71 +27,21 @@ the server's own thread with non-blocking sockets and a selector:
 from __future__ import annotations
 
 import collections
-import contextlib
-import errno
 import hmac
-import ipaddress
-import json
 import os
 import selectors
 import socket
 import threading
 import time
 from collections import deque
-from dataclasses import dataclass, field
 
-from dltop.probe.schema import EV_DROPPED, encode_record
+from dltop.probe.listeners import bind_tcp, bind_unix
+from dltop.probe.schema import encode_record
+from dltop.probe.socket_client import Client
+from dltop.probe.viewerauth import HELLO_MAX, HELLO_TIMEOUT, is_loopback, parse_hello
 
-HELLO_TIMEOUT = 3.0  # seconds a TCP viewer has to present its token
-HELLO_MAX = 4096  # bytes of hello read before a verdict: a longer one is refused
 EV_REFUSED = "refused"
 CLOSE_GRACE = 0.5  # seconds reading viewers get at close to receive the last records
-
-
-def mask_secret(secret: str) -> str:
-    """How a token may appear in any message: its first 4 characters and its length."""
-    return f"{secret[:4]}…({len(secret)} chars)" if len(secret) > 8 else f"…({len(secret)} chars)"
-
-
-def parse_hello(line: bytes) -> bytes | None:
-    """The token of a viewer's hello line ``{"token": "..."}``, or None for anything else.
-
-    Read before the viewer is trusted, so it must not be crashable: the line is capped by
-    the caller, and nesting is refused before the JSON parser sees it (a line of 3000
-    ``[`` made ``json.loads`` raise RecursionError and took the whole server down).
-    """
-    if len(line) > HELLO_MAX or line.count(b"{") + line.count(b"[") > 1:
-        return None
-    try:
-        obj = json.loads(line)
-    except Exception:
-        return None
-    token = obj.get("token") if isinstance(obj, dict) else None
-    return token.encode() if isinstance(token, str) else None
-
-
-def is_loopback(host: str) -> bool:
-    """Whether ``host`` names only this machine (127.0.0.0/8, ::1, localhost)."""
-    if host in ("localhost", ""):
-        return host == "localhost"
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
-
-
-@dataclass
-class _Client:
-    sock: socket.socket
-    name: str
-    active: bool  # False while a TCP viewer has not yet shown its token
-    pending: deque[bytes] = field(default_factory=deque)
-    pending_bytes: int = 0
-    offset: int = 0  # bytes of pending[0] already sent
-    dropped: int = 0  # records dropped in total
-    unreported: int = 0  # dropped records the viewer has not yet been told about
-    hello: bytes = b""
-    deadline: float = 0.0
 
 
 class SocketServer:
@@ -123,7 +73,7 @@ class SocketServer:
         self._queue: collections.deque[bytes] = collections.deque()
         self._meta = b""
         self._meta_pending = True  # the writer's first batch repeats the meta line: skip it
-        self._clients: dict[int, _Client] = {}
+        self._clients: dict[int, Client] = {}
         self._listeners: list[socket.socket] = []
         self._sel = selectors.DefaultSelector()
         self._wake_r, self._wake_w = socket.socketpair()
@@ -148,11 +98,11 @@ class SocketServer:
         try:
             if self.unix_path is not None:
                 self.failed_on = "unix"
-                self._listeners.append(self._bind_unix(self.unix_path))
+                self._listeners.append(bind_unix(self.unix_path))
                 bound_unix = True
             if self.tcp_address is not None:
                 self.failed_on = "tcp"
-                self._listeners.append(self._bind_tcp(*self.tcp_address))
+                self._listeners.append(bind_tcp(*self.tcp_address))
             self.failed_on = None
             for lst in self._listeners:
                 self._sel.register(lst, selectors.EVENT_READ, "listen")
@@ -222,56 +172,6 @@ class SocketServer:
             if lst.family in (socket.AF_INET, socket.AF_INET6):
                 return lst.getsockname()[1]
         return None
-
-    # ---- binding -------------------------------------------------------------------
-
-    @staticmethod
-    def _bind_unix(path: str) -> socket.socket:
-        if os.path.exists(path):
-            # a socket left by a dead process: refuse only if something still answers
-            probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-            try:
-                probe.connect(path)
-            except OSError:
-                os.unlink(path)
-            else:
-                probe.close()
-                raise OSError(errno.EADDRINUSE, f"a live run already serves {path}")
-            finally:
-                probe.close()
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        old = os.umask(0o177)  # the socket is created 0600, never briefly wider
-        try:
-            sock.bind(path)
-        except BaseException:
-            sock.close()
-            raise
-        finally:
-            os.umask(old)
-        try:
-            os.chmod(path, 0o600)
-            sock.listen(16)
-            sock.setblocking(False)
-        except BaseException:
-            sock.close()
-            with contextlib.suppress(OSError):
-                os.unlink(path)
-            raise
-        return sock
-
-    @staticmethod
-    def _bind_tcp(host: str, port: int) -> socket.socket:
-        family = socket.AF_INET6 if ":" in host else socket.AF_INET
-        sock = socket.socket(family, socket.SOCK_STREAM)
-        try:
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            sock.bind((host, port))
-            sock.listen(16)
-            sock.setblocking(False)
-        except BaseException:
-            sock.close()  # no descriptor leaks from a port in use
-            raise
-        return sock
 
     # ---- the server thread -----------------------------------------------------------
 
@@ -380,20 +280,20 @@ class SocketServer:
             sock.setblocking(False)
             is_tcp = listener.family != socket.AF_UNIX
             needs_token = is_tcp and self._token is not None
-            client = _Client(sock=sock, name=str(addr), active=not needs_token)
+            client = Client(sock=sock, name=str(addr), active=not needs_token)
             client.deadline = time.monotonic() + HELLO_TIMEOUT
             self._clients[sock.fileno()] = client
             self._sel.register(sock, selectors.EVENT_READ, "client")
             if client.active:
                 self._activate(client)
 
-    def _activate(self, client: _Client) -> None:
+    def _activate(self, client: Client) -> None:
         client.active = True
         self.served += 1
         self._enqueue(client, self._meta + b"".join(self._backlog), force=True)
         self._send(client)
 
-    def _on_readable(self, client: _Client) -> None:
+    def _on_readable(self, client: Client) -> None:
         try:
             data = client.sock.recv(4096)
         except (BlockingIOError, InterruptedError):
@@ -418,7 +318,7 @@ class SocketServer:
         else:
             self._refuse(client, "wrong or missing token: connect with tcp://HOST:PORT?token=...")
 
-    def _refuse(self, client: _Client, message: str) -> None:
+    def _refuse(self, client: Client, message: str) -> None:
         line = encode_record(
             {"kind": "event", "type": EV_REFUSED, "t": time.time(), "message": message}
         )
@@ -454,21 +354,10 @@ class SocketServer:
             if client.pending:
                 self._send(client)
 
-    def _enqueue(self, client: _Client, data: bytes, force: bool = False) -> None:
-        # A viewer with nothing pending takes any batch, even one bigger than its queue (a
-        # burst the writer caught up on): the bytes are shared, not copied, and dropping
-        # only behind a pending queue guarantees the ``dropped`` notice once it drains.
-        over = client.pending_bytes + len(data) > self._client_max
-        if not force and client.pending and over:
-            n = data.count(b"\n")
-            client.dropped += n
-            client.unreported += n
-            self.total_dropped += n
-            return
-        client.pending.append(data)
-        client.pending_bytes += len(data)
+    def _enqueue(self, client: Client, data: bytes, force: bool = False) -> None:
+        self.total_dropped += client.enqueue(data, self._client_max, force)
 
-    def _send(self, client: _Client) -> None:
+    def _send(self, client: Client) -> None:
         sock = client.sock
         while client.pending:
             head = client.pending[0]
@@ -484,25 +373,16 @@ class SocketServer:
                 client.pending.popleft()
                 client.pending_bytes -= len(head)
                 client.offset = 0
-                if not client.pending and client.unreported:
-                    notice = {
-                        "kind": "event",
-                        "type": EV_DROPPED,
-                        "scope": "viewer",
-                        "t": time.time(),
-                        "records": client.unreported,
-                        "total": client.dropped,
-                        "message": "this viewer fell behind; records were skipped for it only",
-                    }
-                    client.unreported = 0
-                    self._enqueue(client, encode_record(notice), force=True)
+                notice = client.drop_notice()
+                if notice is not None:
+                    self._enqueue(client, notice, force=True)
         events = selectors.EVENT_READ | (selectors.EVENT_WRITE if client.pending else 0)
         try:
             self._sel.modify(sock, events, "client")
         except (KeyError, ValueError, OSError):
             pass
 
-    def _drop_client(self, client: _Client) -> None:
+    def _drop_client(self, client: Client) -> None:
         fd = client.sock.fileno()
         self._clients.pop(fd, None)
         try:

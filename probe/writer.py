@@ -31,7 +31,6 @@ Queue items:
 from __future__ import annotations
 
 import contextlib
-import errno
 import os
 import sys
 import threading
@@ -39,7 +38,7 @@ import time
 import weakref
 from collections import deque
 from collections.abc import Callable
-from typing import Any, Protocol, runtime_checkable
+from typing import Any
 
 from dltop.probe.readback import FORCE_WAIT_S, Deadline
 from dltop.probe.schema import EV_DROPPED, EV_WARNING, EVENT, encode_record
@@ -53,19 +52,6 @@ QUEUE_MAX = 1 << 18
 WRITE_MARGIN_S = 0.5  # of a flush's timeout, kept for encoding, writing and fsync after the waits
 
 
-@runtime_checkable
-class Sink(Protocol):
-    """Where lines go: the log file, later the live socket server.
-
-    ``write`` receives complete lines only and may raise; the writer then drops
-    the sink and warns once. ``flush(fsync)`` is optional.
-    """
-
-    def write(self, batch: bytes) -> None: ...
-
-    def close(self) -> None: ...
-
-
 class _Gap:
     """Where the log lost records: queued (past the cap) at the first record dropped.
 
@@ -77,75 +63,6 @@ class _Gap:
 
     def __init__(self) -> None:
         self.records = 0
-
-
-class FileSink:
-    """Append-only log file written with one ``os.write`` per batch (no user-space buffer).
-
-    Because nothing is buffered in the process, a batch is on its way to disk as
-    soon as it is written, and a SIGKILL loses at most what the writer had not
-    yet picked up. A batch cut short (file size limit, disk full) keeps the
-    complete lines that fitted and never ends in a partial line. Before each write the
-    descriptor is checked to still be our file: user code that closes it (and
-    perhaps opens something else on the same number) must not get our lines.
-    """
-
-    def __init__(self, path: str) -> None:
-        folder = os.path.dirname(os.path.abspath(path))
-        os.makedirs(folder, exist_ok=True)
-        self.path = path
-        self.fd: int | None = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-        st = os.fstat(self.fd)
-        self._ident = (st.st_dev, st.st_ino)
-
-    def __repr__(self) -> str:
-        return f"FileSink({self.path!r})"
-
-    def _own_fd(self) -> tuple[int, int]:
-        """Our descriptor and the file's size; raises when it is closed or no longer ours."""
-        fd = self.fd
-        if fd is None:
-            raise OSError(errno.EBADF, "the log file is closed")
-        try:
-            st = os.fstat(fd)
-        except OSError:
-            self.fd = None  # closed by someone else: never touch that number again
-            raise
-        if (st.st_dev, st.st_ino) != self._ident:
-            self.fd = None
-            raise OSError(errno.EBADF, "the log's file descriptor was closed and reused")
-        return fd, st.st_size
-
-    def write(self, batch: bytes) -> None:
-        fd, start = self._own_fd()
-        view = memoryview(batch)
-        done = 0
-        try:
-            while done < len(batch):
-                done += os.write(fd, view[done:])
-        except OSError:
-            if done:
-                # take back the partial line; the complete lines that fitted stay
-                keep = batch.rfind(b"\n", 0, done) + 1
-                with contextlib.suppress(OSError):
-                    os.ftruncate(fd, start + keep)
-            raise
-
-    def flush(self, fsync: bool = False) -> None:
-        if fsync and self.fd is not None:
-            fd, _ = self._own_fd()
-            os.fsync(fd)
-
-    def close(self) -> None:
-        fd, self.fd = self.fd, None
-        if fd is None:
-            return
-        try:
-            st = os.fstat(fd)
-            if (st.st_dev, st.st_ino) == self._ident:
-                os.close(fd)
-        except OSError:
-            pass
 
 
 _WRITERS: weakref.WeakSet[Writer] = weakref.WeakSet()

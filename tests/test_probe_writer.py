@@ -227,8 +227,9 @@ def _stuck_readback():
 
 def _stuck_writer(log: Path, n: int):
     """A writer with ``n`` step records waiting on read-backs that never complete."""
+    from dltop.probe.filesink import FileSink
     from dltop.probe.records import build_lazy
-    from dltop.probe.writer import FileSink, Writer
+    from dltop.probe.writer import Writer
 
     w = Writer([FileSink(str(log))], heartbeat=None)
     w.start()

@@ -20,7 +20,8 @@ from pathlib import Path
 
 import pytest
 from dltop.probe.schema import LineDecoder, encode_record
-from dltop.probe.socket_server import HELLO_TIMEOUT, SocketServer, mask_secret, parse_hello
+from dltop.probe.socket_server import SocketServer
+from dltop.probe.viewerauth import HELLO_TIMEOUT, mask_secret, parse_hello
 from dltop.tui.core.stream import StreamError, parse_address, redact
 
 TOKEN = "s3cret-token-for-tests"

@@ -16,7 +16,8 @@ from pathlib import Path
 import pytest
 from dltop.probe import rendezvous
 from dltop.probe.schema import LineDecoder, encode_record
-from dltop.probe.socket_server import SocketServer, is_loopback
+from dltop.probe.socket_server import SocketServer
+from dltop.probe.viewerauth import is_loopback
 
 META = encode_record({"kind": "meta", "v": 1, "run_id": "r1"})
 

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs, urlsplit
 
 from dltop.probe.schema import LineDecoder, as_step
-from dltop.probe.socket_server import mask_secret
+from dltop.probe.viewerauth import mask_secret
 from dltop.tui.core.reader import ReaderThread
 
 if TYPE_CHECKING:

@@ -1,0 +1,47 @@
+"""Who may watch a run: the checks made on a viewer before it is trusted.
+
+Kept apart from the server loop because none of it touches a socket: the hello is
+judged from bytes alone (so it can be attacked in tests without a server), and the
+viewer imports ``mask_secret`` to print a token it was given without importing the
+server.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+
+HELLO_TIMEOUT = 3.0  # seconds a TCP viewer has to present its token
+HELLO_MAX = 4096  # bytes of hello read before a verdict: a longer one is refused
+
+
+def mask_secret(secret: str) -> str:
+    """How a token may appear in any message: its first 4 characters and its length."""
+    return f"{secret[:4]}…({len(secret)} chars)" if len(secret) > 8 else f"…({len(secret)} chars)"
+
+
+def parse_hello(line: bytes) -> bytes | None:
+    """The token of a viewer's hello line ``{"token": "..."}``, or None for anything else.
+
+    Read before the viewer is trusted, so it must not be crashable: the line is capped by
+    the caller, and nesting is refused before the JSON parser sees it (a line of 3000
+    ``[`` made ``json.loads`` raise RecursionError and took the whole server down).
+    """
+    if len(line) > HELLO_MAX or line.count(b"{") + line.count(b"[") > 1:
+        return None
+    try:
+        obj = json.loads(line)
+    except Exception:
+        return None
+    token = obj.get("token") if isinstance(obj, dict) else None
+    return token.encode() if isinstance(token, str) else None
+
+
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` names only this machine (127.0.0.0/8, ::1, localhost)."""
+    if host in ("localhost", ""):
+        return host == "localhost"
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
