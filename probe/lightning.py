@@ -25,7 +25,8 @@ took its copy of the signal handlers: see ``_begin``) and closes it at the end o
   (``checkpoint``, wrapped during ``fit``) are declared, so neither reads as a stall.
 - eval records: the metrics logged during validation (``val_loss`` recorded as ``loss``).
 - crashes: ``on_exception`` records the exception like ``with Probe(...)`` does.
-- ranks: one log per rank; the default folder is rank 0's, broadcast to the others.
+- ranks: one log per rank; the default folder is rank 0's, posted in the process group's
+  key-value store for the others (no collective: see ``adapter.shared_job``).
 """
 
 from __future__ import annotations
