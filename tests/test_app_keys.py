@@ -473,3 +473,47 @@ async def _test_a_loss_over_decades_is_log_by_itself_and_l_turns_it_back(tmp_pat
 
 def test_a_loss_over_decades_is_log_by_itself_and_l_turns_it_back(tmp_path: Path) -> None:
     asyncio.run(_test_a_loss_over_decades_is_log_by_itself_and_l_turns_it_back(tmp_path))
+
+
+async def _test_thousands_of_alerts_mount_a_bounded_bar_and_a_still_reaches_them(
+    tmp_path: Path,
+) -> None:
+    """A loop that restarted after each of its NaNs leaves one alert per restart: the bar
+    mounts MAX_BADGES of them and a count of the rest (a widget per alert froze the viewer
+    for seconds per key at 20 k), and ``a`` still walks to the ones without a badge."""
+    from dltop.tui.app.badges import MAX_BADGES
+
+    n = MAX_BADGES + 25
+    log = tmp_path / "restarts.jsonl"
+    lines = [json.dumps({"kind": "meta", "v": 1, "pid": 1, "t": 0.0})]
+    for i in range(n):
+        lines.append(json.dumps({"kind": "step", "step": 0, "t": float(i), "loss": 1.0}))
+        lines.append(json.dumps({"kind": "step", "step": 1, "t": i + 0.5, "loss": "NaN"}))
+    log.write_text("\n".join(lines) + "\n")
+    app = DltopApp(str(log), follow=False, now=float(n + 3), poll_interval=0.05)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await wait_for(pilot, lambda: len(app.query(Badge)) > 0, "badges")
+        ordered = vm.newest_first(app._alerts())
+        keys = [vm.alert_key(a) for a in ordered]
+        assert len(set(keys)) == n  # one key each, though every alert is nan_loss at step 1
+        app.set_state(selected=keys[0])
+        await wait_for(pilot, lambda: len(app.query(Badge)) == MAX_BADGES, "a bar of 40")
+        more = [str(w.render()) for w in app.query(".badge.-none")]
+        assert more == [f"+{n - MAX_BADGES} more (a: next alert)"], more
+        beyond = keys[MAX_BADGES]  # the first alert without a badge
+        app.set_state(selected=keys[MAX_BADGES - 1])
+        await pilot.pause()
+        await pilot.press("a")
+        await wait_for(pilot, lambda: app.state.selected == beyond, "a past the bar")
+        await wait_for(
+            pilot,
+            lambda: any(b.key == beyond and b.has_class("-selected") for b in app.query(Badge)),
+            "the selected alert's badge",
+        )
+        await wait_for(pilot, lambda: len(app.query(Badge)) == MAX_BADGES + 1, "41 badges")
+
+
+def test_thousands_of_alerts_mount_a_bounded_bar_and_a_still_reaches_them(
+    tmp_path: Path,
+) -> None:
+    asyncio.run(_test_thousands_of_alerts_mount_a_bounded_bar_and_a_still_reaches_them(tmp_path))

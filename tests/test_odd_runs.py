@@ -333,3 +333,19 @@ def test_a_crash_before_a_restart_is_history_not_a_critical_now() -> None:
     assert crash.severity == "warning" and not crash.active
     assert crash.evidence["restarted"] is True
     assert eng.status(now=t_end + 1e6).status == "finished"
+
+
+def test_a_resumed_run_that_hits_the_same_nan_again_has_two_keys_stable_across_replays() -> None:
+    """Resumed from a checkpoint, the run meets the same NaN at the same step: two alerts,
+    each with its own key (selected and ticked on its own), the same at every replay."""
+    from dltop.tui.core.view_model import alert_key
+
+    records: list[dict[str, Any]] = [{"kind": "meta", "v": 1, "pid": 1, "t": 0.0}]
+    t = 0.0
+    for _ in range(2):
+        for s in range(40):
+            t += 0.1
+            records.append({"kind": "step", "step": s, "t": t, "loss": "NaN" if s == 30 else 1.0})
+    keys = [[alert_key(a) for a in _engine(records).alerts() if a.id == "nan_loss"] for _ in (1, 2)]
+    assert keys[0] == ["nan_loss@30", "nan_loss@30#2"]
+    assert keys[1] == keys[0]

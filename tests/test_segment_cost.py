@@ -45,9 +45,13 @@ def test_each_restart_looks_only_at_the_alerts_of_the_part_that_ended(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     n = 400
-    monkeypatch.setattr(
-        AlertSink, "__init__", lambda self: setattr(self, "alerts", _CountingList())
-    )
+    real_init = AlertSink.__init__
+
+    def counting_init(self: AlertSink) -> None:
+        real_init(self)
+        self.alerts = _CountingList()
+
+    monkeypatch.setattr(AlertSink, "__init__", counting_init)
     _CountingList.handed = 0
     eng = RuleEngine(Config())
     eng.feed_many(_restarts_after_nan(n))

@@ -1,11 +1,17 @@
 """The alert badge bar: one coloured badge per alert, newest first; selecting one opens its
-checklist and moves the charts to the alert's step window (the app does both)."""
+checklist and moves the charts to the alert's step window (the app does both).
+
+At most ``MAX_BADGES`` badges are mounted, and a count of the rest: a log restarted after
+each of 20 k NaNs holds 20 k alerts, and a widget each froze the viewer for seconds per
+key. The ones not shown stay reachable with ``a`` (next alert), which walks them all; the
+selected alert always has its badge.
+"""
 
 from __future__ import annotations
 
 from dltop.tui.core.alerts import Alert
 from dltop.tui.core.overlay import LETTERS, RUN_COLOURS
-from dltop.tui.core.view_model import alert_key, badge_label
+from dltop.tui.core.view_model import alert_key, badge_label, newest_first
 from rich.style import Style
 from rich.text import Text
 from textual.app import ComposeResult
@@ -13,6 +19,8 @@ from textual.binding import Binding
 from textual.containers import HorizontalScroll
 from textual.message import Message
 from textual.widgets import Static
+
+MAX_BADGES = 40  # far more than a 1-line bar shows; enough to scroll through by hand
 
 
 class Badge(Static, can_focus=True):
@@ -54,7 +62,7 @@ class BadgeBar(HorizontalScroll, can_focus=False, inherit_bindings=False):
         yield Static("no alerts", classes="badge -none")
 
     def show(self, alerts: list[Alert], selected: str | None) -> None:
-        ordered = sorted(alerts, key=_newest_first)
+        ordered = newest_first(alerts)
         sig = tuple(
             (alert_key(a), a.severity, a.active, a.last_step, a.message) for a in ordered
         ) + ((selected,),)
@@ -66,8 +74,14 @@ class BadgeBar(HorizontalScroll, can_focus=False, inherit_bindings=False):
         if not ordered:
             self.mount(Static("no alerts", classes="badge -none"))
             return
-        badges = [Badge(a, alert_key(a) == selected) for a in ordered]
+        shown = ordered[:MAX_BADGES]
+        if selected is not None and all(alert_key(a) != selected for a in shown):
+            shown += [a for a in ordered[MAX_BADGES:] if alert_key(a) == selected][:1]
+        badges = [Badge(a, alert_key(a) == selected) for a in shown]
         self.mount_all(badges)
+        if len(ordered) > len(shown):
+            more = f"+{len(ordered) - len(shown)} more (a: next alert)"
+            self.mount(Static(more, classes="badge -none", markup=False))
         for b in badges:  # keep keyboard focus on the same alert across rebuilds
             if b.key == focused_key:
                 self.call_after_refresh(b.focus)
@@ -85,8 +99,3 @@ def _label(alert: Alert) -> str | Text:
         colour = RUN_COLOURS[LETTERS.index(alert.run)]
         text.stylize(Style(color="black", bgcolor=colour, bold=True), at, at + 3)
     return text
-
-
-def _newest_first(a: Alert) -> tuple[int, float]:
-    """The alert that started last comes first; resolved ones are dimmed by CSS, not moved."""
-    return (-(a.step if a.step is not None else -1), -(a.t or 0.0))

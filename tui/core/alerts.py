@@ -63,6 +63,10 @@ class Alert:
     # on the viewer's copies only, never by a rule: two runs' NaN at the same step are two
     # badges, each with its own checklist and ticks
     run: str | None = None
+    # alerts of this id raised before at this same first step (set by the sink): a training
+    # resumed from a checkpoint that hits the same NaN again has two ``nan_loss@1200``,
+    # and each needs a key of its own to be selected and ticked (``view_model.alert_key``)
+    repeat: int = 0
 
     def to_json(self) -> dict[str, Any]:
         """The contract's JSON shape, plus extra keys (message, active, last_step, checklist)."""
@@ -87,12 +91,16 @@ class AlertSink:
     segment resets (a rewind keeps what was already diagnosed).
     """
 
-    __slots__ = ("alerts",)
+    __slots__ = ("alerts", "_raised")
 
     def __init__(self) -> None:
         self.alerts: list[Alert] = []
+        self._raised: dict[tuple[str, int | None], int] = {}  # alerts added per (id, step)
 
     def add(self, alert: Alert) -> None:
+        key = (alert.id, alert.step)
+        alert.repeat = self._raised.get(key, 0)
+        self._raised[key] = alert.repeat + 1
         self.alerts.append(alert)
 
     def withdraw(self, alert: Alert) -> None:

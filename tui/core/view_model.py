@@ -70,8 +70,12 @@ def locked(model: RunModel) -> Iterator[None]:
 
 def alert_key(alert: Alert) -> str:
     """A stable name for one alert: its id and first step (ticks are saved under it), and
-    in an overlay the run it belongs to (``B:nan_loss@128``)."""
+    in an overlay the run it belongs to (``B:nan_loss@128``). The same id at the same step
+    again (a resumed run that hit the same NaN) is ``nan_loss@128#2``: the alerts are
+    raised in the log's order, so the name is the same at every replay."""
     key = f"{alert.id}@{alert.step if alert.step is not None else '-'}"
+    if alert.repeat:
+        key += f"#{alert.repeat + 1}"
     return f"{alert.run}:{key}" if alert.run else key
 
 
@@ -188,12 +192,17 @@ def move_cursor(model: RunModel, state: ViewState, direction: int, columns: int)
     return min(end, max(start, state.cursor + direction * stride))
 
 
+def newest_first(alerts: list[Alert]) -> list[Alert]:
+    """The alerts in the badge bar's order: the one that started last first (resolved ones
+    stay in place, dimmed)."""
+    return sorted(alerts, key=lambda a: (-(a.step if a.step is not None else -1), -(a.t or 0.0)))
+
+
 def next_alert_key(alerts: list[Alert], selected: str | None) -> str | None:
     """Cycle through the alerts newest first, as the badge bar shows them."""
     if not alerts:
         return None
-    ordered = sorted(alerts, key=lambda a: (-(a.step if a.step is not None else -1), -(a.t or 0.0)))
-    keys = [alert_key(a) for a in ordered]
+    keys = [alert_key(a) for a in newest_first(alerts)]
     if selected not in keys:
         return keys[0]
     return keys[(keys.index(selected) + 1) % len(keys)]
