@@ -231,3 +231,26 @@ def test_real_training_with_lr_50_blows_up(tmp_path: Path) -> None:
     assert p.returncode == 2
     ids = {a["id"] for a in out["alerts"] if a["severity"] == "critical"}
     assert ids & {"nan_loss", "nan_grad", "divergence", "grad_explosion"}, out["alerts"]
+
+
+def test_the_same_checklist_is_printed_once_for_a_run_that_met_the_same_nan_again(
+    tmp_path: Path,
+) -> None:
+    """A run resumed after each NaN has one alert per NaN: their checklists, the same
+    marks and all, are printed in full once, then named (a 2 MB log made a 26 MB report)."""
+    log = tmp_path / "resumed.jsonl"
+    lines = [json.dumps({"kind": "meta", "v": 1, "pid": 1, "t": 0.0})]
+    t = 0.0
+    for _ in range(3):
+        for s in range(40):
+            t += 0.1
+            rec = {"kind": "step", "step": s, "t": t, "loss": "NaN" if s == 30 else 1.0}
+            lines.append(json.dumps(rec))
+    log.write_text("\n".join(lines) + "\n")
+    out = check(str(log)).stdout
+    assert out.count("CRITICAL nan_loss  step 30") == 3
+    assert out.count("  checklist:\n") == 1
+    assert out.count("  checklist: as for nan_loss at step 30 above") == 2
+    full = json.loads(check(str(log), "--json").stdout)
+    steps = [a["checklist_steps"] for a in full["alerts"] if a["id"] == "nan_loss"]
+    assert len(steps) == 3 and steps[0] and steps[0] == steps[1] == steps[2]  # JSON: whole
