@@ -78,6 +78,9 @@ EV_WARNING = "warning"  # the probe degraded (e.g. could not write the file): ``
 # probe's queue was full: the log itself lacks them) or "viewer" (one live viewer fell
 # behind and the socket skipped them for it only; the log has them)
 EV_DROPPED = "dropped"
+# the live socket's answer to a viewer it will not serve (a wrong token): ``message``;
+# sent on the socket only, never written to a log, so not one of EVENT_TYPES
+EV_REFUSED = "refused"
 EVENT_TYPES = (
     EV_EXCEPTION,
     EV_OOM,

@@ -36,11 +36,10 @@ import time
 from collections import deque
 
 from dltop.probe.listeners import bind_tcp, bind_unix
-from dltop.probe.schema import encode_record
+from dltop.probe.schema import EV_REFUSED, encode_record
 from dltop.probe.socket_client import Client
 from dltop.probe.viewerauth import HELLO_MAX, HELLO_TIMEOUT, is_loopback, parse_hello
 
-EV_REFUSED = "refused"
 CLOSE_GRACE = 0.5  # seconds reading viewers get at close to receive the last records
 
 

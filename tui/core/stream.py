@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs, urlsplit
 
-from dltop.probe.schema import LineDecoder, as_step
+from dltop.probe.schema import EV_REFUSED, LineDecoder, as_step
 from dltop.probe.viewerauth import mask_secret
 from dltop.tui.core.reader import ReaderThread
 
@@ -102,7 +102,7 @@ def connect(addr: Address, timeout: float = 2.0) -> socket.socket:
 
 def refusal(record: dict[str, Any]) -> str | None:
     """The server's refusal message, when ``record`` is one."""
-    if record.get("kind") == "event" and record.get("type") == "refused":
+    if record.get("kind") == "event" and record.get("type") == EV_REFUSED:
         return str(record.get("message") or "refused by the run")
     return None
 
