@@ -119,7 +119,7 @@ def test_the_parts_of_an_eval_loss_are_not_evaluation_sets() -> None:
 
 
 def test_an_evaluation_set_name_from_the_log_is_cut() -> None:
-    from dltop.tui.core.rules.overfitting import MAX_SET_NAME, eval_losses  # noqa: PLC0415
+    from dltop.tui.core.rules.evals import MAX_SET_NAME, eval_losses  # noqa: PLC0415
 
     ((name, value),) = eval_losses({"kind": "eval", "x" * 100_000 + "_loss": 0.5})
     assert len(name) == MAX_SET_NAME and value == 0.5

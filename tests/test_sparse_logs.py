@@ -84,3 +84,41 @@ def test_a_noisy_sparse_run_that_halves_its_loss_is_not_called_stuck() -> None:
     for seed in range(5):
         eng = _noisy_sparse_run(0.5, seed)
         assert noisy(eng) == [], (seed, noisy(eng))
+
+
+def _flat_train_with_evals(eval_fall: float) -> RuleEngine:
+    """A fine-tune logged every 100 steps (the Trainer's mean over each 100): the train
+    loss is noise around 1.35 from the start, and an evaluation every 500 steps whose loss
+    falls by ``eval_fall`` over the run (0: flat too)."""
+    import random  # noqa: PLC0415
+
+    r = random.Random(3)
+    recs: list[dict[str, Any]] = [{"kind": "meta", "v": 1, "pid": 1, "t": 0.0}]
+    for k in range(1, 61):
+        step = 100 * k
+        recs.append(
+            {
+                "kind": "step",
+                "step": step,
+                "t": float(k),
+                "loss": 1.35 + 0.12 * (2 * r.random() - 1),
+            }
+        )
+        if step % 500 == 0:
+            ev = 1.37 * (1 - eval_fall * step / 6000)
+            recs.append({"kind": "eval", "step": step, "t": k + 0.5, "loss": ev})
+    eng = RuleEngine(Config.load())
+    eng.feed_many(recs)
+    eng.finish()
+    return eng
+
+
+def test_a_flat_train_loss_while_the_eval_loss_falls_is_learning_not_stuck() -> None:
+    """The plateau rule reads the train loss; "not learning" is contradicted by an eval
+    loss that still improves, so the plateau is information there, with that evidence."""
+    learning = alerts_of(_flat_train_with_evals(0.06), "plateau")
+    assert learning and all(a.severity == "info" for a in learning), learning
+    assert all(a.evidence["eval_improvement"] >= 0.01 for a in learning)
+    assert "the eval loss still improved" in learning[-1].message
+    (stuck,) = alerts_of(_flat_train_with_evals(0.0), "plateau")  # eval flat too: stuck
+    assert stuck.severity == "warning" and stuck.title == "Loss plateau (not learning)"

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections import deque
 
+from dltop.tui.core.rules.evals import EvalTrend
 from dltop.tui.core.rules.window import log_spread, median_of, slide_sorted
 
 FIRST_VALUES = 20  # finite losses whose median is "the start" of the run
@@ -49,7 +50,7 @@ class Figures:
         "loss_win", "gn_win", "loss_seen", "gn_seen", "loss_med", "gn_med", "loss_wmax",
         "gn_wmax", "gn_p90", "loss_spread", "gn_spread", "loss_first_vals", "loss_first",
         "loss_min", "loss_blocks", "progress_failing", "progress_stalled", "_pblock", "_progress_block",
-        "_min_gain", "_total_gain", "_loss_sorted", "_gn_sorted",
+        "_min_gain", "_total_gain", "_loss_sorted", "_gn_sorted", "evals",
     )  # fmt: skip
 
     def __init__(
@@ -90,6 +91,7 @@ class Figures:
         self._progress_block = max(2, progress_block)
         self._min_gain = progress_min_gain
         self._total_gain = progress_total_gain
+        self.evals = EvalTrend()  # the eval loss over time (the engine pushes each eval)
 
     def push(self, losses: list[float], gns: list[float], steps_in: int = 0) -> None:
         """One block's finite losses and grad norms into the windows; the figures refreshed.

@@ -9,40 +9,14 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Any
 
-from dltop.probe.schema import as_float
 from dltop.tui.core.alerts import WARNING
 from dltop.tui.core.fmt import number as fmt
 from dltop.tui.core.rules.base import Rule, Tracker
+from dltop.tui.core.rules.evals import MAX_EVAL_SETS, eval_losses
 from dltop.tui.core.rules.window import linear_fit, median_of
 
 if TYPE_CHECKING:
     from dltop.tui.core.rules.engine import RuleEngine
-
-
-MAX_EVAL_SETS = 8  # evaluation sets followed (the first seen); a record's others are ignored
-MAX_SET_NAME = 200  # characters of a set's name kept (it is a key from the log: any length)
-
-
-def eval_losses(rec: dict[str, Any]) -> list[tuple[str, float]]:
-    """The eval losses of a record, by evaluation set: ``loss``; or, without one, every
-    ``<set>_loss`` (a Hugging Face Trainer with several eval datasets logs
-    ``eval_<set>_loss``, a probe user may call ``probe.eval(val_loss=..., test_loss=...)``).
-
-    With a ``loss`` the ``*_loss`` fields are its parts (a VAE's ``kl_loss`` rises by
-    design), never sets of their own."""
-    loss = rec.get("loss")
-    if loss is not None:
-        f = as_float(loss)
-        return [("loss", f)] if f is not None and f - f == 0.0 else []
-    out: list[tuple[str, float]] = []
-    for k, v in rec.items():
-        if isinstance(k, str) and k.endswith("_loss"):
-            f = as_float(v)
-            if f is not None and f - f == 0.0:
-                out.append((k[:MAX_SET_NAME], f))
-                if len(out) >= MAX_EVAL_SETS:
-                    break
-    return out
 
 
 class _EvalSet:

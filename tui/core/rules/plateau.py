@@ -100,6 +100,12 @@ class Plateau(Rule):
         total = (first - meds[-1]) / abs(first) if first else 0.0
         if -self.max_rise < now and gain < self.min_imp and total > -self.max_rise:
             sev: Severity = WARNING if total < self.stuck else INFO
+            # ... unless the eval loss still improves: a run whose logged train loss is
+            # noise around a level while its eval loss falls is learning
+            eval_gain = e.fig.evals.gain_since(b[0][3])
+            learning = eval_gain is not None and eval_gain >= self.min_imp
+            if learning:
+                sev = INFO
             title = "Loss plateau (not learning)" if sev == WARNING else "Loss plateau"
             span = len(meds) * self.cur_len
             ev = {
@@ -110,11 +116,17 @@ class Plateau(Rule):
                 "loss_first": first,
                 "lr": e.lr,
             }
+            if eval_gain is not None:
+                ev["eval_improvement"] = eval_gain
             msg = (
                 f"median loss {fmt(meds[0])} -> {fmt(meds[-1])} over {len(meds)} windows of "
                 f"{self.cur_len} steps ({fmt(100 * gain)} % better, < {fmt(100 * self.min_imp)} %); "
                 f"{fmt(100 * total)} % below the starting loss"
             )
+            if learning and eval_gain is not None:
+                msg += (
+                    f"; the eval loss still improved {fmt(100 * eval_gain)} % since step {b[0][3]}"
+                )
             a = self.tr.fire(b[0][3], sev, title, msg, ev, t=e.t, refresh=True)
             # the verdict of now: a run that was stuck at its start and has learned since is
             # a plateau after learning (info), not "not learning" any more
