@@ -273,6 +273,8 @@ class DltopApp(RankFocus, ViewKeys, AlertPane, Exports, App[int]):
             self._show_restart(restart)
         self._judge_ranks()
         now = self.clock.now()
+        # the other ranks' reader errors, each under its own lock, before the shown one's
+        run_errors = self.job.error_note(model) if self.job.multi else ""
         with vm.locked(model):
             run_state = model.status(now)
             header = vm.header_info(
@@ -280,9 +282,12 @@ class DltopApp(RankFocus, ViewKeys, AlertPane, Exports, App[int]):
                 now,
                 self.state,
                 self.follow,
-                self.source_error,
+                # the source's own error is the first run's (a job's rank 0, run A):
+                # another one in focus has its own, and rank 0's is then among the others
+                self.source_error if model is self.primary else None,
                 run_state=run_state,
                 ranks=self._rank_note(),
+                run_errors=run_errors,
             )
             version = (vm.model_version(model), self.job.version())
             # what the banner depends on beyond the data: a crash the log does not record

@@ -62,9 +62,12 @@ def header_info(
     *,
     run_state: RunState | None = _UNSET,
     ranks: str = "",
+    run_errors: str = "",
 ) -> HeaderInfo:
     """The header line: identity, status with the age of the last record, speed, counts.
-    ``run_state``: the model's status when the caller has it already (one pid check)."""
+    ``run_state``: the model's status when the caller has it already (one pid check);
+    ``run_errors``: the reader errors of a job's other ranks or overlaid runs, those not
+    shown (``JobView.error_note``)."""
     store = model.store
     meta = store.meta or {}
     engine = getattr(model, "engine", None)
@@ -100,6 +103,8 @@ def header_info(
     mode: list[str] = []
     if error or model.source_error:
         mode.append(str(error or model.source_error))
+    if run_errors:
+        mode.append(run_errors)
     if model.loading is not None:
         mode.append(f"loading {compact(model.loading * 100, '%')}")
     if state.paused:

@@ -171,6 +171,9 @@ class OverlayView(JobView):
     def version(self) -> tuple[int, ...]:
         return tuple(int(r.model.version) for r in self.runs())
 
+    def who(self, r: RankLog) -> str:
+        return f"run {r.name}"
+
     def rank_alerts(self, r: RankLog) -> list[Alert]:
         """The run's own alerts, as copies marked with its letter."""
         with r.model.lock:

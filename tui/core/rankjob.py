@@ -28,6 +28,7 @@ No Textual here (``tests/test_boundaries.py``): the app only draws what this ret
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -49,10 +50,12 @@ if TYPE_CHECKING:
 
 JUDGE_SHARE = 0.2  # at most this share of a CPU: a judgement taking d waits d / share
 MAX_NAMED = 4  # ranks named on a merged badge before "+N"
+ERROR_NOTE = 80  # the header's note on other ranks' reader errors: at most this long
+ROW_ERROR = 40  # a rank row's reader error: at most this long (before escaping)
 
 __all__ = [  # what other modules take from here (the job view's parts live beside it)
-    "BAND", "CrossRank", "JobView", "RankLog", "RankRow", "column", "job_chart",
-    "job_signature", "job_window", "slowest_rank",
+    "BAND", "CrossRank", "JobView", "RankLog", "RankRow", "column", "error_note",
+    "job_chart", "job_signature", "job_window", "slowest_rank",
 ]  # fmt: skip
 
 # ---------------------------------------------------------------------- the job view
@@ -64,6 +67,36 @@ def _named(ranks: list[RankLog]) -> str:
     names = [str(r.rank) if numbered else r.name for r in ranks]
     shown = ("r" if numbered else "") + ",".join(names[:MAX_NAMED])
     return shown + (f" +{len(names) - MAX_NAMED}" if len(names) > MAX_NAMED else "")
+
+
+def _cap(text: str, width: int) -> str:
+    return text if len(text) <= width else text[: max(0, width - 1)] + "…"
+
+
+def error_note(failed: Sequence[tuple[str, str]], unit: str, width: int = ERROR_NOTE) -> str:
+    """The header's word on readers that failed in runs not shown: ``rank 3: <error>``
+    for one; ``2 ranks with errors (rank 3, rank 5)`` for several, as many named as fit
+    in ``width`` and ``+N`` for the rest. ``failed``: (who, error) pairs, both untrusted
+    text (escaped here); never longer than ``width``, whatever the count or the text."""
+    if not failed:
+        return ""
+    if len(failed) == 1:
+        who, err = failed[0]
+        # cut before escaping (never half an escape), then to the width (escapes grow it)
+        return _cap(f"{visible(who, 24)}: {visible(err, width)}", width)
+    head = f"{len(failed)} {unit}s with errors ("
+    names = [_cap(visible(who, 24), 24) for who, _ in failed]
+    shown: list[str] = []
+    for i, name in enumerate(names):
+        rest = len(names) - i - 1
+        tail = f" +{rest})" if rest else ")"
+        # room for this name and, when names are left over, for the "+N" that counts them
+        if len(head) + len(", ".join([*shown, name])) + len(tail) > width:
+            break
+        shown.append(name)
+    left = len(names) - len(shown)
+    note = head + ", ".join(shown) + (f"{' ' if shown else ''}+{left})" if left else ")")
+    return _cap(note, width)
 
 
 class JobView:
@@ -194,6 +227,25 @@ class JobView:
         """Changes when any rank's data or a cross-rank verdict changed."""
         return (*(int(r.model.version) for r in self._source()), self.cross.version)
 
+    def who(self, r: RankLog) -> str:
+        """A rank as the header names it: ``rank 3`` (a rank known by its file: its name)."""
+        return f"rank {r.rank}" if r.rank is not None else r.name
+
+    def error_note(self, shown: RunModel) -> str:
+        """The header's note on the reader errors of the ranks not shown (``shown``'s own
+        error is the header's already): a rank whose reader failed (an I/O error, its
+        path now a directory) while another one is in view must not just stop drawing."""
+        failed = []
+        for r in self.ranks():
+            if r.model is shown:
+                continue
+            with r.model.lock:
+                err = r.model.source_error
+            if err:  # its file by name only: the folder's path would leave no room for why
+                base = os.path.basename(r.path.rstrip("/"))
+                failed.append((self.who(r), err.replace(r.path, base) if base else err))
+        return error_note(failed, self.unit)
+
     def rank_alerts(self, r: RankLog) -> list[Alert]:
         """One rank's alerts: its engine's (worded by the first-failure verdict) and the
         cross-rank ones that name it (straggler)."""
@@ -293,6 +345,7 @@ class JobView:
                         slowest=slow is not None and slow.path == r.path,
                         focused=r.path == self.focus,
                         first_failure=first,
+                        error=visible(r.model.source_error or "", ROW_ERROR),
                     )
                 )
         return out

@@ -40,6 +40,9 @@ class RankRow:
     slowest: bool
     focused: bool
     first_failure: bool
+    # its reader's one-line problem (escaped, cut), "" when it reads fine: the table marks
+    # the row "read error", the header (``JobView.error_note``) says what it is
+    error: str = ""
 
 
 def recent(store: Store, name: str) -> float | None:
@@ -112,8 +115,9 @@ def pick_rows(rows: list[RankRow], limit: int = TABLE_ROWS) -> tuple[list[RankRo
     """The rows worth a line when a job has more ranks than the table has lines, in rank
     order, and a note on the rest ("+56 ranks: 56 running").
 
-    Which first: the focused rank, the rank that failed first, the slowest, then the ranks
-    with the worst alerts, then crashed or stalled ones, then the lowest ranks. A 64-row
+    Which first: the focused rank, the rank that failed first, those whose log can no
+    longer be read, the slowest, then the ranks with the worst alerts, then crashed or
+    stalled ones, then the lowest ranks. A 64-row
     table scrolled in 8 lines showed ranks 0-7, where nothing was happening, and laying
     out 64 rows on every tick cost more than reading the 64 files.
     """
@@ -125,6 +129,7 @@ def pick_rows(rows: list[RankRow], limit: int = TABLE_ROWS) -> tuple[list[RankRo
         return (
             not r.focused,
             not r.first_failure,
+            not r.error,
             not r.slowest,
             -SEVERITY_RANK.get(r.worst, 0),
             r.status not in ("crashed", "stalled"),
