@@ -8,12 +8,14 @@ reader.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -342,6 +344,41 @@ def test_signal_is_recorded_then_the_previous_handler_runs() -> None:
         assert signal.getsignal(signal.SIGTERM) is theirs
 
 
+@contextlib.contextmanager
+def _sigterm_while_a_worker_dies(
+    loader_check: Any, calls: list[str], writing: list[bool] | None = None
+) -> Iterator[tuple[CrashRecorder, Sink]]:
+    """A recorder installed over the user's SIGTERM handler (which appends "theirs" to
+    ``calls``) and a DataLoader's SIGCHLD handler ``loader_check``; the record's write
+    sees a SIGCHLD, as when the workers die of the same SIGTERM. ``writing[0]`` is True
+    while the record is written."""
+    old_chld = signal.getsignal(signal.SIGCHLD)
+    with Hooks():
+        signal.signal(signal.SIGCHLD, loader_check)
+        signal.signal(signal.SIGTERM, lambda signum, frame: calls.append("theirs"))
+        try:
+            sink = Sink(step=3)
+
+            def emit(rec: dict[str, Any]) -> None:
+                if writing is not None:
+                    writing[0] = True
+                os.kill(os.getpid(), signal.SIGCHLD)  # a worker died meanwhile
+                for _ in range(1000):  # where Python would run a handler
+                    pass
+                sink.calls.append(rec)
+                if writing is not None:
+                    writing[0] = False
+
+            rec = CrashRecorder(emit, sink.flush, lambda: sink.step)
+            rec.install()
+            try:
+                yield rec, sink
+            finally:
+                rec.uninstall()
+        finally:
+            signal.signal(signal.SIGCHLD, old_chld)
+
+
 def test_a_sigchld_during_the_record_runs_its_handler_once_after_it() -> None:
     """A DataLoader's SIGCHLD handler raises when its workers die of the same SIGTERM:
     it must not run inside the record's write (the record was lost), but once after it,
@@ -352,34 +389,15 @@ def test_a_sigchld_during_the_record_runs_its_handler_once_after_it() -> None:
     def loader_check(signum: int, frame: Any) -> None:
         calls.append("inside the write" if writing[0] else "after")
 
-    old_chld = signal.getsignal(signal.SIGCHLD)
-    with Hooks():
-        signal.signal(signal.SIGCHLD, loader_check)
-        signal.signal(signal.SIGTERM, lambda signum, frame: calls.append("theirs"))
-        try:
-            sink = Sink(step=3)
-
-            def emit(rec: dict[str, Any]) -> None:
-                writing[0] = True
-                os.kill(os.getpid(), signal.SIGCHLD)  # a worker died meanwhile
-                for _ in range(1000):  # where Python would run a handler
-                    pass
-                sink.calls.append(rec)
-                writing[0] = False
-
-            rec = CrashRecorder(emit, sink.flush, lambda: sink.step)
-            rec.install()
-            os.kill(os.getpid(), signal.SIGTERM)
-            for _ in range(1000):
-                if "theirs" in calls:
-                    break
-            assert calls == ["after", "theirs"]
-            (ev,) = sink.events
-            assert ev["type"] == EV_SIGNAL and ev["signal"] == "SIGTERM"
-            assert signal.getsignal(signal.SIGCHLD) is loader_check
-            rec.uninstall()
-        finally:
-            signal.signal(signal.SIGCHLD, old_chld)
+    with _sigterm_while_a_worker_dies(loader_check, calls, writing) as (_, sink):
+        os.kill(os.getpid(), signal.SIGTERM)
+        for _ in range(1000):
+            if "theirs" in calls:
+                break
+        assert calls == ["after", "theirs"]
+        (ev,) = sink.events
+        assert ev["type"] == EV_SIGNAL and ev["signal"] == "SIGTERM"
+        assert signal.getsignal(signal.SIGCHLD) is loader_check
 
 
 def test_a_held_sigchld_that_raises_still_lets_the_users_handler_run() -> None:
@@ -392,29 +410,12 @@ def test_a_held_sigchld_that_raises_still_lets_the_users_handler_run() -> None:
         calls.append("loader")
         raise RuntimeError("DataLoader worker exited unexpectedly")
 
-    old_chld = signal.getsignal(signal.SIGCHLD)
-    with Hooks():
-        signal.signal(signal.SIGCHLD, loader_check)
-        signal.signal(signal.SIGTERM, lambda signum, frame: calls.append("theirs"))
-        try:
-            sink = Sink(step=3)
-
-            def emit(rec: dict[str, Any]) -> None:
-                os.kill(os.getpid(), signal.SIGCHLD)  # a worker died meanwhile
-                for _ in range(1000):
-                    pass
-                sink.calls.append(rec)
-
-            rec = CrashRecorder(emit, sink.flush, lambda: sink.step)
-            rec.install()
-            with pytest.raises(RuntimeError, match="worker exited"):
-                os.kill(os.getpid(), signal.SIGTERM)
-                for _ in range(1000):
-                    pass
-            assert calls == ["loader", "theirs"]
-            rec.uninstall()
-        finally:
-            signal.signal(signal.SIGCHLD, old_chld)
+    with _sigterm_while_a_worker_dies(loader_check, calls):
+        with pytest.raises(RuntimeError, match="worker exited"):
+            os.kill(os.getpid(), signal.SIGTERM)
+            for _ in range(1000):
+                pass
+        assert calls == ["loader", "theirs"]
 
 
 def test_a_second_sigterm_while_the_first_is_recorded_is_not_a_second_event() -> None:
