@@ -86,7 +86,7 @@ class RankTable(Static):
                 Text(r.alerts, style=status_style),
                 Text(" · ".join(notes), style=self._style("slow") if notes else Style()),
             ]
-            if r.error:  # its log can no longer be read (the header says why): numbers stopped
+            if r.read_error:  # its log can no longer be read (the header says why): numbers stopped
                 error = Text("read error", style=self._style("critical"))
                 cells[-1] = Text(" · ").join([error, cells[-1]]) if notes else error
             table.add_row(*cells, style=self._style("focused") if r.focused else None)

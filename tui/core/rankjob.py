@@ -51,7 +51,6 @@ if TYPE_CHECKING:
 JUDGE_SHARE = 0.2  # at most this share of a CPU: a judgement taking d waits d / share
 MAX_NAMED = 4  # ranks named on a merged badge before "+N"
 ERROR_NOTE = 80  # the header's note on other ranks' reader errors: at most this long
-ROW_ERROR = 40  # a rank row's reader error: at most this long (before escaping)
 
 __all__ = [  # what other modules take from here (the job view's parts live beside it)
     "BAND", "CrossRank", "JobView", "RankLog", "RankRow", "column", "error_note",
@@ -345,7 +344,7 @@ class JobView:
                         slowest=slow is not None and slow.path == r.path,
                         focused=r.path == self.focus,
                         first_failure=first,
-                        error=visible(r.model.source_error or "", ROW_ERROR),
+                        read_error=bool(r.model.source_error),
                     )
                 )
         return out

@@ -40,9 +40,9 @@ class RankRow:
     slowest: bool
     focused: bool
     first_failure: bool
-    # its reader's one-line problem (escaped, cut), "" when it reads fine: the table marks
-    # the row "read error", the header (``JobView.error_note``) says what it is
-    error: str = ""
+    # its reader hit a problem: the table marks the row "read error", the header
+    # (``JobView.error_note``) says what it is
+    read_error: bool = False
 
 
 def recent(store: Store, name: str) -> float | None:
@@ -129,7 +129,7 @@ def pick_rows(rows: list[RankRow], limit: int = TABLE_ROWS) -> tuple[list[RankRo
         return (
             not r.focused,
             not r.first_failure,
-            not r.error,
+            not r.read_error,
             not r.slowest,
             -SEVERITY_RANK.get(r.worst, 0),
             r.status not in ("crashed", "stalled"),
