@@ -60,7 +60,7 @@ def test_each_restart_looks_only_at_the_alerts_of_the_part_that_ended(
     assert len(nan_alerts) == n  # every part's NaN is still reported, on its own step
     # linear: a few looks per alert (it was n² / 2 = 80 000 for 400 restarts)
     assert _CountingList.handed <= 5 * n, _CountingList.handed
-    assert eng.segments.segments == n and len(eng.segments.starts) == segments_mod.MAX_RUNS_KEPT
+    assert len(eng.segments.starts) == segments_mod.MAX_RUNS_KEPT
 
 
 def test_a_log_appended_by_many_runs_compares_each_run_once(
@@ -103,9 +103,24 @@ def test_two_writers_among_many_runs_are_named_with_a_count_of_the_rest() -> Non
 
 
 def test_a_run_identity_of_lists_and_objects_is_still_told_apart() -> None:
-    """A hostile meta gives a list where the pid belongs: a set key all the same (its
-    repr), no TypeError, and the same list twice is one run."""
+    """A hostile meta gives a list where the pid belongs, or a megabyte run id: a small
+    set key all the same, no TypeError, and the same identity twice is one run."""
     eng = RuleEngine(Config())
-    for pid in ([1, 2], {"a": 1}, [1, 2]):
-        eng.feed({"kind": "meta", "v": 1, "pid": pid, "t": 0.0})
-    assert [m["pid"] for m in eng.segments.runs] == [[1, 2], {"a": 1}]
+    huge = "r" * 1_000_000
+    for pid, run_id in (([1, 2], "a"), ({"a": 1}, "a"), ([1, 2], "a"), (7, huge), (7, huge)):
+        eng.feed({"kind": "meta", "v": 1, "pid": pid, "run_id": run_id, "t": 0.0})
+    assert [m["pid"] for m in eng.segments.runs] == [[1, 2], {"a": 1}, 7]
+    assert all(len(repr(k)) < 1000 for k in eng.segments._seen)
+
+
+def test_the_writers_named_by_mixed_runs_are_cut() -> None:
+    """Pids are log text of any length: the message names each in at most 40 characters."""
+    records: list[dict[str, Any]] = [
+        {"kind": "meta", "v": 1, "pid": c * 1_000_000, "t": 0.0} for c in "xy"
+    ]
+    for s in range(100):
+        records.append({"kind": "step", "step": s // 2 if s % 2 else 500 + s, "t": 1.0 + s})
+    eng = RuleEngine(Config())
+    eng.feed_many(records)
+    (mixed,) = [a for a in eng.alerts() if a.id == "mixed_runs"]
+    assert len(mixed.message) < 400 and "x" * 40 + ", " + "y" * 40 in mixed.message

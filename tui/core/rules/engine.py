@@ -19,7 +19,7 @@ from dltop.tui.core.alerts import CRITICAL, WARNING, Alert, AlertSink
 from dltop.tui.core.facts import Fact
 from dltop.tui.core.rules.base import Rule, Tracker
 from dltop.tui.core.rules.config import Config
-from dltop.tui.core.rules.evals import eval_losses
+from dltop.tui.core.rules.evals import eval_losses, eval_step
 from dltop.tui.core.rules.figures import Figures
 from dltop.tui.core.rules.segments import Segments
 from dltop.tui.core.rules.window import Block, median_of, present
@@ -214,8 +214,7 @@ class RuleEngine:
                 for h in self._time_hooks:
                     h(self, t)
         elif kind == "eval":
-            step = record.get("step")
-            self.fig.evals.push(step if type(step) is int else self.last_step, eval_losses(record))
+            self.fig.evals.push(eval_step(record, self.last_step), eval_losses(record))
             for h in self._eval_hooks:
                 h(self, record)
         elif kind == "layers":

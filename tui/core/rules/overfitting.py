@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 from dltop.tui.core.alerts import WARNING
 from dltop.tui.core.fmt import number as fmt
 from dltop.tui.core.rules.base import Rule, Tracker
-from dltop.tui.core.rules.evals import MAX_EVAL_SETS, eval_losses
+from dltop.tui.core.rules.evals import MAX_EVAL_SETS, eval_losses, eval_step
 from dltop.tui.core.rules.window import linear_fit, median_of
 
 if TYPE_CHECKING:
@@ -88,7 +88,7 @@ class Overfitting(Rule):
         losses = eval_losses(rec)
         if not losses:
             return
-        step = rec.get("step") if type(rec.get("step")) is int else e.last_step
+        step = eval_step(rec, e.last_step)
         train = e.fig.loss_med
         if train is None:  # no block closed yet: the losses logged so far
             train = median_of(x for x in e.blk.loss if x is not None)

@@ -12,6 +12,7 @@ apart, so the step rules stop and one ``mixed_runs`` warning says so.
 
 from __future__ import annotations
 
+import hashlib
 from collections import deque
 from typing import TYPE_CHECKING, Any
 
@@ -24,15 +25,24 @@ if TYPE_CHECKING:
 MAX_RUNS_KEPT = 16  # metas kept to name the writers in a mixed_runs alert; the rest are counted
 
 
-def run_identity(meta: dict[str, Any]) -> tuple[Any, Any, Any] | str:
-    """What tells two runs apart in their ``meta``: pid, run id, start time, as a set key
-    (its ``repr`` when a hostile log gives a list or an object where a scalar belongs)."""
+MAX_KEY_TEXT = 256  # characters of a run's identity kept as is; a longer one is a digest
+
+
+def run_identity(meta: dict[str, Any]) -> tuple[Any, Any, Any] | bytes:
+    """What tells two runs apart in their ``meta``: pid, run id, start time, as a set key.
+
+    A digest of its ``repr`` when a hostile log gives a list or an object where a scalar
+    belongs (not hashable), or a long string: a key is kept for every run of the file,
+    and must not hold megabytes of it."""
     ident = meta.get("pid"), meta.get("run_id"), meta.get("t")
     try:
         hash(ident)
+        if all(not isinstance(x, str) or len(x) <= MAX_KEY_TEXT for x in ident):
+            return ident
     except TypeError:
-        return repr(ident)
-    return ident
+        pass
+    text = repr(ident).encode("utf-8", "surrogatepass")
+    return hashlib.blake2b(text, digest_size=16).digest()
 
 
 class Segments:
@@ -49,10 +59,9 @@ class Segments:
         # ``_seen`` (a set: a file appended by thousands of runs must not cost runs² compares)
         self.runs: list[dict[str, Any]] = []
         self.count = 0  # distinct runs seen
-        self._seen: set[tuple[Any, Any, Any] | str] = set()
-        # (first step, why) of the first MAX_RUNS_KEPT later segments; all are counted
+        self._seen: set[tuple[Any, Any, Any] | bytes] = set()
+        # (first step, why) of the first MAX_RUNS_KEPT later segments
         self.starts: list[tuple[int | None, str]] = []
-        self.segments = 1
         self.mixed: Alert | None = None  # the mixed_runs alert, once two writers are seen
         self._recent: deque[bool] = deque(
             maxlen=max(self.jumps, int(section["window"]))
@@ -77,7 +86,6 @@ class Segments:
 
     def started(self, step: int | None, why: str) -> None:
         """A new segment began at ``step`` (``None``: at a new run's meta record)."""
-        self.segments += 1
         if len(self.starts) < MAX_RUNS_KEPT:
             self.starts.append((step, why))
 
@@ -109,7 +117,7 @@ class Segments:
             title="Several runs write to this log",
             message=(
                 f"{n} runs append to this file at the same time (pids "
-                f"{', '.join(str(p) for p in pids)}{more}): their steps interleave and cannot be "
+                f"{', '.join(str(p)[:40] for p in pids)}{more}): their steps interleave and cannot be "
                 f"told apart, so the loss, gradient and timing rules stop at step {step}"
             ),
             evidence={"runs": n, "pids": pids, "run_ids": ids, "raised_at_step": step},
