@@ -63,9 +63,13 @@ class BadgeBar(HorizontalScroll, can_focus=False, inherit_bindings=False):
 
     def show(self, alerts: list[Alert], selected: str | None) -> None:
         ordered = newest_first(alerts)
-        sig = tuple(
-            (alert_key(a), a.severity, a.active, a.last_step, a.message) for a in ordered
-        ) + ((selected,),)
+        shown = ordered[:MAX_BADGES]
+        keys = [alert_key(a) for a in shown]
+        if selected is not None and selected not in keys:
+            shown += [a for a in ordered[MAX_BADGES:] if alert_key(a) == selected][:1]
+        # what is drawn, no more: the alerts without a badge change only the count
+        drawn = tuple((alert_key(a), a.severity, a.active, a.last_step, a.message) for a in shown)
+        sig = (drawn, selected, len(ordered))
         if sig == self._signature:
             return
         self._signature = sig
@@ -74,9 +78,6 @@ class BadgeBar(HorizontalScroll, can_focus=False, inherit_bindings=False):
         if not ordered:
             self.mount(Static("no alerts", classes="badge -none"))
             return
-        shown = ordered[:MAX_BADGES]
-        if selected is not None and all(alert_key(a) != selected for a in shown):
-            shown += [a for a in ordered[MAX_BADGES:] if alert_key(a) == selected][:1]
         badges = [Badge(a, alert_key(a) == selected) for a in shown]
         self.mount_all(badges)
         if len(ordered) > len(shown):
