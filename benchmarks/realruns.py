@@ -16,7 +16,8 @@ What "named" means per label (ids at any severity: an isolated non-finite grad n
 a finite loss is information by the severity policy, AMP loss scaling does it on purpose,
 and a plateau after real learning is information too):
   overfitting -> overfitting; diverged -> divergence or loss_spike; nan -> nan_loss or
-  nan_grad; plateau -> plateau; collapsed -> dead_units, plateau, nan_loss or nan_grad;
+  nan_grad; plateau -> plateau; collapsed -> dead_units, plateau, nan_loss, nan_grad
+  or metric_mismatch;
   healthy -> no warning and no critical; unclear -> not scored.
 """
 
@@ -44,7 +45,7 @@ NAMED_BY: dict[str, frozenset[str]] = {
     "diverged": frozenset({"divergence", "loss_spike"}),
     "nan": frozenset({"nan_loss", "nan_grad"}),
     "plateau": frozenset({"plateau"}),
-    "collapsed": frozenset({"dead_units", "plateau", "nan_loss", "nan_grad"}),
+    "collapsed": frozenset({"dead_units", "plateau", "nan_loss", "nan_grad", "metric_mismatch"}),
 }
 LOUD = ("warning", "critical")
 TARGET_WARN, TARGET_CRIT, TARGET_NAMED = 0.05, 0.02, 0.90
@@ -137,7 +138,11 @@ def main() -> int:
             print(f"{label:<12} {len(files):>5} {'-':>6}  (not scored)")
             continue
         ok = [f for f in files if named(label, results[f][2])]
-        print(f"{label:<12} {len(files):>5} {len(ok):>6}")
+        loud = [f for f in ok if named(label, [a for a in results[f][2] if a["severity"] in LOUD])]
+        extra = (
+            f"  ({len(ok) - len(loud)} of them at information only)" if len(loud) < len(ok) else ""
+        )
+        print(f"{label:<12} {len(files):>5} {len(ok):>6}{extra}")
         if label != "healthy":
             faults += len(files)
             faults_named += len(ok)
@@ -156,6 +161,14 @@ def main() -> int:
             f"{100 * warn / len(healthy):.1f} % (target <= {100 * TARGET_WARN:.0f} %); "
             f"with a critical: {crit}/{len(healthy)} = {100 * crit / len(healthy):.1f} % "
             f"(target <= {100 * TARGET_CRIT:.0f} %)"
+        )
+        infos: Counter[str] = Counter()
+        for f in healthy:
+            infos.update({a["id"] for a in results[f][2] if a["severity"] == "info"})
+        quiet = sum(not results[f][2] for f in healthy)
+        print(
+            f"healthy runs with no alert at all: {quiet}/{len(healthy)}; with information, by id: "
+            + (", ".join(f"{i} {n}" for i, n in infos.most_common()) or "none")
         )
     if faults:
         print(

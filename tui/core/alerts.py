@@ -36,6 +36,7 @@ ALERT_IDS = (
     "straggler",
     "mixed_runs",  # several processes append to one log at once (rules/segments.py)
     "records_dropped",  # the probe's writer fell behind; the log lacks records (rules/dropped.py)
+    "metric_mismatch",  # the eval loss falls, no eval metric improves (rules/metrics.py)
 )
 
 

@@ -106,6 +106,9 @@ DEFAULTS: dict[str, dict[str, Any]] = {
         "checks": 2,
     },
     "overfitting": {"enabled": True, "patience": 3, "tolerance": 0.01, "noise_factor": 3.0},
+    # the eval loss >= loss_drop below its first value over >= min_evals evaluations while no
+    # eval metric of known direction ever beat its first value (rules/metrics.py)
+    "metric_mismatch": {"enabled": True, "loss_drop": 0.5, "min_evals": 3},
     # two writers in one file: >= `jumps` backward steps within `window` step records
     "mixed_runs": {"enabled": True, "window": 64, "jumps": 3},
     "records_dropped": {"enabled": True},  # `dropped` events of scope "log" (rules/dropped.py)

@@ -42,6 +42,7 @@ class RuleEngine:
             dropped,
             gradients,
             memory,
+            metrics,
             numeric,
             overfitting,
             plateau,
@@ -141,6 +142,7 @@ class RuleEngine:
         self.plateau_rule = plateau.Plateau(self)
         self.oscillation_rule = progress.Oscillation(self)
         self.overfitting_rule = overfitting.Overfitting(self)
+        self.metric_rule = metrics.MetricMismatch(self)
         self.data_rule = data_bound.DataBound(self)
         self.memory_rule = memory.MemoryGrowth(self)
         self.stall_rule = stall.Stall(self)
@@ -155,6 +157,7 @@ class RuleEngine:
             self.plateau_rule,
             self.oscillation_rule,
             self.overfitting_rule,
+            self.metric_rule,
             self.data_rule,
             self.memory_rule,
             self.stall_rule,

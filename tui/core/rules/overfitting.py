@@ -1,7 +1,11 @@
 """Overfitting: the eval loss stops improving while the train loss keeps falling.
 
 Never from one evaluation: each evaluation set is judged on its own history, against
-its own noise.
+its own noise. Two stages, as early stopping reads a run: information once two
+evaluations in a row sit above the best one (past its best: the best checkpoint is the one
+to keep), withdrawn if a later evaluation sets a new best; a warning once the rise holds
+``patience`` evaluations, clears the noise and has a rising trend. Runs evaluated a few
+times an epoch or once an epoch rarely reach the second stage (3 to 5 evaluations in all).
 """
 
 from __future__ import annotations
@@ -9,7 +13,7 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Any
 
-from dltop.tui.core.alerts import WARNING
+from dltop.tui.core.alerts import INFO, WARNING
 from dltop.tui.core.fmt import number as fmt
 from dltop.tui.core.rules.base import Rule, Tracker
 from dltop.tui.core.rules.evals import MAX_EVAL_SETS, eval_losses, eval_step
@@ -106,23 +110,96 @@ class Overfitting(Rule):
     def _judge(self, e: RuleEngine, es: _EvalSet, tr: Tracker) -> None:
         ev_all = es.evals[-64:]
         n = len(ev_all)
-        if n < self.patience + 2:
+        raw = [x[1] for x in ev_all]
+        early = tr.alert is not None and tr.alert.severity == INFO
+        if early and n >= 2 and raw[-1] <= min(raw[:-1]):
+            tr.retract()  # a new best: the run was not past its best after all
             return
+        if n >= self.patience + 2:
+            self._warn(e, es, tr, ev_all, raw)
+        self._early(e, es, tr, ev_all, raw)  # does nothing once a warning was raised
+
+    def _early(
+        self,
+        e: RuleEngine,
+        es: _EvalSet,
+        tr: Tracker,
+        ev_all: list[tuple[int | None, float, float | None]],
+        raw: list[float],
+    ) -> None:
+        """The first stage: the last ``EARLY_EVALS`` evaluations all above the best one by
+        the tolerance and by sqrt(2 ln n) noise sigmas (when there are enough evaluations to
+        measure the noise), while the train loss fell. Information: two evaluations cannot tell a rise from
+        noise, but they do say which checkpoint is the best so far."""
+        n = len(ev_all)
+        if n < EARLY_EVALS + 1 or (tr.alert is not None and tr.alert.severity != INFO):
+            return  # too few, or a warning episode already (active or over): not demoted
+        # the best single evaluation is the luckiest of n noisy draws, about sqrt(2 ln n)
+        # noise sigmas below the level it was drawn from: a rise must clear that much before
+        # it says anything (with fewer than 5 evaluations the noise is unknown: 0)
+        b = min(range(n), key=lambda i: (raw[i], -i))
+        later = n - 1 - b
+        bstep, bloss, btrain = ev_all[b]
+        step, loss, train = ev_all[-1]
+        noise = _noise(raw)
+        margin = max(self.tol * abs(bloss), noise * math.sqrt(2 * math.log(n)))
+        if (
+            later < EARLY_EVALS
+            or any(x <= bloss + margin for x in raw[-EARLY_EVALS:])
+            or train is None
+            or btrain is None
+            or not train < btrain * (1 - self.tol)
+        ):
+            if tr.active:
+                tr.clear(step)
+            return
+        which = "eval loss" if es.name == "loss" else f"eval {es.name}"
+        ev: dict[str, Any] = {
+            "eval_loss": loss,
+            "eval_loss_best": bloss,
+            "eval_noise": noise,
+            "best_step": bstep,
+            "evals_since_best": later,
+            "train_loss": train,
+            "train_loss_at_best": btrain,
+            "stage": "early",
+        }
+        if es.name != "loss":
+            ev["eval_set"] = es.name
+        msg = (
+            f"{which} {fmt(loss)} has stayed above its best {fmt(bloss)} (step {bstep}) for "
+            f"{later} evaluations while train loss fell {fmt(btrain)} -> {fmt(train)}: the "
+            f"step {bstep} checkpoint is the best so far (a warning once the rise holds "
+            f"{self.patience} evaluations above the noise)"
+        )
+        tr.fire(
+            ev_all[b + 1][0], INFO, "Eval loss past its best", msg, ev, t=e.last_t, refresh=True
+        )
+        tr.hold(step)
+
+    def _warn(
+        self,
+        e: RuleEngine,
+        es: _EvalSet,
+        tr: Tracker,
+        ev_all: list[tuple[int | None, float, float | None]],
+        raw: list[float],
+    ) -> None:
+        """The second stage: a warning (raised over an early information, which it replaces)."""
+        n = len(ev_all)
         # evaluations on a small held-out set are noisy: judge the median of 3 consecutive
         # ones, and demand a rise well above the eval-to-eval noise (from second differences,
         # which a steady trend does not inflate)
-        raw = [x[1] for x in ev_all]
         # the best level: the median of each evaluation and its two neighbours (centred, so
         # the best sits where the evaluations were best, not one or two evaluations later)
         sm = [median_of(raw[max(0, i - 1) : i + 2]) or 0.0 for i in range(n)]
-        d2 = sorted(abs(raw[i + 1] - 2 * raw[i] + raw[i - 1]) for i in range(1, n - 1))
-        noise = 1.4826 * d2[len(d2) // 2] / 6**0.5 if d2 else 0.0
+        noise = _noise(raw)
         b = min(range(n), key=lambda i: (sm[i], -i))  # the latest of equal bests
         bstep, _, btrain = ev_all[b]
         bloss = sm[b]
         later = ev_all[b + 1 :]
         if len(later) < self.patience:
-            if tr.active:
+            if tr.active and tr.alert is not None and tr.alert.severity == WARNING:
                 tr.clear(ev_all[-1][0])
             return
         # the level now: the median of the last `patience` evaluations, whose noise is about
@@ -165,3 +242,14 @@ class Overfitting(Rule):
             )
             tr.fire(later[0][0], WARNING, "Overfitting", msg, ev, t=e.last_t, refresh=True)
             tr.hold(step)
+
+
+EARLY_EVALS = 2  # evaluations in a row above the best for the early stage
+
+
+def _noise(raw: list[float]) -> float:
+    """One evaluation's noise (sigma), from the median absolute second difference (a
+    steady trend does not inflate it); 0 with fewer than 3 of them to go by."""
+    n = len(raw)
+    d2 = sorted(abs(raw[i + 1] - 2 * raw[i] + raw[i - 1]) for i in range(1, n - 1))
+    return 1.4826 * d2[len(d2) // 2] / 6**0.5 if len(d2) >= 3 else 0.0

@@ -3,13 +3,17 @@
 A plateau after the loss has already fallen a long way is usually convergence, not a
 fault: it is reported as information; only a run stuck near its starting loss gets a
 warning.
+
+A run too short for the windows (a fine-tune logged a dozen times, a 60-step smoke run)
+is judged once, when it ends cleanly: thirds of its losses, not windows.
 """
 
 from __future__ import annotations
 
 from collections import deque
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
+from dltop.probe.schema import EV_EXIT
 from dltop.tui.core.alerts import INFO, WARNING, Severity
 from dltop.tui.core.fmt import number as fmt
 from dltop.tui.core.rules.base import Rule, Tracker
@@ -21,6 +25,7 @@ if TYPE_CHECKING:
 
 
 MIN_WINDOW_LOSSES = 5  # losses a plateau window needs, however many steps it spans
+SHORT_RUN_LOSSES = (8, 256)  # a run judged whole at its end: at least 8 losses, under 256
 
 
 class Plateau(Rule):
@@ -46,6 +51,8 @@ class Plateau(Rule):
         self.cur_lr0: float | None = None
         self.seen_jump: int | None = None
         self.first_step: int | None = None
+        self.judged = False  # the windows were compared at least once
+        self.short: list[float] = []  # the first losses, for a run too short for windows
 
     def on_block(self, e: RuleEngine, blk: Block) -> None:
         if not self.on:
@@ -60,6 +67,8 @@ class Plateau(Rule):
         if self.first_step is None:
             self.first_step = steps[0]
         first = self.first_step
+        if len(self.short) < SHORT_RUN_LOSSES[1]:
+            self.short.extend(losses[: SHORT_RUN_LOSSES[1] - len(self.short)])
         # windows in steps, not records: a window closes once it spans cur_len steps and
         # holds a few losses (a log written every 50 steps fills a 50-step window with one)
         for step, loss in zip(steps, losses, strict=True):
@@ -82,6 +91,7 @@ class Plateau(Rule):
         b = self.blocks
         if len(b) <= self.windows:
             return
+        self.judged = True
         lr0, lr1 = b[0][1], b[-1][2]
         if lr1 is not None and lr1 <= 0:
             return  # lr 0: nothing is supposed to move
@@ -135,3 +145,56 @@ class Plateau(Rule):
             self.span = span
         elif self.tr.active and gain >= self.min_imp:
             self.tr.clear(step)
+
+    def on_event(self, e: RuleEngine, rec: dict[str, Any]) -> None:
+        if self.on and rec.get("type") == EV_EXIT and rec.get("status") == "ok":
+            self._whole_run(e)
+
+    def _whole_run(self, e: RuleEngine) -> None:
+        """A run that ended cleanly before its windows could be compared: "not learning"
+        when no third of its losses got ``min_improvement`` below the first third (and the
+        eval loss, if logged, did not improve either). Thirds of a dozen noisy losses are
+        medians of four: a run that learns moves them; one that sits at chance does not."""
+        xs = self.short
+        n = len(xs)
+        if self.judged or self.tr.alert is not None or self.first_step is None:
+            return
+        if not SHORT_RUN_LOSSES[0] <= n < SHORT_RUN_LOSSES[1]:
+            return
+        if e.lr_max is not None and e.lr_max <= 0:
+            return  # lr 0 all along: nothing was supposed to move
+        k = n // 3
+        first = median_of(xs[:k]) or 0.0
+        thirds = [median_of(xs[i : i + k]) or 0.0 for i in range(k, n - k + 1)]
+        last = thirds[-1]
+        if not first:
+            return
+        gain = (first - min(thirds)) / abs(first)
+        now = (first - last) / abs(first)
+        if gain >= self.min_imp or now <= -self.max_rise:
+            return  # it learned at some point, or it rose (divergence's business)
+        eval_gain = e.fig.evals.gain_since(self.first_step)
+        if eval_gain is not None and eval_gain >= self.min_imp:
+            return  # the eval loss improved: learning, whatever the logged train loss says
+        ev: dict[str, Any] = {
+            "losses": n,
+            "first_third_median": first,
+            "best_third_median": min(thirds),
+            "last_third_median": last,
+            "improvement": gain,
+            "total_improvement": now,
+            "loss_first": first,
+            "lr": e.lr,
+            "whole_run": True,
+        }
+        if eval_gain is not None:
+            ev["eval_improvement"] = eval_gain
+        msg = (
+            f"the run ended without learning: median loss {fmt(first)} over its first {k} "
+            f"logged losses, {fmt(last)} over its last {k}, and no stretch of {k} "
+            f"{fmt(100 * self.min_imp)} % better ({n} losses, steps {self.first_step}-{e.last_step})"
+        )
+        if eval_gain is not None:
+            msg += f"; the eval loss moved {fmt(100 * eval_gain)} %"
+        self.tr.fire(self.first_step, WARNING, "Loss plateau (not learning)", msg, ev, t=e.t)
+        self.tr.hold(e.last_step)
