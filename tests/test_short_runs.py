@@ -105,6 +105,28 @@ def test_a_short_run_that_never_learned_is_not_learning_at_its_clean_end() -> No
     assert a.step == 100 and "ended without learning" in a.message
 
 
+def test_a_short_run_still_in_its_lr_warm_up_is_not_called_stuck() -> None:
+    """As the windowed verdict: while lr still rises the loss may wait for it."""
+    recs = _short(AT_CHANCE)
+    for i, r in enumerate(recs[1:-1]):
+        r["lr"] = 1e-5 * (i + 1)  # a linear warm-up over the whole run
+    assert _of(_engine(recs), "plateau") == []
+
+
+def test_a_run_long_enough_for_windows_gets_their_verdict_only() -> None:
+    """240 steps: the windows compared it (a 3 % dip in the second window is progress to
+    them); thirds of 80 losses do not see the dip, but a run the windows judged is theirs."""
+    losses = [0.97 if 50 <= i < 100 else 1.0 for i in range(240)]
+    recs: list[dict[str, Any]] = [{"kind": "meta", "v": 1, "run_id": "t"}]
+    recs += [
+        {"kind": "step", "step": i, "t": float(i), "loss": x, "lr": 0.1}
+        for i, x in enumerate(losses)
+    ]
+    recs.append({"kind": "event", "type": "exit", "status": "ok", "step": 239})
+    eng = _engine(recs)
+    assert eng.plateau_rule.judged and _of(eng, "plateau") == []
+
+
 def test_the_whole_run_verdict_waits_for_a_clean_end() -> None:
     assert _of(_engine(_short(AT_CHANCE, end=None)), "plateau") == []  # may still be running
     assert _of(_engine(_short(AT_CHANCE, end="exception")), "plateau") == []  # a crash says more

@@ -163,12 +163,14 @@ class Plateau(Rule):
             return
         if e.lr_max is not None and e.lr_max <= 0:
             return  # lr 0 all along: nothing was supposed to move
+        if e.lr_initial is not None and e.lr is not None and e.lr > 1.2 * e.lr_initial:
+            return  # lr still rising at the end: all warm-up, the loss may wait for it
         k = n // 3
         first = median_of(xs[:k]) or 0.0
-        thirds = [median_of(xs[i : i + k]) or 0.0 for i in range(k, n - k + 1)]
-        last = thirds[-1]
         if not first:
             return
+        thirds = [median_of(xs[i : i + k]) or 0.0 for i in range(k, n - k + 1)]
+        last = thirds[-1]
         gain = (first - min(thirds)) / abs(first)
         now = (first - last) / abs(first)
         if gain >= self.min_imp or now <= -self.max_rise:
@@ -183,7 +185,6 @@ class Plateau(Rule):
             "last_third_median": last,
             "improvement": gain,
             "total_improvement": now,
-            "loss_first": first,
             "lr": e.lr,
             "whole_run": True,
         }
