@@ -38,6 +38,22 @@ MAX_CONTAINERS = MAX_ENTRIES + 1000  # objects and lists parsed from one file (a
 STATE_KEYS = ("global_step", "max_steps", "logging_steps", "eval_steps", "num_train_epochs")
 
 
+def _stopping(state: dict[str, Any]) -> bool:
+    """The state says the Trainer was ending the run: ``global_step`` reached ``max_steps``,
+    or ``should_training_stop`` was set (early stopping, or the last step). The summary
+    entry is written after the last checkpoint is saved, so a checkpoint's own
+    trainer_state.json never has it: without this, a finished run read from its last
+    checkpoint would look cut short."""
+    gs, ms = state.get("global_step"), state.get("max_steps")
+    ints = all(isinstance(x, int) and not isinstance(x, bool) for x in (gs, ms))
+    if ints and 0 < ms <= gs:  # type: ignore[operator]
+        return True
+    control = state.get("stateful_callbacks")
+    control = control.get("TrainerControl") if isinstance(control, dict) else None
+    args = control.get("args") if isinstance(control, dict) else None
+    return isinstance(args, dict) and args.get("should_training_stop") is True
+
+
 def _parse_int(text: str) -> int | float:
     """JSON integers: a huge one becomes a float (±inf beyond range), never a ValueError
     from Python's digit limit."""
@@ -141,6 +157,8 @@ def load(path: str, shown: str | None = None) -> ForeignLog:
     }
     log.records.append(meta_record(HF, log.path, notes, trainer_state=info or None))
     log.records.extend(body)
+    if not finished and last_step is not None and _stopping(state):
+        finished, ended = True, last_step
     if finished:
         log.records.append(exit_record(ended if ended is not None else last_step))
     log.skipped = skipped

@@ -142,6 +142,8 @@ class Overfitting(Rule):
         bstep, bloss, btrain = ev_all[b]
         step, loss, train = ev_all[-1]
         noise = _noise(raw)
+        if n >= 6:  # enough for third differences too: the smaller of the two
+            noise = min(noise, _bend_free_noise(raw))
         margin = max(self.tol * abs(bloss), noise * math.sqrt(2 * math.log(n)))
         if (
             later < EARLY_EVALS
@@ -253,3 +255,12 @@ def _noise(raw: list[float]) -> float:
     n = len(raw)
     d2 = sorted(abs(raw[i + 1] - 2 * raw[i] + raw[i - 1]) for i in range(1, n - 1))
     return 1.4826 * d2[len(d2) // 2] / 6**0.5 if len(d2) >= 3 else 0.0
+
+
+def _bend_free_noise(raw: list[float]) -> float:
+    """The same from third differences, which the bend of a descent that levels off does not
+    inflate either: second differences read that bend as noise, and the early stage asks
+    exactly where a descent levels off. 0 with fewer than 3 of them to go by."""
+    n = len(raw)
+    d3 = sorted(abs(raw[i + 2] - 3 * raw[i + 1] + 3 * raw[i] - raw[i - 1]) for i in range(1, n - 2))
+    return 1.4826 * d3[len(d3) // 2] / 20**0.5 if len(d3) >= 3 else 0.0

@@ -17,7 +17,7 @@ from dltop.probe.schema import EV_EXIT
 from dltop.tui.core.alerts import INFO, WARNING, Severity
 from dltop.tui.core.fmt import number as fmt
 from dltop.tui.core.rules.base import Rule, Tracker
-from dltop.tui.core.rules.window import finite_losses, median_of
+from dltop.tui.core.rules.window import falling_z, finite_losses, median_of
 
 if TYPE_CHECKING:
     from dltop.tui.core.rules.engine import RuleEngine
@@ -26,6 +26,19 @@ if TYPE_CHECKING:
 
 MIN_WINDOW_LOSSES = 5  # losses a plateau window needs, however many steps it spans
 SHORT_RUN_LOSSES = (8, 256)  # a run judged whole at its end: at least 8 losses, under 256
+# a short run "got better" only when its thirds fall by this many standard deviations of a
+# rank test as well as by min_improvement in median: the best of many noisy stretches is
+# 1 % lower by luck alone
+NOISE_Z = 2.0
+RANKED_THIRD = 8  # losses per third from which the rank test can tell (3 thirds of 8)
+
+
+def warming_up(lr0: float | None, lr1: float | None, lr_max: float | None) -> bool:
+    """The lr rose from ``lr0`` to ``lr1`` and ``lr1`` is the highest it has been: a warm-up
+    still going. A schedule that warmed up from 0 and has decayed since is past it."""
+    if lr0 is None or lr1 is None or not lr1 > 1.2 * lr0:
+        return False
+    return lr_max is None or lr1 >= 0.999 * lr_max
 
 
 class Plateau(Rule):
@@ -95,7 +108,7 @@ class Plateau(Rule):
         lr0, lr1 = b[0][1], b[-1][2]
         if lr1 is not None and lr1 <= 0:
             return  # lr 0: nothing is supposed to move
-        if lr0 is not None and lr1 is not None and lr1 > 1.2 * lr0:
+        if warming_up(lr0, lr1, e.lr_max):
             return  # lr still rising: a warm-up, the loss may wait for it
         meds = [x[0] for x in b]
         base = meds[0]
@@ -163,7 +176,7 @@ class Plateau(Rule):
             return
         if e.lr_max is not None and e.lr_max <= 0:
             return  # lr 0 all along: nothing was supposed to move
-        if e.lr_initial is not None and e.lr is not None and e.lr > 1.2 * e.lr_initial:
+        if warming_up(e.lr_initial, e.lr, e.lr_max):
             return  # lr still rising at the end: all warm-up, the loss may wait for it
         k = n // 3
         first = median_of(xs[:k]) or 0.0
@@ -173,7 +186,13 @@ class Plateau(Rule):
         last = thirds[-1]
         gain = (first - min(thirds)) / abs(first)
         now = (first - last) / abs(first)
-        if gain >= self.min_imp or now <= -self.max_rise:
+        # the rank test, once the thirds are long enough for it to tell a fall from noise
+        z = (
+            falling_z([sorted(xs[i : i + k]) for i in (0, k, 2 * k)])
+            if k >= RANKED_THIRD
+            else NOISE_Z
+        )
+        if (gain >= self.min_imp and z >= NOISE_Z) or now <= -self.max_rise:
             return  # it learned at some point, or it rose (divergence's business)
         eval_gain = e.fig.evals.gain_since(self.first_step)
         if eval_gain is not None and eval_gain >= self.min_imp:
@@ -184,6 +203,7 @@ class Plateau(Rule):
             "best_third_median": min(thirds),
             "last_third_median": last,
             "improvement": gain,
+            "rank_z": z,
             "total_improvement": now,
             "lr": e.lr,
             "whole_run": True,
@@ -192,10 +212,20 @@ class Plateau(Rule):
             ev["eval_improvement"] = eval_gain
         msg = (
             f"the run ended without learning: median loss {fmt(first)} over its first {k} "
-            f"logged losses, {fmt(last)} over its last {k}, and no stretch of {k} "
-            f"{fmt(100 * self.min_imp)} % better ({n} losses, steps {self.first_step}-{e.last_step})"
+            f"logged losses, {fmt(last)} over its last {k}; its best stretch of {k}: "
+            f"{_why(gain, z, self.min_imp)} ({n} losses, steps {self.first_step}-{e.last_step})"
         )
         if eval_gain is not None:
             msg += f"; the eval loss moved {fmt(100 * eval_gain)} %"
         self.tr.fire(self.first_step, WARNING, "Loss plateau (not learning)", msg, ev, t=e.t)
         self.tr.hold(e.last_step)
+
+
+def _why(gain: float, z: float, min_imp: float) -> str:
+    """Why a stretch does not count as better: too little, or not clear of the noise."""
+    if gain < min_imp:
+        return f"{fmt(100 * gain)} % better, < {fmt(100 * min_imp)} %"
+    return (
+        f"{fmt(100 * gain)} % better, but the thirds show no fall beyond the noise "
+        f"(rank test z {fmt(z)} < {fmt(NOISE_Z)})"
+    )

@@ -145,6 +145,39 @@ def linear_fit(xs: list[float], ys: list[float]) -> tuple[float, float]:
     return slope, (sxy * sxy) / (sxx * syy)
 
 
+def _below(a: list[float], b: list[float]) -> float:
+    """Pairs (x of a, y of b) with y < x, ties counted half; both sorted: one merge."""
+    u = 0.0
+    lo = hi = 0  # b[:lo] < x, b[:hi] <= x, for the current x of a (both only grow)
+    for x in a:
+        while lo < len(b) and b[lo] < x:
+            lo += 1
+        hi = max(hi, lo)
+        while hi < len(b) and b[hi] <= x:
+            hi += 1
+        u += lo + 0.5 * (hi - lo)
+    return u
+
+
+def falling_z(groups: list[list[float]]) -> float:
+    """How surely a series falls across consecutive stretches (each sorted, in time order):
+    the Jonckheere-Terpstra statistic, pairs of values where the later one is lower, in
+    standard deviations from what noise alone gives. Scale-free and robust: one wild loss
+    moves it by one rank, a trend inside a stretch only widens it, and every stretch's
+    values count (5 stretches of 5 losses can show a fall that no two of them can)."""
+    sizes = [len(g) for g in groups if g]
+    groups = [g for g in groups if g]
+    n = sum(sizes)
+    sq = sum(m * m for m in sizes)
+    var = (n * n * (2 * n + 3) - sum(m * m * (2 * m + 3) for m in sizes)) / 72
+    if len(groups) < 2 or var <= 0:
+        return 0.0
+    j = sum(
+        _below(groups[i], groups[k]) for i in range(len(groups)) for k in range(i + 1, len(groups))
+    )
+    return (j - (n * n - sq) / 4) / var**0.5
+
+
 def log_spread(s: list[float]) -> float:
     """Robust sigma of log(x) from the 16th/84th percentiles of a sorted window (0 if not positive)."""
     n = len(s)
