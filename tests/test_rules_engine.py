@@ -154,6 +154,24 @@ def test_a_disabled_rule_stays_silent() -> None:
     assert alerts_of(run_engine(run, {"nan_loss.enabled": "false"}), "nan_loss") == []
 
 
+@pytest.mark.parametrize(
+    "section",
+    ["data_bound", "divergence", "memory_growth", "metric_mismatch", "overfitting", "plateau",
+     "oscillation", "loss_spike", "grad_explosion", "stall"],
+)  # fmt: skip
+def test_each_section_turns_off_its_own_rule_only(section: str) -> None:
+    """``enabled = false`` in a section reaches exactly the rule that reads it."""
+    from dltop.tui.core.rules.base import Rule
+
+    eng = RuleEngine(Config({section: {"enabled": False}}))
+    rules = [r for r in vars(eng).values() if isinstance(r, Rule) and hasattr(r, "on")]
+    off = [type(r).__name__ for r in rules if not r.on]
+    assert len(off) == 1 and len(rules) >= 10, (off, len(rules))
+    assert all(
+        r.on for r in vars(RuleEngine()).values() if isinstance(r, Rule) and hasattr(r, "on")
+    )
+
+
 def test_odd_records_never_raise() -> None:
     eng = RuleEngine()
     odd = [

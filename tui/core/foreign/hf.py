@@ -45,8 +45,7 @@ def _stopping(state: dict[str, Any]) -> bool:
     trainer_state.json never has it: without this, a finished run read from its last
     checkpoint would look cut short."""
     gs, ms = state.get("global_step"), state.get("max_steps")
-    ints = all(isinstance(x, int) and not isinstance(x, bool) for x in (gs, ms))
-    if ints and 0 < ms <= gs:  # type: ignore[operator]
+    if type(gs) is int and type(ms) is int and 0 < ms <= gs:  # not bool, not a string
         return True
     control = state.get("stateful_callbacks")
     control = control.get("TrainerControl") if isinstance(control, dict) else None

@@ -23,6 +23,13 @@ class Rule:
     def __init__(self, engine: RuleEngine) -> None:
         self.e = engine
         self.cfg = engine.config
+        self.on = True
+
+    def settings(self, section: str) -> dict[str, Any]:
+        """The rule's config section; ``self.on`` from its ``enabled`` key."""
+        c = self.cfg.section(section)
+        self.on = bool(c["enabled"])
+        return c
 
     def on_block(self, e: RuleEngine, b: Block) -> None:  # every block of steps
         pass

@@ -31,8 +31,7 @@ _ZERO = 0.0
 class DataBound(Rule):
     def __init__(self, engine: RuleEngine) -> None:
         super().__init__(engine)
-        c = self.cfg.section("data_bound")
-        self.on = bool(c["enabled"])
+        c = self.settings("data_bound")
         self.warn, self.crit = float(c["warn"]), float(c["critical"])
         self.min_steps = int(c["min_steps"])
         self.min_dt = float(c["min_data_time"])

@@ -53,8 +53,7 @@ class Divergence(Rule):
 
     def __init__(self, engine: RuleEngine) -> None:
         super().__init__(engine)
-        c = self.cfg.section("divergence")
-        self.on = bool(c["enabled"])
+        c = self.settings("divergence")
         self.alpha = 2.0 / (max(1, int(c["span"])) + 1.0)
         self.noise_gain = math.sqrt(self.alpha / (2.0 - self.alpha))
         self.log_ratio = math.log(max(1.0 + 1e-9, float(c["ratio"])))

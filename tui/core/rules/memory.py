@@ -29,8 +29,7 @@ class MemoryGrowth(Rule):
 
     def __init__(self, engine: RuleEngine) -> None:
         super().__init__(engine)
-        c = self.cfg.section("memory_growth")
-        self.on = bool(c["enabled"])
+        c = self.settings("memory_growth")
         self.min_growth = float(c["min_growth_mib"]) * MIB
         self.limit_frac = float(c["limit_fraction"])
         self.min_steps = int(c["min_steps"])

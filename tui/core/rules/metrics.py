@@ -101,8 +101,7 @@ class _Metric:
 class MetricMismatch(Rule):
     def __init__(self, engine: RuleEngine) -> None:
         super().__init__(engine)
-        c = self.cfg.section("metric_mismatch")
-        self.on = bool(c["enabled"])
+        c = self.settings("metric_mismatch")
         self.drop = float(c["loss_drop"])
         self.min_evals = max(2, int(c["min_evals"]))
         self.metrics: dict[str, _Metric] = {}

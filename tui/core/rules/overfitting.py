@@ -23,6 +23,11 @@ if TYPE_CHECKING:
     from dltop.tui.core.rules.engine import RuleEngine
 
 
+# one evaluation: (step, eval loss, train loss at that step)
+Evaluation = tuple[int | None, float, float | None]
+RECENT = 64  # evaluations a judgement reads
+
+
 class _EvalSet:
     """One evaluation set's history: (step, eval loss, train loss at that step)."""
 
@@ -30,14 +35,19 @@ class _EvalSet:
 
     def __init__(self, name: str) -> None:
         self.name = name
-        self.evals: list[tuple[int | None, float, float | None]] = []
+        self.evals: list[Evaluation] = []
         self.best: int | None = None  # index into evals
 
     @property
-    def last(self) -> tuple[int | None, float, float | None] | None:
+    def last(self) -> Evaluation | None:
         return self.evals[-1] if self.evals else None
 
-    def add(self, item: tuple[int | None, float, float | None]) -> None:
+    def recent(self) -> tuple[list[Evaluation], list[float]]:
+        """The last ``RECENT`` evaluations, and their eval losses alone."""
+        evs = self.evals[-RECENT:]
+        return evs, [x[1] for x in evs]
+
+    def add(self, item: Evaluation) -> None:
         self.evals.append(item)
         if len(self.evals) > 512:
             keep = self.evals[self.best] if self.best is not None else None
@@ -58,8 +68,7 @@ class Overfitting(Rule):
 
     def __init__(self, engine: RuleEngine) -> None:
         super().__init__(engine)
-        c = self.cfg.section("overfitting")
-        self.on = bool(c["enabled"])
+        c = self.settings("overfitting")
         self.patience = max(1, int(c["patience"]))
         self.tol = float(c["tolerance"])
         self.noise_k = float(c["noise_factor"])
@@ -73,7 +82,7 @@ class Overfitting(Rule):
         return self.sets.get("loss") or next(iter(self.sets.values()), None)
 
     @property
-    def evals(self) -> list[tuple[int | None, float, float | None]]:
+    def evals(self) -> list[Evaluation]:
         p = self.primary
         return p.evals if p is not None else []
 
@@ -83,7 +92,7 @@ class Overfitting(Rule):
         return p.best if p is not None else None
 
     @property
-    def last(self) -> tuple[int | None, float, float | None] | None:
+    def last(self) -> Evaluation | None:
         p = self.primary
         return p.last if p is not None else None
 
@@ -108,29 +117,27 @@ class Overfitting(Rule):
                 self._judge(e, es, self.trackers[name])
 
     def _judge(self, e: RuleEngine, es: _EvalSet, tr: Tracker) -> None:
-        ev_all = es.evals[-64:]
+        ev_all, raw = es.recent()
         n = len(ev_all)
-        raw = [x[1] for x in ev_all]
         early = tr.alert is not None and tr.alert.severity == INFO
         if early and n >= 2 and raw[-1] <= min(raw[:-1]):
             tr.retract()  # a new best: the run was not past its best after all
             return
         if n >= self.patience + 2:
-            self._warn(e, es, tr, ev_all, raw)
-        self._early(e, es, tr, ev_all, raw)  # does nothing once a warning was raised
+            self._warn(e, es, tr)
+        self._early(e, es, tr)  # does nothing once a warning was raised
 
     def _early(
         self,
         e: RuleEngine,
         es: _EvalSet,
         tr: Tracker,
-        ev_all: list[tuple[int | None, float, float | None]],
-        raw: list[float],
     ) -> None:
         """The first stage: the last ``EARLY_EVALS`` evaluations all above the best one by
         the tolerance and by sqrt(2 ln n) noise sigmas (when there are enough evaluations to
         measure the noise), while the train loss fell. Information: two evaluations cannot tell a rise from
         noise, but they do say which checkpoint is the best so far."""
+        ev_all, raw = es.recent()
         n = len(ev_all)
         if n < EARLY_EVALS + 1 or (tr.alert is not None and tr.alert.severity != INFO):
             return  # too few, or a warning episode already (active or over): not demoted
@@ -143,7 +150,7 @@ class Overfitting(Rule):
         step, loss, train = ev_all[-1]
         noise = _noise(raw)
         if n >= 6:  # enough for third differences too: the smaller of the two
-            noise = min(noise, _bend_free_noise(raw))
+            noise = min(noise, _noise(raw, order=3))
         margin = max(self.tol * abs(bloss), noise * math.sqrt(2 * math.log(n)))
         if (
             later < EARLY_EVALS
@@ -184,10 +191,9 @@ class Overfitting(Rule):
         e: RuleEngine,
         es: _EvalSet,
         tr: Tracker,
-        ev_all: list[tuple[int | None, float, float | None]],
-        raw: list[float],
     ) -> None:
         """The second stage: a warning (raised over an early information, which it replaces)."""
+        ev_all, raw = es.recent()
         n = len(ev_all)
         # evaluations on a small held-out set are noisy: judge the median of 3 consecutive
         # ones, and demand a rise well above the eval-to-eval noise (from second differences,
@@ -249,18 +255,21 @@ class Overfitting(Rule):
 EARLY_EVALS = 2  # evaluations in a row above the best for the early stage
 
 
-def _noise(raw: list[float]) -> float:
-    """One evaluation's noise (sigma), from the median absolute second difference (a
-    steady trend does not inflate it); 0 with fewer than 3 of them to go by."""
-    n = len(raw)
-    d2 = sorted(abs(raw[i + 1] - 2 * raw[i] + raw[i - 1]) for i in range(1, n - 1))
-    return 1.4826 * d2[len(d2) // 2] / 6**0.5 if len(d2) >= 3 else 0.0
+# finite differences of order 2 and 3: their coefficients, and the sigma of one of them
+# over independent noise of sigma 1 (the root of the sum of the squared coefficients)
+_DIFFS = {2: ((1, -2, 1), 6**0.5), 3: ((-1, 3, -3, 1), 20**0.5)}
 
 
-def _bend_free_noise(raw: list[float]) -> float:
-    """The same from third differences, which the bend of a descent that levels off does not
-    inflate either: second differences read that bend as noise, and the early stage asks
-    exactly where a descent levels off. 0 with fewer than 3 of them to go by."""
-    n = len(raw)
-    d3 = sorted(abs(raw[i + 2] - 3 * raw[i + 1] + 3 * raw[i] - raw[i - 1]) for i in range(1, n - 2))
-    return 1.4826 * d3[len(d3) // 2] / 20**0.5 if len(d3) >= 3 else 0.0
+def _noise(raw: list[float], order: int = 2) -> float:
+    """One evaluation's noise (sigma), from the median absolute difference of ``order``:
+    second differences are not inflated by a steady trend, third differences not by the
+    bend of a descent that levels off either (second differences read that bend as noise,
+    and the early stage asks exactly where a descent levels off). 0 with fewer than 3
+    differences to go by."""
+    coef, scale = _DIFFS[order]
+    k = len(coef)
+    d = sorted(
+        abs(sum(c * x for c, x in zip(coef, raw[i : i + k], strict=True)))
+        for i in range(len(raw) - k + 1)
+    )
+    return 1.4826 * d[len(d) // 2] / scale if len(d) >= 3 else 0.0

@@ -32,8 +32,7 @@ class Oscillation(Rule):
 
     def __init__(self, engine: RuleEngine) -> None:
         super().__init__(engine)
-        c = self.cfg.section("oscillation")
-        self.on = bool(c["enabled"])
+        c = self.settings("oscillation")
         self.block = max(3, int(c["block"]))
         self.nblocks = max(6, int(c["blocks"]))
         self.min_blocks = max(4, int(c["min_blocks"]))

@@ -31,8 +31,7 @@ QUIET_TO_CLEAR = 20  # steps without a trigger before a spike/explosion episode 
 class LossSpike(Rule):
     def __init__(self, engine: RuleEngine) -> None:
         super().__init__(engine)
-        c = self.cfg.section("loss_spike")
-        self.on = bool(c["enabled"])
+        c = self.settings("loss_spike")
         self.ratio = float(c["ratio"])
         self.over_max = float(c["over_max"])
         self.min_samples = int(c["min_samples"])
@@ -95,8 +94,7 @@ class LossSpike(Rule):
 class GradExplosion(Rule):
     def __init__(self, engine: RuleEngine) -> None:
         super().__init__(engine)
-        c = self.cfg.section("grad_explosion")
-        self.on = bool(c["enabled"])
+        c = self.settings("grad_explosion")
         self.crit = float(c["critical_ratio"])
         self.warn = float(c["warn_ratio"])
         self.k = int(c["warn_k"])

@@ -28,8 +28,7 @@ class Stall(Rule):
 
     def __init__(self, engine: RuleEngine) -> None:
         super().__init__(engine)
-        c = self.cfg.section("stall")
-        self.on = bool(c["enabled"])
+        c = self.settings("stall")
         self.wf, self.cf = float(c["warn_factor"]), float(c["critical_factor"])
         self.wfloor, self.cfloor = float(c["floor_s"]), float(c["critical_floor_s"])
         self.startup = float(c["startup_s"])
