@@ -11,6 +11,9 @@ from typing import Any
 import pytest
 from dltop.tui.core import foreign
 from dltop.tui.core.foreign import names
+from dltop.tui.core.panels import PANEL_BY_KEY, store_chart
+from dltop.tui.core.store import Store
+from dltop.tui.core.view_model import ViewState
 from foreignkit import check_json, dltop, one_line_error
 
 torch = pytest.importorskip("torch")
@@ -134,3 +137,23 @@ def test_hostile_column_names_reach_the_terminal_escaped(tmp_path: Path) -> None
     assert done.returncode in (0, 1, 2), done.stderr
     assert "\x1b" not in done.stdout and "\u202e" not in done.stdout and "\x07" not in done.stdout
     assert "note:" in done.stdout and "training loss from column" in done.stdout
+
+
+def test_panels_of_another_tools_log_say_what_it_lacks(tmp_path: Path) -> None:
+    """A metrics.csv never had a grad norm or step timings: its empty panels say so
+    rather than give the probe's hints (``pass model=``), which a CSV cannot take; a
+    dltop log keeps the hints."""
+    p = tmp_path / "metrics.csv"
+    p.write_text("epoch,step,train_loss\n" + "".join(f"0,{s},{2.0 - s / 100}\n" for s in range(30)))
+    store = Store()
+    store.ingest(foreign.load(str(p)).records)
+    empty = {k: store_chart(store, k, ViewState(), 40).empty_text for k in PANEL_BY_KEY}
+    assert empty["grad_norm"] == "no grad norm in this Lightning log"
+    assert empty["step_time"] == "no step timings in this Lightning log"
+    assert empty["memory"] == "no memory readings in this Lightning log"
+    assert not any("pass " in text for text in empty.values())
+    ours = Store()
+    ours.ingest([{"kind": "meta", "v": 1, "run_id": "r"}, {"kind": "step", "step": 0, "loss": 1.0}])
+    assert store_chart(ours, "grad_norm", ViewState(), 40).empty_text.startswith(
+        "no grad norm (pass model="
+    )

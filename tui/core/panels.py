@@ -10,11 +10,12 @@ must be redrawn at all: its series' versions plus the view, so idle panels cost 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from dltop.tui.core.chartdata import ALT, ALT2, EMA, EVAL, RAW, ChartData, Trace, wants_log
 from dltop.tui.core.fmt import compact as format_value
+from dltop.tui.core.foreign.common import TOOL_NAME
 from dltop.tui.core.safetext import visible
 
 if TYPE_CHECKING:
@@ -51,6 +52,9 @@ class PanelSpec:
     smooth: bool = False  # EMA overlay on the first series
     y_floor: float | None = None
     empty: str = "waiting for data"
+    # what the panel draws, for "no <missing> in this Lightning log": another tool's log
+    # cannot take the probe's hints (pass model=...); it simply never had the values
+    missing: str = ""
     minor: bool = False  # hidden on small terminals (still reachable with its number key)
 
 
@@ -66,6 +70,7 @@ PANELS: tuple[PanelSpec, ...] = (
         smooth=True,
         auto_log=True,
         empty="no loss yet",
+        missing="loss",
     ),
     PanelSpec(
         "grad_norm",
@@ -73,12 +78,14 @@ PANELS: tuple[PanelSpec, ...] = (
         (Series("grad_norm", "norm"),),
         log=True,
         empty="no grad norm (pass model= or grad_norm=)",
+        missing="grad norm",
     ),
     PanelSpec(
         "lr",
         "learning rate",
         (Series("lr", "lr"),),
         empty="no lr (pass optimizer= or lr=)",
+        missing="learning rate",
         minor=True,
     ),
     PanelSpec(
@@ -93,6 +100,7 @@ PANELS: tuple[PanelSpec, ...] = (
         unit="s",
         y_floor=0.0,
         empty="no step timings",
+        missing="step timings",
     ),
     PanelSpec(
         "memory",
@@ -105,6 +113,7 @@ PANELS: tuple[PanelSpec, ...] = (
         unit="B",
         y_floor=0.0,
         empty="no memory readings",
+        missing="memory readings",
     ),
     PanelSpec(
         "gpu",
@@ -120,6 +129,7 @@ PANELS: tuple[PanelSpec, ...] = (
         (Series("samples_per_s", "samples/s"),),
         y_floor=0.0,
         empty="no throughput (pass batch_size or samples)",
+        missing="throughput",
         minor=True,
     ),
 )
@@ -131,18 +141,25 @@ CPU_MEMORY = PanelSpec(
     unit="B",
     y_floor=0.0,
     empty="no memory readings",
+    missing="memory readings",
 )
 
 
 def panel_spec(store: Store, key: str) -> PanelSpec:
-    """The spec to draw now: the memory panel shows RSS when the log has no CUDA memory."""
+    """The spec to draw now: the memory panel shows RSS when the log has no CUDA memory;
+    another tool's log says what it lacks instead of the probe's hints."""
     if (
         key == "memory"
         and store.series("mem_allocated") is None
         and store.series("mem_reserved") is None
     ):
-        return CPU_MEMORY
-    return PANEL_BY_KEY[key]
+        spec = CPU_MEMORY
+    else:
+        spec = PANEL_BY_KEY[key]
+    tool = TOOL_NAME.get(str((store.meta or {}).get("format")))
+    if tool is not None and spec.missing:
+        return replace(spec, empty=f"no {spec.missing} in this {tool} log")
+    return spec
 
 
 def _store(model: RunModel) -> Store:

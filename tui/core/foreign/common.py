@@ -30,6 +30,8 @@ SOURCE_NOTE = {
     LIGHTNING: "PyTorch Lightning CSVLogger metrics.csv (read-only; converted by dltop)",
     TENSORBOARD: "TensorBoard event files, scalars only (read-only; converted by dltop)",
 }
+# the tool each format comes from, as a sentence names it ("not in this Lightning log")
+TOOL_NAME = {HF: "Hugging Face Trainer", LIGHTNING: "Lightning", TENSORBOARD: "TensorBoard"}
 
 
 @dataclass
