@@ -48,7 +48,15 @@ class _EvalSet:
         return evs, [x[1] for x in evs]
 
     def add(self, item: Evaluation) -> None:
-        self.evals.append(item)
+        last = self.last
+        if last is not None and item[0] is not None and item[0] == last[0]:
+            # the same checkpoint evaluated again (a Trainer's final evaluate() after its
+            # last in-loop one): one evaluation, the latest value, not a second data point
+            # that makes a level look like a trend
+            self.evals[-1] = item
+            self.best = None  # found again below (the replaced one may have been the best)
+        else:
+            self.evals.append(item)
         if len(self.evals) > 512:
             keep = self.evals[self.best] if self.best is not None else None
             self.evals = self.evals[-256:]
@@ -218,11 +226,13 @@ class Overfitting(Rule):
         worse = level > bloss + margin and raw[-1] > bloss
         if not worse or train is None or btrain is None:
             return
-        # ... and a real upward trend since the best, not one lucky low evaluation
-        pts = raw[b:]
+        # ... and a real upward trend since the best, not one lucky low evaluation: fitted
+        # to the evaluations after it (the best was picked for being low, and a line from
+        # it rises by regression to the mean alone), at the t so few points must clear
+        pts = raw[b + 1 :]
         slope, r2 = linear_fit([float(i) for i in range(len(pts))], pts)
         tstat = (r2 * (len(pts) - 2) / (1 - r2)) ** 0.5 if r2 < 1 else math.inf
-        if slope <= 0 or tstat < 2.0:
+        if slope <= 0 or tstat < t_critical(len(pts) - 2):
             return
         train_falls = train < btrain * (1 - self.tol)
         gap, bgap = level - train, bloss - btrain
@@ -253,6 +263,23 @@ class Overfitting(Rule):
 
 
 EARLY_EVALS = 2  # evaluations in a row above the best for the early stage
+
+# Student's t at one-sided 97.5 % (the "t >= 2" of a long series) for 1..30 degrees of
+# freedom: a slope through 4 noisy evaluations reaches t = 2 by chance about one time in
+# ten (df 2), so "a real upward trend" needs the t a sample that small must clear
+_T975 = (
+    12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228,
+    2.201, 2.179, 2.160, 2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086,
+    2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042,
+)  # fmt: skip
+
+
+def t_critical(df: int) -> float:
+    """The t a least-squares slope with ``df`` degrees of freedom must reach to be a trend
+    (one-sided 97.5 %; 2.0 past 30, where the old fixed bar was right)."""
+    if df < 1:
+        return math.inf
+    return _T975[df - 1] if df <= len(_T975) else 2.0
 
 
 # finite differences of order 2 and 3: their coefficients, and the sigma of one of them
