@@ -222,3 +222,27 @@ def test_a_rank_block_keeps_a_bounded_sample() -> None:
     times.feed({"kind": "step", "step": 3, "step_time": 0.1} for _ in range(10 * BUCKET_RECORDS))
     times.finish()
     assert times.step == {0: 0.1} and len(times._s) == 0
+
+
+def test_a_converged_run_with_noisy_evaluations_does_not_warn() -> None:
+    """Converged (the train loss within 3 % of its floor for the last two thirds), evaluated
+    every 50 steps with 10 % noise, on 12 seeds: the best evaluation is the luckiest of
+    ~30 draws, about sqrt(2 ln n) sigmas below the level, and a rise must clear that too.
+    Without it, seeds 7 and 9 warned."""
+    import math
+    import random
+
+    warned = []
+    for seed in range(12):
+        r = random.Random(seed)
+        run = Run(
+            steps=1500,
+            tau=150,
+            noise=0.05,
+            eval_every=50,
+            seed=seed,
+            eval_at=lambda i, x, r=r: x * math.exp(0.1 * r.gauss(0, 1)),
+        )
+        if any(a.severity != "info" for a in alerts_of(run_engine(run), "overfitting")):
+            warned.append(seed)
+    assert warned == []

@@ -156,10 +156,8 @@ class Overfitting(Rule):
         later = n - 1 - b
         bstep, bloss, btrain = ev_all[b]
         step, loss, train = ev_all[-1]
-        noise = _noise(raw)
-        if n >= 6:  # enough for third differences too: the smaller of the two
-            noise = min(noise, _noise(raw, order=3))
-        margin = max(self.tol * abs(bloss), noise * math.sqrt(2 * math.log(n)))
+        noise = eval_noise(raw)
+        margin = max(self.tol * abs(bloss), noise * _luck(n))
         if (
             later < EARLY_EVALS
             or any(x <= bloss + margin for x in raw[-EARLY_EVALS:])
@@ -209,7 +207,7 @@ class Overfitting(Rule):
         # the best level: the median of each evaluation and its two neighbours (centred, so
         # the best sits where the evaluations were best, not one or two evaluations later)
         sm = [median_of(raw[max(0, i - 1) : i + 2]) or 0.0 for i in range(n)]
-        noise = _noise(raw)
+        noise = eval_noise(raw)
         b = min(range(n), key=lambda i: (sm[i], -i))  # the latest of equal bests
         bstep, _, btrain = ev_all[b]
         bloss = sm[b]
@@ -221,7 +219,13 @@ class Overfitting(Rule):
         # the level now: the median of the last `patience` evaluations, whose noise is about
         # 1.25 / sqrt(patience) of one evaluation's
         level = median_of(raw[-self.patience :]) or 0.0
-        margin = max(self.tol * abs(bloss), self.noise_k * noise * 1.2533 / self.patience**0.5)
+        # ... plus how far below its level the best of n smoothed evaluations lies by luck
+        # alone (a median of 3 has 1.25 / sqrt(3) of one evaluation's noise): the best is
+        # the minimum of a noisy series, never a baseline as it stands
+        luck = _luck(n) * noise * 1.2533 / 3**0.5
+        margin = max(
+            self.tol * abs(bloss), self.noise_k * noise * 1.2533 / self.patience**0.5 + luck
+        )
         step, loss, train = ev_all[-1]
         worse = level > bloss + margin and raw[-1] > bloss
         if not worse or train is None or btrain is None:
@@ -264,6 +268,13 @@ class Overfitting(Rule):
 
 EARLY_EVALS = 2  # evaluations in a row above the best for the early stage
 
+
+def _luck(n: int) -> float:
+    """How many noise sigmas the best of ``n`` noisy values lies below the level they
+    were drawn from, about sqrt(2 ln n): the luckiest draw."""
+    return math.sqrt(2 * math.log(n)) if n > 1 else 0.0
+
+
 # Student's t at one-sided 97.5 % (the "t >= 2" of a long series) for 1..30 degrees of
 # freedom: a slope through 4 noisy evaluations reaches t = 2 by chance about one time in
 # ten (df 2), so "a real upward trend" needs the t a sample that small must clear
@@ -285,6 +296,13 @@ def t_critical(df: int) -> float:
 # finite differences of order 2 and 3: their coefficients, and the sigma of one of them
 # over independent noise of sigma 1 (the root of the sum of the squared coefficients)
 _DIFFS = {2: ((1, -2, 1), 6**0.5), 3: ((-1, 3, -3, 1), 20**0.5)}
+
+
+def eval_noise(raw: list[float]) -> float:
+    """One evaluation's noise for both stages: from second differences, and from 6
+    evaluations on the smaller of that and the third-difference estimate."""
+    noise = _noise(raw)
+    return min(noise, _noise(raw, order=3)) if len(raw) >= 6 else noise
 
 
 def _noise(raw: list[float], order: int = 2) -> float:
