@@ -1,6 +1,6 @@
 """Healthy synthetic runs across seeds and shapes: which rules warn or go critical.
 
-    .venv/bin/python benchmarks/healthy_sweep.py            # 576 runs, ~15 s
+    .venv/bin/python benchmarks/healthy_sweep.py            # 576 runs, ~10 s
     .venv/bin/python benchmarks/healthy_sweep.py --seeds 4  # a quicker look
 
 Why: the fault suite's healthy runs are 20 fixed trainings and the real corpus is what

@@ -246,3 +246,18 @@ def test_a_converged_run_with_noisy_evaluations_does_not_warn() -> None:
         if any(a.severity != "info" for a in alerts_of(run_engine(run), "overfitting")):
             warned.append(seed)
     assert warned == []
+
+
+def test_evaluations_at_one_step_with_training_between_are_kept() -> None:
+    """A log whose evaluations all carry the same step field while training goes on (an
+    epoch counter written as the step) keeps each evaluation: only an evaluation with no
+    training step since the last one is the same checkpoint again."""
+    from dltop.tui.core.rules import Config, RuleEngine
+
+    eng = RuleEngine(Config.load())
+    eng.feed({"kind": "meta", "v": 1, "pid": 1, "t": 0.0})
+    for i in range(1, 601):
+        eng.feed({"kind": "step", "step": i, "loss": 1.0})
+        if i % 100 == 0:
+            eng.feed({"kind": "eval", "step": 7, "loss": 1.0 + i / 1000})
+    assert len(eng.overfitting_rule.evals) == 6

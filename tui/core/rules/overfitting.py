@@ -31,12 +31,13 @@ RECENT = 64  # evaluations a judgement reads
 class _EvalSet:
     """One evaluation set's history: (step, eval loss, train loss at that step)."""
 
-    __slots__ = ("name", "evals", "best")
+    __slots__ = ("name", "evals", "best", "trained")
 
     def __init__(self, name: str) -> None:
         self.name = name
         self.evals: list[Evaluation] = []
         self.best: int | None = None  # index into evals
+        self.trained = -1  # the engine's step count at the last evaluation
 
     @property
     def last(self) -> Evaluation | None:
@@ -47,9 +48,13 @@ class _EvalSet:
         evs = self.evals[-RECENT:]
         return evs, [x[1] for x in evs]
 
-    def add(self, item: Evaluation) -> None:
+    def add(self, item: Evaluation, trained: int) -> None:
+        """``trained``: steps the engine has seen so far (an evaluation at the same step
+        with no training step between is the same checkpoint evaluated again)."""
         last = self.last
-        if last is not None and item[0] is not None and item[0] == last[0]:
+        again = trained == self.trained and trained > 0
+        self.trained = trained
+        if again and last is not None and item[0] is not None and item[0] == last[0]:
             # the same checkpoint evaluated again (a Trainer's final evaluate() after its
             # last in-loop one): one evaluation, the latest value, not a second data point
             # that makes a level look like a trend
@@ -120,7 +125,7 @@ class Overfitting(Rule):
                     continue
                 es = self.sets[name] = _EvalSet(name)
                 self.trackers[name] = Tracker(e, "overfitting")
-            es.add((step, loss, train))
+            es.add((step, loss, train), e.steps)
             if self.on:
                 self._judge(e, es, self.trackers[name])
 
