@@ -1,6 +1,6 @@
 """Healthy synthetic runs across seeds and shapes: which rules warn or go critical.
 
-    .venv/bin/python benchmarks/healthy_sweep.py            # 576 runs, ~10 s
+    .venv/bin/python benchmarks/healthy_sweep.py            # 1152 runs, ~30 s
     .venv/bin/python benchmarks/healthy_sweep.py --seeds 4  # a quicker look
 
 Why: the fault suite's healthy runs are 20 fixed trainings and the real corpus is what
@@ -8,9 +8,11 @@ it is; a rule can still cry wolf on shapes neither holds. This replays the engin
 grid of healthy curves (``tests/rulekit.Run``: an exponential descent to a floor with
 log-normal noise) that learn fast, slowly or barely (tau 150, 2000, 8000 steps over
 1500), with per-step loss noise from 5 % to 90 %, calm or wild grad norms, and with or
-without evaluations every 50 steps (10 % evaluation noise). None of them is a fault, so
-every warning and critical printed is a false alarm to look at. Prints the counts per
-alert id and one example of each.
+without evaluations every 50 steps (10 % evaluation noise); then over lr schedules
+(constant, warm-up + cosine, step decay) with heavy tails (one loss in 200 at 3x, one grad
+norm in 200 at 8x, or both). None of them is a fault, so every warning and critical
+printed is a false alarm to look at. Prints the counts per grid and alert id, and one
+example of each.
 """
 
 from __future__ import annotations
@@ -21,52 +23,99 @@ import random
 import sys
 import time
 from collections import Counter
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
-from rulekit import Run, run_engine  # noqa: E402
+from rulekit import Curve, Run, lr_constant, lr_step, lr_warmup_cosine, run_engine  # noqa: E402
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--seeds", type=int, default=12)
-    args = ap.parse_args()
-    counts: dict[str, Counter[str]] = {"critical": Counter(), "warning": Counter()}
-    example: dict[tuple[str, str], str] = {}
-    runs = 0
-    t0 = time.perf_counter()
-    for seed in range(args.seeds):
+def curves(seeds: int) -> Iterator[tuple[str, Run]]:
+    """Fast, slow and barely learning; light to wild noise; with or without evaluations."""
+    for seed in range(seeds):
         for noise in (0.05, 0.2, 0.5, 0.9):
             for tau in (150.0, 2000.0, 8000.0):
                 for gn_noise in (0.3, 0.8):
                     for every in (0, 50):
                         r = random.Random(seed)
-                        run = Run(
-                            steps=1500,
-                            seed=seed,
-                            noise=noise,
-                            tau=tau,
-                            gn_noise=gn_noise,
-                            eval_every=every,
-                            eval_at=lambda i, x, r=r: x * math.exp(0.1 * r.gauss(0, 1)),
+                        yield (
+                            f"seed {seed} noise {noise} tau {tau:g} gn_noise {gn_noise} "
+                            f"eval_every {every}",
+                            Run(
+                                steps=1500,
+                                seed=seed,
+                                noise=noise,
+                                tau=tau,
+                                gn_noise=gn_noise,
+                                eval_every=every,
+                                eval_at=lambda i, x, r=r: x * math.exp(0.1 * r.gauss(0, 1)),
+                            ),
                         )
-                        runs += 1
-                        for a in run_engine(run).alerts():
-                            if a.severity in counts:
-                                counts[a.severity][a.id] += 1
-                                example.setdefault(
-                                    (a.severity, a.id),
-                                    f"seed {seed} noise {noise} tau {tau:g} gn_noise {gn_noise} "
-                                    f"eval_every {every}: {a.message[:120]}",
-                                )
-    took = time.perf_counter() - t0
-    print(f"{runs} healthy synthetic runs in {took:.1f} s")
-    for sev in ("critical", "warning"):
-        ids = ", ".join(f"{k} {v}" for k, v in counts[sev].most_common()) or "none"
-        print(f"{sev:<9} alerts by id: {ids}")
-    for (sev, aid), text in sorted(example.items()):
-        print(f"  e.g. {sev} {aid}: {text}")
+
+
+def _every(rate: float, factor: float, r: random.Random) -> Callable[[int, float], float]:
+    return lambda i, x: x * factor if r.random() < rate else x
+
+
+def schedules_and_tails(seeds: int) -> Iterator[tuple[str, Run]]:
+    """lr schedules, with occasional outlier losses or grad norms (hard batches)."""
+    lrs: tuple[tuple[str, Curve], ...] = (
+        ("constant", lr_constant()),
+        ("warmup_cosine", lr_warmup_cosine(0.1, 100, 3000)),
+        ("step", lr_step(0.1, 1000, 0.1)),
+    )
+    for seed in range(seeds):
+        for noise in (0.1, 0.4):
+            for tau in (150.0, 1500.0):
+                for lr_name, lr in lrs:
+                    for tail in ("none", "loss", "grad_norm", "both"):
+                        loss_r, gn_r = random.Random(seed * 7 + 1), random.Random(seed * 11 + 3)
+                        ev_r = random.Random(seed)
+                        yield (
+                            f"seed {seed} noise {noise} tau {tau:g} lr {lr_name} tail {tail}",
+                            Run(
+                                steps=3000,
+                                seed=seed,
+                                noise=noise,
+                                tau=tau,
+                                lr=lr,
+                                loss_at=_every(0.005, 3.0, loss_r)
+                                if tail in ("loss", "both")
+                                else None,
+                                gn_at=_every(0.005, 8.0, gn_r)
+                                if tail in ("grad_norm", "both")
+                                else None,
+                                eval_every=100,
+                                eval_at=lambda i, x, r=ev_r: x * math.exp(0.05 * r.gauss(0, 1)),
+                            ),
+                        )
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--seeds", type=int, default=12, help="seeds per grid point (12)")
+    args = ap.parse_args()
+    t0 = time.perf_counter()
+    runs = 0
+    for grid_name, grid in (("curves", curves), ("schedules and tails", schedules_and_tails)):
+        counts: dict[str, Counter[str]] = {"critical": Counter(), "warning": Counter()}
+        example: dict[tuple[str, str], str] = {}
+        n = 0
+        for label, run in grid(args.seeds):
+            n += 1
+            for a in run_engine(run).alerts():
+                if a.severity in counts:
+                    counts[a.severity][a.id] += 1
+                    example.setdefault((a.severity, a.id), f"{label}: {a.message[:120]}")
+        runs += n
+        print(f"{grid_name}: {n} healthy synthetic runs")
+        for sev in ("critical", "warning"):
+            ids = ", ".join(f"{k} {v}" for k, v in counts[sev].most_common()) or "none"
+            print(f"  {sev:<9} alerts by id: {ids}")
+        for (sev, aid), text in sorted(example.items()):
+            print(f"    e.g. {sev} {aid}: {text}")
+    print(f"{runs} runs in {time.perf_counter() - t0:.1f} s")
     return 0
 
 

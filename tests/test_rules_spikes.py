@@ -55,6 +55,24 @@ def test_grad_explosion_single_step_is_a_warning_sustained_is_critical() -> None
     assert "2 of the last 5 steps" in a.message
 
 
+def test_a_lone_spike_while_the_baseline_fills_can_be_absorbed_too() -> None:
+    """One grad norm at 12x in the first 100 steps (heavy-tailed norms do that) that the
+    loss never reacts to is context, as the same spike later is; two such steps, or a
+    loss that reacts, stay a warning."""
+    lone = run_engine(Run(gn_at=lambda i, g: g * 12 if i == 60 else g, gn_noise=0.1))
+    (a,) = alerts_of(lone, "grad_explosion")
+    assert (a.step, a.severity, a.title) == (60, "info", "Gradient norm spike (absorbed)")
+    assert "still filling" in a.message
+    hurt = run_engine(
+        Run(
+            gn_at=lambda i, g: g * 12 if i == 60 else g,
+            gn_noise=0.1,
+            loss_at=lambda i, x: x * 3 if 60 < i < 100 else x,
+        )
+    )
+    assert [a.severity for a in alerts_of(hurt, "grad_explosion")] == ["warning"]
+
+
 def test_sustained_moderate_explosion_is_a_warning_three_of_five() -> None:
     eng = run_engine(Run(gn_at=lambda i, g: 7.0 if 600 <= i < 603 else g, gn_noise=0.1))
     (a,) = alerts_of(eng, "grad_explosion")

@@ -166,7 +166,10 @@ class GradExplosion(Rule):
             if settled and len(hits) >= self.crit_k:
                 self._fire(e, CRITICAL, gn, med, r, early=self.early_phase, held=len(hits))
             else:
-                self._fire(e, WARNING, gn, med, r, filling=not settled, single=settled)
+                # a lone spike while the baseline still fills is a spike too: the loss's
+                # reaction decides later whether the run absorbed it (info) or not
+                lone = settled or len(hits) == 1
+                self._fire(e, WARNING, gn, med, r, filling=not settled, single=lone)
             return
         q = self.recent
         q.append(step)
