@@ -73,6 +73,25 @@ def test_a_lone_spike_while_the_baseline_fills_can_be_absorbed_too() -> None:
     assert [a.severity for a in alerts_of(hurt, "grad_explosion")] == ["warning"]
 
 
+def test_a_burst_while_the_baseline_fills_is_judged_by_the_loss() -> None:
+    """Grad norms at 7x on 3 of 5 steps before 100 have been seen (an LSTM's norms grow
+    into their working range like this) and a loss that never reacts: context. The
+    same burst with a loss that triples stays a warning, and after 100 steps a burst is
+    a warning whatever the loss does."""
+    burst = Run(gn_at=lambda i, g: g * 7 if 70 <= i < 73 else g, gn_noise=0.1)
+    (a,) = alerts_of(run_engine(burst), "grad_explosion")
+    assert (a.step, a.severity) == (72, "info") and a.title.endswith("(absorbed)")
+    assert "did not react" in a.message
+    hurt = Run(
+        gn_at=lambda i, g: g * 7 if 70 <= i < 73 else g,
+        gn_noise=0.1,
+        loss_at=lambda i, x: x * 3 if 72 < i < 110 else x,
+    )
+    assert [a.severity for a in alerts_of(run_engine(hurt), "grad_explosion")] == ["warning"]
+    late = Run(gn_at=lambda i, g: g * 7 if 600 <= i < 603 else g, gn_noise=0.1)
+    assert [a.severity for a in alerts_of(run_engine(late), "grad_explosion")] == ["warning"]
+
+
 def test_sustained_moderate_explosion_is_a_warning_three_of_five() -> None:
     eng = run_engine(Run(gn_at=lambda i, g: 7.0 if 600 <= i < 603 else g, gn_noise=0.1))
     (a,) = alerts_of(eng, "grad_explosion")

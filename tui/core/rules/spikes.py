@@ -188,18 +188,19 @@ class GradExplosion(Rule):
             self.tr.clear(e.step)
 
     def _absorbed(self) -> None:
-        """A lone spike the run absorbed (the losses logged after it stayed within 1.5x of
-        the median before it) is context, not a problem: info. Decided from the records,
-        so a replay and a live viewer agree."""
+        """A lone spike, or a warning raised while the baseline still filled, that the run
+        absorbed (the losses logged after it stayed within 1.5x of the median before it)
+        is context, not a problem: info. Decided from the records, so a replay and a live
+        viewer agree."""
         a, before = self.tr.alert, self.watch_loss
         self.watch_loss = None
         after = median_of(self.after[:ABSORB_SAMPLES])
         self.after = []
         if a is None or a.severity != WARNING or before is None or after is None:
             return
-        if a.title == SPIKE_TITLE and after <= ABSORBED * before:
+        if after <= ABSORBED * before:
             a.severity = INFO
-            a.title = SPIKE_TITLE + " (absorbed)"
+            a.title += " (absorbed)"
             a.message += (
                 f"; the loss did not react (median {fmt(after)} after, {fmt(before)} before)"
             )
@@ -244,5 +245,10 @@ class GradExplosion(Rule):
             msg += ", during warm-up"
         title = SPIKE_TITLE if single and sev == WARNING else "Exploding gradients"
         a = self.tr.fire(e.step, sev, title, msg, ev, t=e.t)
-        if a.title == SPIKE_TITLE and self.watch_loss is None:
+        # a lone spike, or any warning while the baseline still fills (gradients growing
+        # into their working range: an LSTM's norms triple in its first 60 steps), waits
+        # for the loss to say whether it mattered
+        young = not self.early_phase and e.fig.gn_seen < self.critical_after
+        watch = a.title == SPIKE_TITLE or (young and a.severity == WARNING)
+        if watch and self.watch_loss is None:
             self.watch_loss, self.after = e.fig.loss_med, []
