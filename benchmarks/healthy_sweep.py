@@ -19,6 +19,7 @@ example of each.
 from __future__ import annotations
 
 import argparse
+import itertools
 import math
 import random
 import sys
@@ -33,66 +34,64 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 from dltop.tui.core.rules import Config, RuleEngine  # noqa: E402
 from rulekit import Curve, Run, lr_constant, lr_step, lr_warmup_cosine, run_engine  # noqa: E402
 
+Point = dict[str, Any]
 
-def curves(seeds: int) -> Iterator[tuple[str, Run]]:
-    """Fast, slow and barely learning; light to wild noise; with or without evaluations."""
+
+def grid(seeds: int, **axes: tuple[Any, ...]) -> Iterator[tuple[str, Point]]:
+    """Every combination of the axes, for each seed, with a label naming it."""
+    names = list(axes)
     for seed in range(seeds):
-        for noise in (0.05, 0.2, 0.5, 0.9):
-            for tau in (150.0, 2000.0, 8000.0):
-                for gn_noise in (0.3, 0.8):
-                    for every in (0, 50):
-                        r = random.Random(seed)
-                        yield (
-                            f"seed {seed} noise {noise} tau {tau:g} gn_noise {gn_noise} "
-                            f"eval_every {every}",
-                            Run(
-                                steps=1500,
-                                seed=seed,
-                                noise=noise,
-                                tau=tau,
-                                gn_noise=gn_noise,
-                                eval_every=every,
-                                eval_at=lambda i, x, r=r: x * math.exp(0.1 * r.gauss(0, 1)),
-                            ),
-                        )
+        for values in itertools.product(*axes.values()):
+            point = dict(zip(names, values, strict=True), seed=seed)
+            yield " ".join(f"{k} {v}" for k, v in point.items()), point
+
+
+def _log_normal(sigma: float, r: random.Random) -> Callable[[int, float], float]:
+    return lambda i, x: x * math.exp(sigma * r.gauss(0, 1))
 
 
 def _every(rate: float, factor: float, r: random.Random) -> Callable[[int, float], float]:
     return lambda i, x: x * factor if r.random() < rate else x
 
 
-def schedules_and_tails(seeds: int) -> Iterator[tuple[str, Run]]:
+def curves(seeds: int) -> Iterator[tuple[str, Run, int]]:
+    """Fast, slow and barely learning; light to wild noise; with or without evaluations."""
+    axes = grid(
+        seeds, noise=(0.05, 0.2, 0.5, 0.9), tau=(150.0, 2000.0, 8000.0), gn_noise=(0.3, 0.8),
+        eval_every=(0, 50),
+    )  # fmt: skip
+    for label, p in axes:
+        eval_at = _log_normal(0.1, random.Random(p["seed"]))
+        yield label, Run(steps=1500, eval_at=eval_at, **p), 1
+
+
+LRS: dict[str, Curve] = {
+    "constant": lr_constant(),
+    "warmup_cosine": lr_warmup_cosine(0.1, 100, 3000),
+    "step": lr_step(0.1, 1000, 0.1),
+}
+
+
+def schedules_and_tails(seeds: int) -> Iterator[tuple[str, Run, int]]:
     """lr schedules, with occasional outlier losses or grad norms (hard batches)."""
-    lrs: tuple[tuple[str, Curve], ...] = (
-        ("constant", lr_constant()),
-        ("warmup_cosine", lr_warmup_cosine(0.1, 100, 3000)),
-        ("step", lr_step(0.1, 1000, 0.1)),
-    )
-    for seed in range(seeds):
-        for noise in (0.1, 0.4):
-            for tau in (150.0, 1500.0):
-                for lr_name, lr in lrs:
-                    for tail in ("none", "loss", "grad_norm", "both"):
-                        loss_r, gn_r = random.Random(seed * 7 + 1), random.Random(seed * 11 + 3)
-                        ev_r = random.Random(seed)
-                        yield (
-                            f"seed {seed} noise {noise} tau {tau:g} lr {lr_name} tail {tail}",
-                            Run(
-                                steps=3000,
-                                seed=seed,
-                                noise=noise,
-                                tau=tau,
-                                lr=lr,
-                                loss_at=_every(0.005, 3.0, loss_r)
-                                if tail in ("loss", "both")
-                                else None,
-                                gn_at=_every(0.005, 8.0, gn_r)
-                                if tail in ("grad_norm", "both")
-                                else None,
-                                eval_every=100,
-                                eval_at=lambda i, x, r=ev_r: x * math.exp(0.05 * r.gauss(0, 1)),
-                            ),
-                        )
+    axes = grid(
+        seeds, noise=(0.1, 0.4), tau=(150.0, 1500.0), lr=tuple(LRS),
+        tail=("none", "loss", "grad_norm", "both"),
+    )  # fmt: skip
+    for label, p in axes:
+        seed, tail = p["seed"], p.pop("tail")
+        loss_at = _every(0.005, 3.0, random.Random(seed * 7 + 1))
+        gn_at = _every(0.005, 8.0, random.Random(seed * 11 + 3))
+        run = Run(
+            steps=3000,
+            lr=LRS[p.pop("lr")],
+            loss_at=loss_at if tail in ("loss", "both") else None,
+            gn_at=gn_at if tail in ("grad_norm", "both") else None,
+            eval_every=100,
+            eval_at=_log_normal(0.05, random.Random(seed)),
+            **p,
+        )
+        yield label, run, 1
 
 
 def every_n(records: Iterable[dict[str, Any]], n: int) -> Iterator[dict[str, Any]]:
@@ -114,27 +113,15 @@ def every_n(records: Iterable[dict[str, Any]], n: int) -> Iterator[dict[str, Any
 
 def sparse_logs(seeds: int) -> Iterator[tuple[str, Run, int]]:
     """Logged every 10 or 50 steps, over 5000 steps."""
-    for seed in range(seeds):
-        for noise in (0.05, 0.2, 0.5, 0.9):
-            for tau in (150.0, 1000.0, 3000.0):
-                for n in (10, 50):
-                    for every in (0, 250):
-                        r = random.Random(seed)
-                        run = Run(
-                            steps=5000,
-                            seed=seed,
-                            noise=noise,
-                            tau=tau,
-                            eval_every=every,
-                            eval_phase=False,
-                            layers_every=0,
-                            eval_at=lambda i, x, r=r: x * math.exp(0.05 * r.gauss(0, 1)),
-                        )
-                        yield (
-                            f"seed {seed} noise {noise} tau {tau:g} every {n} eval_every {every}",
-                            run,
-                            n,
-                        )
+    axes = grid(
+        seeds, noise=(0.05, 0.2, 0.5, 0.9), tau=(150.0, 1000.0, 3000.0), every=(10, 50),
+        eval_every=(0, 250),
+    )  # fmt: skip
+    for label, p in axes:
+        every = p.pop("every")
+        eval_at = _log_normal(0.05, random.Random(p["seed"]))
+        run = Run(steps=5000, eval_phase=False, layers_every=0, eval_at=eval_at, **p)
+        yield label, run, every
 
 
 def main() -> int:
@@ -143,19 +130,16 @@ def main() -> int:
     args = ap.parse_args()
     t0 = time.perf_counter()
     runs = 0
-    grids: tuple[tuple[str, Iterator[tuple[str, Run, int]]], ...] = (
-        ("curves", ((label, run, 1) for label, run in curves(args.seeds))),
-        (
-            "schedules and tails",
-            ((label, run, 1) for label, run in schedules_and_tails(args.seeds)),
-        ),
+    grids = (
+        ("curves", curves(args.seeds)),
+        ("schedules and tails", schedules_and_tails(args.seeds)),
         ("sparse logs", sparse_logs(args.seeds)),
     )
-    for grid_name, grid in grids:
+    for grid_name, runs_of in grids:
         counts: dict[str, Counter[str]] = {"critical": Counter(), "warning": Counter()}
         example: dict[tuple[str, str], str] = {}
         n = 0
-        for label, run, every in grid:
+        for label, run, every in runs_of:
             n += 1
             if every == 1:
                 engine = run_engine(run)

@@ -235,10 +235,10 @@ class Overfitting(Rule):
         worse = level > bloss + margin and raw[-1] > bloss
         if not worse or train is None or btrain is None:
             return
-        # ... and a real upward trend since the best, not one lucky low evaluation: fitted
-        # to the evaluations after it (the best was picked for being low, and a line from
-        # it rises by regression to the mean alone), at the t so few points must clear
-        pts = raw[b + 1 :]
+        # ... and a real upward trend since the best, not one lucky low evaluation, at the
+        # t so few points must clear (the luck term above already allows for the best
+        # being picked for being low)
+        pts = raw[b:]
         slope, r2 = linear_fit([float(i) for i in range(len(pts))], pts)
         tstat = (r2 * (len(pts) - 2) / (1 - r2)) ** 0.5 if r2 < 1 else math.inf
         if slope <= 0 or tstat < t_critical(len(pts) - 2):

@@ -162,12 +162,12 @@ class GradExplosion(Rule):
             # warning. Critical when it holds on crit_k of the last warn_n steps (in steps,
             # not records), or when the loss itself goes (divergence, NaN: their alerts)
             hits.append(step)
-            settled = self.early_phase or e.fig.gn_seen >= self.critical_after
+            settled = self._settled(e)
             if settled and len(hits) >= self.crit_k:
                 self._fire(e, CRITICAL, gn, med, r, early=self.early_phase, held=len(hits))
             else:
-                # a lone spike while the baseline still fills is a spike too: the loss's
-                # reaction decides later whether the run absorbed it (info) or not
+                # one step over the line is a spike, not an explosion, whether or not the
+                # baseline has filled (its title says so)
                 lone = settled or len(hits) == 1
                 self._fire(e, WARNING, gn, med, r, filling=not settled, single=lone)
             return
@@ -177,6 +177,11 @@ class GradExplosion(Rule):
             q.popleft()
         if len(q) >= self.k:
             self._fire(e, WARNING, gn, med, r)
+
+    def _settled(self, e: RuleEngine) -> bool:
+        """The baseline has its ``critical_after`` grad norms (or the run is in its warm-up,
+        judged by the early ratio instead): a step past the critical line can be critical."""
+        return self.early_phase or e.fig.gn_seen >= self.critical_after
 
     def on_block(self, e: RuleEngine, b: Block) -> None:
         if not self.tr.active:
@@ -248,7 +253,6 @@ class GradExplosion(Rule):
         # a lone spike, or any warning while the baseline still fills (gradients growing
         # into their working range: an LSTM's norms triple in its first 60 steps), waits
         # for the loss to say whether it mattered
-        young = not self.early_phase and e.fig.gn_seen < self.critical_after
-        watch = a.title == SPIKE_TITLE or (young and a.severity == WARNING)
+        watch = a.title == SPIKE_TITLE or (a.severity == WARNING and not self._settled(e))
         if watch and self.watch_loss is None:
             self.watch_loss, self.after = e.fig.loss_med, []
