@@ -117,6 +117,34 @@ def test_line_decoder_across_every_chunk_boundary() -> None:
     assert _same(got, whole) and dec.bytes == len(data)
 
 
+# lines msgspec's own multi-line reader would read differently from a line-by-line decoder
+# (two values on one line, a value across two lines), or that only the line path skips
+# quietly (a line of spaces): the decoder's one-map path must give way to the line path
+ODD_BLOCKS = (
+    b'{"kind": "step", "step": 1} {"kind": "step", "step": 2}\n',  # two records, one line
+    b'{"kind": "step",\n "step": 3}\n',  # one record across two lines
+    b"   \n",  # a line of spaces: skipped, not counted
+    b"\r\n",  # a blank CRLF line
+    b'{"kind": ["step"]}\n',  # an unhashable kind
+    b'{"kind": "event", "type": "exit", "pid": "12"}\n',  # normalized: pid dropped
+    b'{"kind": "step", "step": 5, "loss": "NaN"}\n',  # a marker to restore
+    b'{"kind": "event", "type": "note", "message": "No Infinity here"}\n',  # gate letters only
+    b'{"kind": "step", "step": 6, "loss": 1.5}\r\n',  # a CRLF record
+)
+
+
+@pytest.mark.parametrize("odd", ODD_BLOCKS)
+def test_a_block_decodes_as_its_lines_do(odd: bytes) -> None:
+    good = encode_record({"kind": "step", "step": 0, "loss": 2.0})
+    data = good + odd + good
+    dec = LineDecoder()
+    got = dec.feed(data)
+    want = [r for r in map(decode_line, data.split(b"\n")) if r is not None]
+    assert _same(got, want)
+    non_blank = [ln for ln in data.split(b"\n") if ln.strip()]
+    assert dec.records == len(want) and dec.malformed == len(non_blank) - len(want)
+
+
 class _MyFloat(float):
     """What numpy.float64 is to the encoder: a float subclass."""
 
