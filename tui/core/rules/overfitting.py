@@ -316,10 +316,13 @@ def _noise(raw: list[float], order: int = 2) -> float:
     bend of a descent that levels off either (second differences read that bend as noise,
     and the early stage asks exactly where a descent levels off). 0 with fewer than 3
     differences to go by."""
-    coef, scale = _DIFFS[order]
-    k = len(coef)
-    d = sorted(
-        abs(sum(c * x for c, x in zip(coef, raw[i : i + k], strict=True)))
-        for i in range(len(raw) - k + 1)
-    )
+    scale = _DIFFS[order][1]
+    # the differences written out (the coefficients above, summed left to right: the same
+    # floats as a sum over them), one pass of zip: this runs on every evaluation
+    if order == 2:
+        d = sorted([abs(a - 2 * b + c) for a, b, c in zip(raw, raw[1:], raw[2:])])
+    else:
+        d = sorted(
+            [abs(-a + 3 * b - 3 * c + x) for a, b, c, x in zip(raw, raw[1:], raw[2:], raw[3:])]
+        )
     return 1.4826 * d[len(d) // 2] / scale if len(d) >= 3 else 0.0
