@@ -1,12 +1,18 @@
 """How fast the rules engine digests steps, as a ratio to a bare loop over the same records.
 
-    python benchmarks/rules_speed.py [--steps 1000000]
+    python benchmarks/rules_speed.py [--steps 1000000] [--by-part]
 
 Prints steps/s for ``RuleEngine.feed`` on a realistic record stream (loss, grad norm,
 lr with a step schedule, timings, memory, a layers record every 50 steps, heartbeats,
 eval every 500 steps) and, as the anchor measured in the same run, a loop that only
 reads the same fields from each record. The target: 10 k steps/s live (far below) and
 1 M steps replayed in a few seconds.
+
+``--by-part`` says where the engine's time goes, each part by removal, in the same run:
+the per-step path alone (block ends skipped), the block ends without any rule (the shared
+windows and thresholds), and each rule's block hook (the whole engine's time minus its
+time without that hook; best of 3 runs each). This is what a faster engine has to beat:
+no single part dominates, so a speed-up must change how every part works.
 """
 
 from __future__ import annotations
@@ -15,6 +21,7 @@ import argparse
 import math
 import random
 import time
+from collections.abc import Callable
 from typing import Any
 
 from dltop.tui.core.rules import RuleEngine
@@ -74,11 +81,56 @@ def anchor(recs: list[dict[str, Any]]) -> float:
     return time.perf_counter() - t0
 
 
+def _timed(recs: list[dict[str, Any]], change: Callable[[RuleEngine], None] | None) -> float:
+    """Best of 3 runs of a fresh engine over ``recs``, ``change`` applied to it first."""
+    best = math.inf
+    for _ in range(3):
+        eng = RuleEngine()
+        if change is not None:
+            change(eng)
+        t0 = time.perf_counter()
+        eng.feed_many(recs)
+        eng.finish()
+        best = min(best, time.perf_counter() - t0)
+    return best
+
+
+def by_part(recs: list[dict[str, Any]], steps: int) -> None:
+    """The engine's time split by removing one part at a time (benchmark only: it patches
+    the engine's private hook list and block end, which no caller may do)."""
+
+    def no_block_end(eng: RuleEngine) -> None:
+        eng._close_block = eng.blk.clear  # type: ignore[method-assign]
+
+    def no_hooks(eng: RuleEngine) -> None:
+        eng._block_hooks = []
+
+    whole = _timed(recs, None)
+    per_step = _timed(recs, no_block_end)
+    bare_ends = _timed(recs, no_hooks)
+    rows = [("per-step path (block ends skipped)", per_step)]
+    rows.append(("block ends, no rule (windows, thresholds)", bare_ends - per_step))
+    for i, hook in enumerate(RuleEngine()._block_hooks):
+        name = type(getattr(hook, "__self__", hook)).__name__
+
+        def without(eng: RuleEngine, i: int = i) -> None:
+            eng._block_hooks = [h for j, h in enumerate(eng._block_hooks) if j != i]
+
+        rows.append((f"{name}.on_block", whole - _timed(recs, without)))
+    print(f"whole engine: {whole:.2f} s = {whole / steps * 1e6:.2f} us/step")
+    for label, sec in rows:
+        print(f"  {label:<44} {sec / steps * 1e6:6.2f} us/step  {100 * sec / whole:5.1f} %")
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--steps", type=int, default=1_000_000)
+    p.add_argument("--by-part", action="store_true", help="where the engine's time goes")
     a = p.parse_args()
     recs = records(a.steps)
+    if a.by_part:
+        by_part(recs, a.steps)
+        return
     base = anchor(recs)
     eng = RuleEngine()
     t0, c0 = time.perf_counter(), time.process_time()
