@@ -160,3 +160,36 @@ async def _test_a_rank_whose_file_turns_into_a_directory_is_said(folder: Path) -
 
 def test_a_rank_whose_file_turns_into_a_directory_is_said(tmp_path: Path) -> None:
     asyncio.run(_test_a_rank_whose_file_turns_into_a_directory_is_said(tmp_path))
+
+
+def test_a_rank_whose_log_is_deleted_while_followed_is_named(tmp_path: Path) -> None:
+    """Real files, real readers: rank 1's log is deleted while the job is followed. Its
+    reader goes on from its open descriptor (no error), so nothing said it before: with
+    rank 0 in view, the header's job note now names it; with rank 1 in view, its own
+    header says it once (the job note does not repeat it)."""
+    from dltop.tui.core.run import DELETED_NOTE
+    from dltop.tui.core.sources import open_source
+    from waiting import wait_for
+
+    ranks, sources = [], []
+    for r in range(2):
+        path = tmp_path / f"rank{r}.jsonl"
+        _write(path, [_meta(r), *_steps(20)])
+        model = RunModel(path.name)
+        sources.append(open_source(path, model, None, poll_interval=0.02).start())
+        ranks.append(RankLog(r, str(path), model))
+    view = JobView(lambda: ranks)
+    try:
+        assert wait_for(lambda: all(r.model.store.steps == 20 for r in ranks), timeout=30)
+        assert view.error_note(ranks[0].model) == ""
+        (tmp_path / "rank1.jsonl").unlink()  # a cleanup of the runs folder mid-job
+        assert wait_for(lambda: ranks[1].model.log_deleted, timeout=30)
+        assert view.error_note(ranks[0].model) == f"rank 1: {DELETED_NOTE}"
+        assert view.error_note(ranks[1].model) == ""
+        with ranks[1].model.lock:
+            info = vm.header_info(ranks[1].model, T0 + 10, vm.ViewState(), True)
+        assert DELETED_NOTE in info.mode
+        assert not any(r.read_error for r in view.rows(T0 + 10)), "still read: not an error"
+    finally:
+        for s in sources:
+            s.stop()

@@ -15,6 +15,7 @@ from dltop.tui.core.fmt import age as format_age
 from dltop.tui.core.fmt import compact, compact_bytes
 from dltop.tui.core.fmt import duration as format_duration
 from dltop.tui.core.fmt import rate as format_rate
+from dltop.tui.core.run import DELETED_NOTE
 from dltop.tui.core.safetext import escape_fields, visible
 
 if TYPE_CHECKING:
@@ -116,7 +117,7 @@ def header_info(
     if model.resets:
         mode.append(f"restarted ×{model.resets}")
     if getattr(model, "log_deleted", False):
-        mode.append("log file deleted: this viewer holds the only copy")
+        mode.append(DELETED_NOTE)
     if store.resumes:  # the log went back to an earlier step: the later records replaced
         n = len(store.resumes)
         mode.append(f"resumed at {store.resumes[-1]}" + (f" (×{n})" if n > 1 else ""))

@@ -42,6 +42,7 @@ from dltop.tui.core.crossrank import JUDGE_EVERY, CrossRank
 from dltop.tui.core.jobcharts import BAND, column, job_chart, job_signature, job_window
 from dltop.tui.core.ranklog import RankLog
 from dltop.tui.core.rankrows import RankRow, memory_text, recent, seconds_text, slowest_rank
+from dltop.tui.core.run import DELETED_NOTE
 from dltop.tui.core.safetext import visible
 from dltop.tui.core.view_model import ViewState, alert_key, alerts_of, locked
 
@@ -233,13 +234,16 @@ class JobView:
     def error_note(self, shown: RunModel) -> str:
         """The header's note on the reader errors of the ranks not shown (``shown``'s own
         error is the header's already): a rank whose reader failed (an I/O error, its
-        path now a directory) while another one is in view must not just stop drawing."""
+        path now a directory) while another one is in view must not just stop drawing, and
+        one whose file was deleted must not go unnoticed (the viewer holds its only copy)."""
         failed = []
         for r in self.ranks():
             if r.model is shown:
                 continue
             with r.model.lock:
                 err = r.model.source_error
+                if not err and r.model.log_deleted:  # still read, from its open descriptor
+                    err = DELETED_NOTE
             if err:  # its file by name only: the folder's path would leave no room for why
                 base = os.path.basename(r.path.rstrip("/"))
                 failed.append((self.who(r), err.replace(r.path, base) if base else err))

@@ -67,6 +67,11 @@ class Staging:
         self.records += len(records)
 
 
+# what a viewer says of a log deleted while it follows it (the header of the run in view,
+# the job header for another rank): the reader goes on from its open descriptor
+DELETED_NOTE = "log file deleted: this viewer holds the only copy"
+
+
 class RunModel:
     """Everything the viewer knows about one run. Hold ``lock`` while reading.
 

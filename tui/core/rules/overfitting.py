@@ -320,9 +320,12 @@ def _noise(raw: list[float], order: int = 2) -> float:
     # the differences written out (the coefficients above, summed left to right: the same
     # floats as a sum over them), one pass of zip: this runs on every evaluation
     if order == 2:
-        d = sorted([abs(a - 2 * b + c) for a, b, c in zip(raw, raw[1:], raw[2:])])
+        d = sorted([abs(a - 2 * b + c) for a, b, c in zip(raw, raw[1:], raw[2:], strict=False)])
     else:
         d = sorted(
-            [abs(-a + 3 * b - 3 * c + x) for a, b, c, x in zip(raw, raw[1:], raw[2:], raw[3:])]
+            [
+                abs(-a + 3 * b - 3 * c + x)
+                for a, b, c, x in zip(raw, raw[1:], raw[2:], raw[3:], strict=False)
+            ]
         )
     return 1.4826 * d[len(d) // 2] / scale if len(d) >= 3 else 0.0
