@@ -121,6 +121,9 @@ def header_info(
     if store.resumes:  # the log went back to an earlier step: the later records replaced
         n = len(store.resumes)
         mode.append(f"resumed at {store.resumes[-1]}" + (f" (×{n})" if n > 1 else ""))
+    refused = store.budget.note()  # a log writing a new field name every step
+    if refused:
+        mode.append(refused)
     gpu = gpu_na_reason(model)
     return HeaderInfo(
         run=_cap(visible(run), 40),  # a long (or hostile) id must not push the status away

@@ -34,6 +34,7 @@ from typing import Any
 from dltop.probe import schema
 from dltop.tui.core.decimate import Decimated
 from dltop.tui.core.series import Series
+from dltop.tui.core.serieslimit import SeriesBudget
 
 __all__ = ["Store", "Series", "Decimated", "DEFAULT_EMA"]
 
@@ -81,6 +82,8 @@ class Store:
         self._changed: set[Series] = set()
         self._extended: set[Series] = set()
         self._first_step_hint: int | None = None
+        self.budget = SeriesBudget()  # new series past its limit are refused and counted
+        self._parents: set[str] = set()  # fields whose values became sub-series (``lrs``)
 
     # -- reading -------------------------------------------------------------------------
     def series(self, name: str) -> Series | None:
@@ -276,8 +279,12 @@ class Store:
         if t is not None and math.isfinite(t):
             self.last_t = t
         keys = set().union(*batch) - _SKIP
+        full = not self.budget.admits(len(self._series))
         for k in keys:
             if not isinstance(k, str):
+                continue
+            if full and k not in self._series and k not in self._parents:
+                self.budget.refuse(k)  # before reading its column: refused names cost nothing
                 continue
             col = list(map(dict.get, batch, repeat(k)))
             vals = _dense(col)
@@ -290,9 +297,18 @@ class Store:
             if s.kind == schema.STEP and s.shared and s not in self._extended and s.follows is None:
                 s.make_own()
 
+    def _new(self, name: str) -> bool:
+        """Whether a series ``name`` may be created (else it is refused and counted)."""
+        if self.budget.admits(len(self._series)):
+            return True
+        self.budget.refuse(name)
+        return False
+
     def _extend_dense(self, name: str, vals: array, steps: array, base: int, v: int) -> None:
         s = self._series.get(name)
         if s is None:
+            if not self._new(name):
+                return
             s = Series(name, schema.STEP, xs=self.step_x, x_off=base, version=v)
             self._series[name] = s
         if s.shared and s._x_off + len(s.ys) != base:
@@ -307,7 +323,10 @@ class Store:
         first = next((x for x in col if x is not None), None)
         if isinstance(first, list):
             width = max(len(x) for x in col if isinstance(x, list))
+            self._parents.add(key)
             for i in range(width):
+                if f"{key}.{i}" not in self._series and not self._new(f"{key}.{i}"):
+                    break  # the rest of the list is refused with it (counted as one field)
                 sub = [x[i] if isinstance(x, list) and len(x) > i else None for x in col]
                 self._sparse(f"{key}.{i}", [_num(x) for x in sub], steps, base, v)
         elif isinstance(first, dict):
@@ -315,7 +334,10 @@ class Store:
             for x in col:
                 if isinstance(x, dict):
                     subkeys.update(dict.fromkeys(x))
+            self._parents.add(key)
             for sk in subkeys:
+                if f"{key}.{sk}" not in self._series and not self._new(f"{key}.{sk}"):
+                    continue
                 sub = [x.get(sk) if isinstance(x, dict) else None for x in col]
                 self._sparse(f"{key}.{sk}", [_num(x) for x in sub], steps, base, v)
         else:
@@ -330,6 +352,8 @@ class Store:
             return
         s = self._series.get(name)
         if s is None:
+            if not self._new(name):
+                return
             s = Series(name, schema.STEP, version=v)
             self._series[name] = s
         s.make_own()
@@ -375,6 +399,8 @@ class Store:
     def _append_point(self, name: str, kind: str, x: int, val: float, v: int) -> None:
         s = self._series.get(name)
         if s is None:
+            if not self._new(name):
+                return
             s = Series(name, kind, version=v)
             self._series[name] = s
         elif len(s) and x < s.x(-1):  # back in time: it replaces this series' later points
