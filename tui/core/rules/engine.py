@@ -1,7 +1,9 @@
-"""The rules engine: records in, alerts and facts out, one record at a time.
+"""The rules engine: records in, alerts and facts out, in the log's order.
 
 The engine parses each step once into plain attributes (``loss``, ``gn``, ``lr``...),
-lets each rule look at them, then pushes them into shared rolling windows. Everything a
+lets each rule look at them, then pushes them into shared rolling windows. ``feed`` takes
+one record; ``feed_many`` takes a batch (a live tick, a replay chunk) and sends its runs
+of plain steps through ``steploop`` with the per-step state in locals: the same answers. Everything a
 rule decides depends only on the records and their order, never on when ``alerts()`` or
 ``facts()`` is called, so a log replayed in one batch gives the same alerts as the same
 log followed live. Only :meth:`RuleEngine.status` looks at the wall clock.
@@ -22,6 +24,7 @@ from dltop.tui.core.rules.config import Config
 from dltop.tui.core.rules.evals import eval_losses, eval_step
 from dltop.tui.core.rules.figures import Figures
 from dltop.tui.core.rules.segments import Segments
+from dltop.tui.core.rules.steploop import feed_steps
 from dltop.tui.core.rules.window import Block, median_of, present
 
 if TYPE_CHECKING:
@@ -181,9 +184,18 @@ class RuleEngine:
     # ------------------------------------------------------------------ feeding
 
     def feed_many(self, records: Iterable[dict[str, Any]]) -> None:
+        """Take records in order; runs of plain steps go through ``steploop`` (the same
+        answers as ``feed`` one record at a time, at about half the cost per step)."""
+        recs = records if isinstance(records, list) else list(records)
         feed = self.feed
-        for rec in records:
-            feed(rec)
+        i, n = 0, len(recs)
+        while i < n:
+            rec = recs[i]
+            if rec.get("kind") == "step":
+                i = feed_steps(self, recs, i, n)
+            else:
+                feed(rec)
+                i += 1
 
     def feed(self, record: dict[str, Any]) -> None:
         """Take one record; unknown kinds and malformed fields are ignored."""

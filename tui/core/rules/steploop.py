@@ -1,0 +1,137 @@
+"""The engine's per-step path for a run of plain step records, with its state in locals.
+
+Why: ``RuleEngine.feed`` -> ``_on_step`` reads and writes some thirty engine attributes
+per step, about 1.5 us, more than msgspec takes to decode the record. Most steps of a
+long run are plain: every field a finite float of the usual type, the learning rate
+unchanged, no inline threshold crossed, no watch open; for those the only work is to
+append the step to the block. This loop does that work for consecutive plain steps with
+the engine's per-step state held in local variables, written back to the engine before
+anything can read it: a block end (the rules' hooks), a record that is not a plain step
+(fed the engine's own way), the end of the batch.
+
+The answers are the engine's: a step goes this way only when ``_on_step`` would change
+exactly what this loop changes (see the conditions in :func:`feed_steps`), so the
+record-by-record path (``feed``) and this one give the same alerts, facts and status
+(``tests/test_rules_engine.py`` holds them to it on every fault-suite and demo log).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from dltop.tui.core.rules.engine import RuleEngine
+
+
+def _plain_ok(e: RuleEngine) -> bool:
+    """No per-step watch open: the schedule grace, the early blow-up watch, a NaN episode,
+    a second writer; and a first step seen (its segment bookkeeping is ``_on_step``'s)."""
+    return not (
+        e.last_step is None
+        or e.first_step is None
+        or e.in_grace
+        or e.segments.watching
+        or e.segments.mixed is not None
+        or e.divergence_rule.early_open
+        or e.nonfinite_rule.watching
+    )
+
+
+def feed_steps(e: RuleEngine, recs: list[dict[str, Any]], i: int, n: int) -> int:
+    """Feed the step records from ``recs[i]`` on; return the index of the first record not
+    taken (a record of another kind, or ``n``). A step that is not plain is fed through
+    ``e.feed`` in its turn, so the order of everything is the log's."""
+    if not _plain_ok(e):
+        e.feed(recs[i])
+        return i + 1
+    # the engine's per-step state, in locals (written back by `sync` below)
+    records, steps, first_t, last_t = e.records, e.steps, e.first_t, e.last_t
+    step: Any = e.step
+    rec, t, loss, gn = e.rec, e.t, e.loss, e.gn
+    lr_prev, loss_finite, gn_finite = e.lr_prev, e.loss_finite, e.gn_finite
+    last_finite_gn, last_step_t = e.last_finite_gn, e.last_step_t
+    last_step: int = e.last_step if e.last_step is not None else 0  # not None: _plain_ok
+    phase_ended = e.phase_ended
+    lr = e.lr
+    # a NaN lr changes on every step (NaN != NaN); a zero one could come back as -0.0
+    lr_float = type(lr) is float and lr == lr and lr != 0.0
+    loss_hi, gn_warn, size = e.loss_hi, e.gn_warn, e.block_size
+    timing_ok = e.phase is None
+    b = e.blk
+    bsteps, bt, bloss, bgn, brecs, btiming = b.steps, b.t, b.loss, b.gn, b.recs, b.timing
+    taken = False  # any step taken since the last write-back
+
+    def sync() -> None:
+        e.records, e.steps, e.first_t, e.last_t = records, steps, first_t, last_t
+        e.step, e.rec, e.t, e.loss, e.gn = step, rec, t, loss, gn
+        e.lr_prev, e.loss_finite, e.gn_finite = lr_prev, loss_finite, gn_finite
+        e.last_finite_gn, e.last_step, e.last_step_t = last_finite_gn, last_step, last_step_t
+        e.phase_ended = phase_ended
+
+    while i < n:
+        r = recs[i]
+        if r.get("kind") != "step":
+            break
+        s = r.get("step")
+        tt = r.get("t")
+        x = r.get("loss")
+        g = r.get("grad_norm")
+        rate = r.get("lr")
+        if (
+            type(s) is not int
+            or s < last_step
+            or type(tt) is not float
+            or tt - tt != 0.0
+            or type(x) is not float
+            or x - x != 0.0
+            or x >= loss_hi
+            or not (g is None or (type(g) is float and g - g == 0.0 and g < gn_warn))
+            or not (
+                (rate is None and lr is None) or (lr_float and type(rate) is float and rate == lr)
+            )
+        ):
+            # not plain: the engine's own way, then carry on from its state
+            if taken:
+                sync()
+                taken = False
+            e.feed(r)
+            return i + 1
+        # feed(): the record's count and the file's clock
+        records += 1
+        if first_t is None:
+            first_t = tt
+        if last_t is None or tt > last_t:
+            last_t = tt
+        # _on_step() for a plain step: the lr did not change, no threshold was crossed
+        steps += 1
+        step, rec, t, loss, gn = s, r, tt, x, g
+        lr_prev = lr
+        loss_finite, gn_finite = True, g is not None
+        if g is not None:
+            last_finite_gn = g
+        if not bsteps:
+            b.t0 = tt
+        bsteps.append(s)
+        bt.append(tt)
+        bloss.append(x)
+        bgn.append(g)
+        brecs.append(r)
+        btiming.append(timing_ok and not phase_ended)
+        phase_ended = False
+        last_step, last_step_t = s, tt
+        taken = True
+        i += 1
+        t0 = b.t0
+        if len(bsteps) >= size or s - bsteps[0] >= size or (t0 is not None and tt - t0 >= 1.0):
+            sync()
+            taken = False
+            e._close_block()
+            # the block's lists are new, the thresholds refreshed; no watch opens at a
+            # block end (only per-step conditions open them), but look again all the same
+            if not _plain_ok(e):
+                return i
+            loss_hi, gn_warn = e.loss_hi, e.gn_warn
+            bsteps, bt, bloss, bgn, brecs, btiming = b.steps, b.t, b.loss, b.gn, b.recs, b.timing
+    if taken:
+        sync()
+    return i
