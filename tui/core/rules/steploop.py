@@ -41,8 +41,13 @@ def feed_steps(e: RuleEngine, recs: list[dict[str, Any]], i: int, n: int) -> int
     """Feed the step records from ``recs[i]`` on; return the index of the first record not
     taken (a record of another kind, or ``n``). A step that is not plain is fed through
     ``e.feed`` in its turn, so the order of everything is the log's."""
-    if not _plain_ok(e):
-        e.feed(recs[i])
+    r = recs[i]
+    if (
+        type(r.get("t")) is not float  # other tools' logs have no times: never plain
+        or type(r.get("loss")) is not float
+        or not _plain_ok(e)
+    ):
+        e.feed(r)  # before loading thirty locals for nothing
         return i + 1
     # the engine's per-step state, in locals (written back by `sync` below)
     records, steps, first_t, last_t = e.records, e.steps, e.first_t, e.last_t
