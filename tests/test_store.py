@@ -399,3 +399,24 @@ def test_the_header_says_how_many_fields_are_not_charted() -> None:
     with model.lock:
         info = vm.header_info(model, 0.0, vm.ViewState(), follow=False)
     assert f"fields not charted (a run keeps {MAX_SERIES} series)" in info.mode
+
+
+def test_the_dashboard_series_are_charted_whatever_fills_the_limit_first() -> None:
+    """5 000 fields in the first batch (set order is hash order) and the limit full before
+    the first sys sample: the loss, its EMA, the timings, the memory and the GPU still
+    get their series, and every series a panel draws is one the store always admits."""
+    from dltop.tui.core.panels import CPU_MEMORY, PANELS
+    from dltop.tui.core.serieslimit import MAX_SERIES, RESERVED
+
+    drawn = {s.metric for p in (*PANELS, CPU_MEMORY) for s in p.series}
+    assert drawn <= RESERVED
+    store = Store()
+    wide = {f"layer{j}.grad": 1.0 for j in range(5000)}
+    base = {"loss": 1.0, "grad_norm": 1.0, "lr": 0.1, "data_time": 0.01, "step_time": 0.1,
+            "compute_time": 0.09, "samples_per_s": 320.0, "mem_allocated": 1e9}  # fmt: skip
+    store.ingest([{"kind": "step", "step": i, **base, **wide} for i in range(3)])
+    store.ingest([{"kind": "sys", "t": 1.0, "rss": 1e9, "gpus": [{"index": 0, "util": 9.0}]}])
+    store.ingest([{"kind": "eval", "step": 2, "loss": 0.9}])
+    for name in (*base, "loss.ema", "sys.rss", "sys.gpus.0.util", "eval.loss"):
+        assert store.series(name) is not None, name
+    assert len(store.names()) <= MAX_SERIES + len(RESERVED)

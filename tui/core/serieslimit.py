@@ -11,8 +11,17 @@ ever dropped.
 
 from __future__ import annotations
 
+from dltop.probe.schema import STEP_FIELDS
+
 MAX_SERIES = 1024  # far above a real run: ~15 step fields, eval sets, 8 GPUs x ~10 sys fields
 _REMEMBERED = 4096  # refused names kept to count each once; past it the count says "+"
+# always admitted, whatever came first: the log format's own step fields and every series
+# the dashboard's panels draw (a log whose first batch holds 5 000 fields in hash order,
+# or fills the limit before its first sys sample, still charts its loss and memory;
+# tests/test_store.py checks that every panel's series is here)
+RESERVED = frozenset(STEP_FIELDS) | {
+    "loss.ema", "eval.loss", "sys.rss", "sys.gpus.0.util", "sys.gpus.0.mem_used",
+}  # fmt: skip
 
 
 class SeriesBudget:
@@ -26,9 +35,10 @@ class SeriesBudget:
         self.more = False  # more were refused than counted
         self._names: set[str] = set()
 
-    def admits(self, have: int) -> bool:
-        """Whether a store holding ``have`` series may create another."""
-        return have < self.limit
+    def admits(self, have: int, name: str = "") -> bool:
+        """Whether a store holding ``have`` series may create ``name`` (a reserved name
+        always; the limit is exceeded by those at most)."""
+        return have < self.limit or name in RESERVED
 
     def refuse(self, name: str) -> None:
         if name in self._names:

@@ -34,7 +34,7 @@ from typing import Any
 from dltop.probe import schema
 from dltop.tui.core.decimate import Decimated
 from dltop.tui.core.series import Series
-from dltop.tui.core.serieslimit import SeriesBudget
+from dltop.tui.core.serieslimit import RESERVED, SeriesBudget
 
 __all__ = ["Store", "Series", "Decimated", "DEFAULT_EMA"]
 
@@ -283,7 +283,7 @@ class Store:
         for k in keys:
             if not isinstance(k, str):
                 continue
-            if full and k not in self._series and k not in self._parents:
+            if full and k not in self._series and k not in self._parents and k not in RESERVED:
                 self.budget.refuse(k)  # before reading its column: refused names cost nothing
                 continue
             col = list(map(dict.get, batch, repeat(k)))
@@ -299,7 +299,7 @@ class Store:
 
     def _new(self, name: str) -> bool:
         """Whether a series ``name`` may be created (else it is refused and counted)."""
-        if self.budget.admits(len(self._series)):
+        if self.budget.admits(len(self._series), name):
             return True
         self.budget.refuse(name)
         return False
