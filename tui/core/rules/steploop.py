@@ -1,7 +1,7 @@
 """The engine's per-step path for a run of plain step records, with its state in locals.
 
 Why: ``RuleEngine.feed`` -> ``_on_step`` reads and writes some thirty engine attributes
-per step, about 1.5 us, more than msgspec takes to decode the record. Most steps of a
+per step, about 1.3 us, more than msgspec takes to decode the record (0.9 us this way). Most steps of a
 long run are plain: every field a finite float of the usual type, the learning rate
 unchanged, no inline threshold crossed, no watch open; for those the only work is to
 append the step to the block. This loop does that work for consecutive plain steps with
@@ -12,7 +12,8 @@ anything can read it: a block end (the rules' hooks), a record that is not a pla
 The answers are the engine's: a step goes this way only when ``_on_step`` would change
 exactly what this loop changes (see the conditions in :func:`feed_steps`), so the
 record-by-record path (``feed``) and this one give the same alerts, facts and status
-(``tests/test_rules_engine.py`` holds them to it on every fault-suite and demo log).
+(``tests/test_step_loop.py`` holds them to the same state after every batch: synthetic
+faults, runs with odd steps of sixteen kinds, the fault suite's quick logs).
 """
 
 from __future__ import annotations
