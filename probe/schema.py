@@ -100,9 +100,9 @@ MAX_LINE = 8 << 20  # bytes, newline excluded
 
 _NONFINITE_OUT = {math.inf: "Infinity", -math.inf: "-Infinity"}
 _NONFINITE_IN = {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}
-_NONFINITE_MARKERS = (b'"NaN"', b'Infinity"')
-# each marker after one of its letters that numbers and lower-case keys never hold: a block
-# without that letter (memchr, ~50x faster than the marker's own search) cannot hold it
+# the markers as they stand in a line, each after one of its letters that numbers and
+# lower-case keys never hold: a block without that letter (memchr, ~50x faster than the
+# marker's own search) cannot hold the marker
 _MARKER_GATES = ((b"N", b'"NaN"'), (b"I", b'Infinity"'))
 
 
@@ -365,7 +365,7 @@ def decode_line(line: bytes | str) -> dict[str, Any] | None:
         return None
     if not isinstance(obj, dict) or not isinstance(obj.get("kind"), str):
         return None
-    if any(m in line for m in _NONFINITE_MARKERS):
+    if has_nonfinite_marker(line):
         obj = restore(obj)
     if obj["kind"] in _NORMALIZED:
         normalize(obj)
@@ -466,7 +466,7 @@ class LineDecoder:
             if type(obj) is not dict or type(obj.get("kind")) is not str:
                 self.malformed += 1
                 continue
-            if fix and any(m in line for m in _NONFINITE_MARKERS):
+            if fix and has_nonfinite_marker(line):
                 obj = restore(obj)
             if obj["kind"] in _NORMALIZED:
                 normalize(obj)

@@ -298,9 +298,10 @@ def t_critical(df: int) -> float:
     return _T975[df - 1] if df <= len(_T975) else 2.0
 
 
-# finite differences of order 2 and 3: their coefficients, and the sigma of one of them
-# over independent noise of sigma 1 (the root of the sum of the squared coefficients)
-_DIFFS = {2: ((1, -2, 1), 6**0.5), 3: ((-1, 3, -3, 1), 20**0.5)}
+# finite differences of order 2 (coefficients 1, -2, 1) and 3 (-1, 3, -3, 1): the sigma
+# of one of them over independent noise of sigma 1 (the root of the sum of the squared
+# coefficients)
+_DIFF_SIGMA = {2: 6**0.5, 3: 20**0.5}
 
 
 def eval_noise(raw: list[float]) -> float:
@@ -316,9 +317,9 @@ def _noise(raw: list[float], order: int = 2) -> float:
     bend of a descent that levels off either (second differences read that bend as noise,
     and the early stage asks exactly where a descent levels off). 0 with fewer than 3
     differences to go by."""
-    scale = _DIFFS[order][1]
-    # the differences written out (the coefficients above, summed left to right: the same
-    # floats as a sum over them), one pass of zip: this runs on every evaluation
+    scale = _DIFF_SIGMA[order]
+    # the differences written out, summed left to right (the same floats as a sum over the
+    # coefficients), in one pass of zip: this runs on every evaluation
     if order == 2:
         d = sorted([abs(a - 2 * b + c) for a, b, c in zip(raw, raw[1:], raw[2:], strict=False)])
     else:
