@@ -420,3 +420,54 @@ def test_the_dashboard_series_are_charted_whatever_fills_the_limit_first() -> No
     for name in (*base, "loss.ema", "sys.rss", "sys.gpus.0.util", "eval.loss"):
         assert store.series(name) is not None, name
     assert len(store.names()) <= MAX_SERIES + len(RESERVED)
+
+
+def test_a_refused_field_costs_no_column(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Past the limit, a new field's column is never read: a batch of 500 records each
+    naming a new field reads the columns of the fields kept, not 500 more, and a list of
+    5 000 numbers past the limit builds no column per element (the work per batch is
+    that of the fields kept, whatever the log names)."""
+    from dltop.tui.core import store as store_module
+    from dltop.tui.core.serieslimit import MAX_SERIES
+
+    store = Store()
+    store.ingest(
+        [{"kind": "step", "step": 0, "loss": 1.0, **{f"m{j}": 1.0 for j in range(MAX_SERIES)}}]
+    )
+    assert len(store.names()) >= MAX_SERIES
+    refused = store.budget.refused
+    dense, sparse = [], []
+    real_dense, real_sparse = store_module._dense, Store._sparse
+
+    def counting_dense(col: list[Any]) -> Any:
+        dense.append(1)
+        return real_dense(col)
+
+    def counting_sparse(self: Store, *args: Any) -> None:
+        sparse.append(1)
+        real_sparse(self, *args)
+
+    monkeypatch.setattr(store_module, "_dense", counting_dense)
+    monkeypatch.setattr(Store, "_sparse", counting_sparse)
+    store.ingest([{"kind": "step", "step": i, "loss": 0.5, f"new{i}": 1.0} for i in range(1, 501)])
+    assert len(dense) == 1  # the loss column only
+    store.ingest([{"kind": "step", "step": 501, "loss": 0.4, "wide": list(range(5000))}])
+    assert len(sparse) == 0 and store.series("wide.0") is None
+    assert store.budget.refused == refused + 501
+    # a list that arrives with room for 3 of its elements: 3 columns, then the rest refused
+    roomy = Store()
+    roomy.ingest([{"kind": "step", "step": 0, **{f"m{j}": 1.0 for j in range(MAX_SERIES - 3)}}])
+    sparse.clear()
+    roomy.ingest([{"kind": "step", "step": 1, "wide": list(range(5000))}])
+    assert [roomy.series(f"wide.{i}") is not None for i in range(4)] == [True] * 3 + [False]
+    assert len(sparse) == 3
+    # a dict field charted while there was room, later with 5 000 keys: its one series
+    # goes on, and no column is read for the keys refused
+    keyed = Store()
+    keyed.ingest([{"kind": "step", "step": 0, **{f"m{j}": 1.0 for j in range(MAX_SERIES - 1)}}])
+    keyed.ingest([{"kind": "step", "step": 1, "per": {"k0": 1.0}}])
+    sparse.clear()
+    keyed.ingest([{"kind": "step", "step": 2, "per": {f"k{j}": 1.0 for j in range(5000)}}])
+    per = keyed.series("per.k0")
+    assert per is not None and len(per) == 2 and keyed.series("per.k1") is None
+    assert len(sparse) == 1
