@@ -23,7 +23,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from dltop.probe.schema import decode_line
+from dltop.probe.decoding import decode_line
 from dltop.tui.core.crashdiag import diagnose, load_catalogue
 
 KB = 1 << 10

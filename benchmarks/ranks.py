@@ -77,7 +77,7 @@ def generate_job(folder: str, ranks: int, steps: int) -> int:
     """``ranks`` finished rank files of ``steps`` steps each; returns the bytes written.
     Rank 0's body is generated, the others copy it under their own meta (the cost of
     reading does not depend on the values)."""
-    from dltop.probe.schema import encode_record
+    from dltop.probe.encoding import encode_record
 
     os.makedirs(folder, exist_ok=True)
     rng = random.Random(0)
@@ -109,7 +109,7 @@ def generate_job(folder: str, ranks: int, steps: int) -> int:
 
 def start_job(folder: str, ranks: int) -> None:
     """An empty live job: one rank file per rank holding its meta line."""
-    from dltop.probe.schema import encode_record
+    from dltop.probe.encoding import encode_record
 
     shutil.rmtree(folder, ignore_errors=True)
     os.makedirs(folder)
@@ -120,7 +120,7 @@ def start_job(folder: str, ranks: int) -> None:
 def writer(folder: str, ranks: int, rate: float, seconds: float, sharded: bool = True) -> None:
     """The training's side: every rank appends ``rate`` steps/s (and a heartbeat and a
     ``sys`` sample a second), whole lines per write as the probe does; prints the records."""
-    from dltop.probe.schema import encode_record
+    from dltop.probe.encoding import encode_record
 
     fds = [os.open(os.path.join(folder, f"rank{r}.jsonl"), os.O_WRONLY | os.O_APPEND)
            for r in range(ranks)]  # fmt: skip
@@ -287,7 +287,7 @@ def v_app(folder: str, ranks: int, rate: float, seconds: float) -> dict[str, Any
 
 
 def v_decode(folder: str, **_: Any) -> dict[str, Any]:
-    from dltop.probe.schema import LineDecoder
+    from dltop.probe.decoding import LineDecoder
 
     n = 0
     for name in sorted(os.listdir(folder)):

@@ -86,7 +86,7 @@ DASHBOARD = (
 
 def generate_log(path: str, steps: int, seed: int = 0) -> int:
     """Write a synthetic run of ``steps`` steps; returns its size in bytes."""
-    from dltop.probe.schema import encode_record
+    from dltop.probe.encoding import encode_record
 
     rng = random.Random(seed)
     t = 1_700_000_000.0
@@ -194,7 +194,7 @@ def v_msgspec(path: str) -> dict[str, Any]:
 
 
 def v_decoder(path: str) -> dict[str, Any]:
-    from dltop.probe.schema import LineDecoder
+    from dltop.probe.decoding import LineDecoder
     from dltop.tui.core.sources import CHUNK as SOURCE_CHUNK
 
     dec = LineDecoder()
@@ -206,7 +206,7 @@ def v_decoder(path: str) -> dict[str, Any]:
 
 
 def v_store(path: str) -> dict[str, Any]:
-    from dltop.probe.schema import LineDecoder
+    from dltop.probe.decoding import LineDecoder
     from dltop.tui.core.sources import CHUNK as SOURCE_CHUNK
     from dltop.tui.core.store import Store
 

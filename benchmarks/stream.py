@@ -37,7 +37,8 @@ import time
 from typing import Any
 
 from dltop.probe import Probe, rendezvous
-from dltop.probe.schema import LineDecoder, encode_record
+from dltop.probe.decoding import LineDecoder
+from dltop.probe.encoding import encode_record
 from dltop.probe.socket_server import SocketServer
 
 HERE = os.path.abspath(__file__)

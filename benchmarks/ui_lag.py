@@ -103,7 +103,7 @@ async def _probe_loop(stop: asyncio.Event, lags: list[float]) -> None:
 
 def writer(path: str, rate: float, seconds: float) -> None:
     """The appending subprocess: ``rate`` step records per second in 10 ms batches."""
-    from dltop.probe.schema import encode_record
+    from dltop.probe.encoding import encode_record
 
     t_end = time.monotonic() + seconds
     i = 0

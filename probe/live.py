@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from dltop.probe import rendezvous
-from dltop.probe.schema import encode_record
+from dltop.probe.encoding import encode_record
 from dltop.probe.socket_server import SocketServer
 from dltop.probe.viewerauth import is_loopback, mask_secret
 

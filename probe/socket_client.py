@@ -13,7 +13,8 @@ import time
 from collections import deque
 from dataclasses import dataclass, field
 
-from dltop.probe.schema import EV_DROPPED, encode_record
+from dltop.probe.encoding import encode_record
+from dltop.probe.schema import EV_DROPPED
 
 
 @dataclass

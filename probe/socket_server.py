@@ -35,8 +35,9 @@ import threading
 import time
 from collections import deque
 
+from dltop.probe.encoding import encode_record
 from dltop.probe.listeners import bind_tcp, bind_unix
-from dltop.probe.schema import EV_REFUSED, encode_record
+from dltop.probe.schema import EV_REFUSED
 from dltop.probe.socket_client import Client
 from dltop.probe.viewerauth import HELLO_MAX, HELLO_TIMEOUT, is_loopback, parse_hello
 

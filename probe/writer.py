@@ -2,7 +2,7 @@
 
 The training thread only appends to a deque (a tuple for a step, a dict for
 anything else); this thread wakes every ~50 ms, turns what it finds into lines
-with :func:`dltop.probe.schema.encode_record` (the only way a line is made), and
+with :func:`dltop.probe.encoding.encode_record` (the only way a line is made), and
 hands each sink one batch of complete lines in one call. Events wake it at once.
 
 Failure policy: a sink that raises (disk full, file size limit, the file
@@ -40,8 +40,9 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
+from dltop.probe.encoding import encode_record
 from dltop.probe.readback import FORCE_WAIT_S, Deadline
-from dltop.probe.schema import EV_DROPPED, EV_WARNING, EVENT, encode_record
+from dltop.probe.schema import EV_DROPPED, EV_WARNING, EVENT
 
 WAKE_S = 0.05  # how often the thread looks at the queue
 HOLD_MAX_S = 5.0  # an item not ready for this long is forced (a hung device must not stop the log)

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 from dltop.probe.adapter import Session
-from dltop.probe.schema import read_records
+from dltop.probe.decoding import read_records
 
 ROOT = Path(__file__).resolve().parents[1]
 

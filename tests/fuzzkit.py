@@ -165,7 +165,7 @@ def write_jsonl(path: Path, records: list[dict[str, Any]]) -> Path:
 def exercise_viewer_core(path: Path) -> None:
     """Every reader the viewer uses, over one log: store, rules, status, facts,
     checklists, header, every panel, crash banner, badges."""
-    from dltop.probe.schema import read_records
+    from dltop.probe.decoding import read_records
     from dltop.tui.core import view_model as vm
     from dltop.tui.core.chartdata import untransform, y_range
     from dltop.tui.core.checklists import checklist_for, evaluate

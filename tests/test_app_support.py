@@ -20,7 +20,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from dltop.probe.schema import encode_record
+from dltop.probe.encoding import encode_record
 
 T0 = 1_700_000_000.0
 DT = 0.1  # seconds per step

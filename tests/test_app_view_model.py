@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
-from dltop.probe.schema import read_records
+from dltop.probe.decoding import read_records
 from dltop.tui.core import fmt
 from dltop.tui.core import view_model as vm
 from dltop.tui.core.alerts import Alert

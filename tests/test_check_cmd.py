@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from dltop.probe.schema import encode_record
+from dltop.probe.encoding import encode_record
 from rulekit import Run
 
 ROOT = Path(__file__).resolve().parents[1]

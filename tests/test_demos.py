@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 from dltop.demos._common import DEMOS
-from dltop.probe.schema import read_records
+from dltop.probe.decoding import read_records
 
 ROOT = Path(__file__).resolve().parents[1]
 PY = sys.executable

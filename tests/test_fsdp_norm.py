@@ -22,7 +22,8 @@ from typing import Any
 
 import pytest
 from checkkit import check_run
-from dltop.probe.schema import encode_record, read_records
+from dltop.probe.decoding import read_records
+from dltop.probe.encoding import encode_record
 from dltop.tui.check_cmd import collect
 from dltop.tui.core import ranks
 from dltop.tui.core.rules import Config

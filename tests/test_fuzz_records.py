@@ -19,7 +19,9 @@ import traceback
 from pathlib import Path
 
 import pytest
-from dltop.probe.schema import as_float, as_step, encode_record, read_records
+from dltop.probe.decoding import read_records
+from dltop.probe.encoding import encode_record
+from dltop.probe.schema import as_float, as_step
 from dltop.tui.check_cmd import _as_json, _report, check_file
 from dltop.tui.core import view_model as vm
 from dltop.tui.core.rules import Config

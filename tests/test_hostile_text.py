@@ -18,7 +18,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from dltop.probe.schema import encode_record
+from dltop.probe.encoding import encode_record
 from dltop.tui.core.safetext import is_safe, visible, visible_lines
 from test_app_support import screen_text
 

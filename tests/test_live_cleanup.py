@@ -18,7 +18,8 @@ from pathlib import Path
 
 import pytest
 from dltop.probe import Probe, rendezvous
-from dltop.probe.schema import LineDecoder, encode_record, read_records
+from dltop.probe.decoding import LineDecoder, read_records
+from dltop.probe.encoding import encode_record
 from dltop.probe.socket_server import SocketServer
 from dltop.tui.core.stream import parse_address, peek
 from waiting import wait_for

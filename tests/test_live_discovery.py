@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 from dltop.probe import rendezvous
-from dltop.probe.schema import encode_record
+from dltop.probe.encoding import encode_record
 from dltop.probe.socket_server import SocketServer
 from dltop.tui import view_cmd
 from dltop.tui.core import discover

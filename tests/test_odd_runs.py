@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from dltop.probe.schema import read_records
+from dltop.probe.decoding import read_records
 from dltop.tui.core.rules import Config, RuleEngine
 from rulekit import Run, alerts_of, noisy, run_engine
 

@@ -25,8 +25,8 @@ from pathlib import Path
 
 import pytest
 from dltop.probe import Probe, rendezvous
+from dltop.probe.decoding import read_records
 from dltop.probe.filesink import FileSink
-from dltop.probe.schema import read_records
 from dltop.probe.writer import Writer
 from dltop.tui.check_cmd import check_file
 from dltop.tui.core.rules.config import Config

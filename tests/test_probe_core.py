@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import torch
 from dltop.probe import Probe
-from dltop.probe.schema import read_records
+from dltop.probe.decoding import read_records
 
 torch.set_num_threads(1)
 

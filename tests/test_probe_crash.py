@@ -29,15 +29,9 @@ from dltop.probe.crash import (
     is_oom,
     qualified_name,
 )
-from dltop.probe.schema import (
-    EV_EXCEPTION,
-    EV_OOM,
-    EV_SIGNAL,
-    EVENT,
-    decode_line,
-    encode_record,
-    read_records,
-)
+from dltop.probe.decoding import decode_line, read_records
+from dltop.probe.encoding import encode_record
+from dltop.probe.schema import EV_EXCEPTION, EV_OOM, EV_SIGNAL, EVENT
 
 
 class Sink:

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 from dltop.probe import Probe
-from dltop.probe.schema import read_records
+from dltop.probe.decoding import read_records
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
 

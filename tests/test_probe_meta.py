@@ -10,9 +10,11 @@ import sys
 from pathlib import Path
 
 import pytest
+from dltop.probe.decoding import decode_line
+from dltop.probe.encoding import encode_record
 from dltop.probe.meta import build_meta
 from dltop.probe.nvml import Nvml
-from dltop.probe.schema import META, SCHEMA_VERSION, decode_line, encode_record
+from dltop.probe.schema import META, SCHEMA_VERSION
 
 REAL_GPU = Nvml().init()
 FIELDS = {
@@ -27,7 +29,7 @@ def _meta_in_fresh_process(code: str = "", env: dict[str, str] | None = None) ->
 import json, sys
 {code}
 from dltop.probe.meta import build_meta
-from dltop.probe.schema import encode_record
+from dltop.probe.encoding import encode_record
 m = build_meta("run-7", "logs/x.jsonl")
 sys.stdout.write(json.dumps({{"meta": encode_record(m).decode(), "torch": "torch" in sys.modules}}))
 """

@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from dltop.probe.schema import read_records
+from dltop.probe.decoding import read_records
 
 ROOT = Path(__file__).resolve().parents[1]
 

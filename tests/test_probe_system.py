@@ -20,8 +20,9 @@ from typing import Any
 
 import pynvml
 import pytest
+from dltop.probe.decoding import read_records
 from dltop.probe.nvml import Nvml
-from dltop.probe.schema import EV_WARNING, EVENT, SYS, read_records
+from dltop.probe.schema import EV_WARNING, EVENT, SYS
 from dltop.probe.system import SystemSampler, gpu_status
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 from dltop.probe import Probe
-from dltop.probe.schema import LineDecoder, read_records
+from dltop.probe.decoding import LineDecoder, read_records
 
 
 def _all_lines_parse(path: Path) -> list[dict]:

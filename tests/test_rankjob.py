@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from dltop.probe.schema import encode_record
+from dltop.probe.encoding import encode_record
 from dltop.tui.core import crossrank
 from dltop.tui.core.rankjob import BAND, CrossRank, JobView, RankLog, job_chart, job_signature
 from dltop.tui.core.run import RunModel

@@ -22,7 +22,7 @@ from urllib.parse import unquote
 
 import pytest
 from dltop.demos._common import DEMOS
-from dltop.probe.schema import encode_record
+from dltop.probe.encoding import encode_record
 from dltop.tui.core import mdtext as md
 from dltop.tui.core import report, svgchart
 from dltop.tui.core.chartdata import EVAL, RAW, ChartData, Trace

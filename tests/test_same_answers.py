@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from dltop.probe.schema import encode_record
+from dltop.probe.encoding import encode_record
 from rulekit import Run, lr_constant
 from samepaths import opened_huge, replayed, trickled
 

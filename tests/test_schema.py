@@ -7,15 +7,9 @@ import math
 from pathlib import Path
 
 import pytest
-from dltop.probe.schema import (
-    KINDS,
-    LineDecoder,
-    as_float,
-    decode_line,
-    encode_record,
-    iter_records,
-    read_records,
-)
+from dltop.probe.decoding import LineDecoder, decode_line, iter_records, read_records
+from dltop.probe.encoding import encode_record
+from dltop.probe.schema import KINDS, as_float
 
 
 def _same(a: object, b: object) -> bool:
@@ -243,9 +237,9 @@ def test_dltop_check_reads_a_log_with_a_deeply_nested_line(tmp_path: Path) -> No
 def test_an_over_long_line_is_skipped_counted_and_the_decoder_resyncs(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from dltop.probe import schema
+    from dltop.probe import decoding
 
-    monkeypatch.setattr(schema, "MAX_LINE", 1000)  # the real cap is 8 MiB: same logic, less data
+    monkeypatch.setattr(decoding, "MAX_LINE", 1000)  # the real cap is 8 MiB: same logic, less data
     before = encode_record({"kind": "step", "step": 0})
     after = encode_record({"kind": "step", "step": 1})
     long_piece = b'{"kind":"note","text":"' + b"x" * 300

@@ -13,7 +13,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from dltop.probe.schema import encode_record
+from dltop.probe.encoding import encode_record
 from dltop.tui.app.app import DltopApp
 from dltop.tui.app.rank_table import RankTable
 from test_app_support import end_time, records

@@ -19,7 +19,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from dltop.probe.schema import LineDecoder, encode_record
+from dltop.probe.decoding import LineDecoder
+from dltop.probe.encoding import encode_record
 from dltop.probe.socket_server import SocketServer
 from dltop.probe.viewerauth import HELLO_TIMEOUT, mask_secret, parse_hello
 from dltop.tui.core.stream import StreamError, parse_address, redact

@@ -15,7 +15,8 @@ from pathlib import Path
 
 import pytest
 from dltop.probe import rendezvous
-from dltop.probe.schema import LineDecoder, encode_record
+from dltop.probe.decoding import LineDecoder
+from dltop.probe.encoding import encode_record
 from dltop.probe.socket_server import SocketServer
 from dltop.probe.viewerauth import is_loopback
 

@@ -11,7 +11,8 @@ import time
 from pathlib import Path
 
 import pytest
-from dltop.probe.schema import LineDecoder, encode_record
+from dltop.probe.decoding import LineDecoder
+from dltop.probe.encoding import encode_record
 from dltop.tui.core import backfill, sources
 from dltop.tui.core.run import RunModel
 from dltop.tui.core.sources import (
@@ -66,7 +67,7 @@ def follow(tmp_path: Path):
 WRITER = textwrap.dedent(
     """
     import sys, time
-    from dltop.probe.schema import encode_record
+    from dltop.probe.encoding import encode_record
     path, n = sys.argv[1], int(sys.argv[2])
     with open(path, "ab", buffering=0) as f:
         f.write(encode_record({"kind": "meta", "v": 1, "run_id": "w", "host": "x", "pid": 1}))

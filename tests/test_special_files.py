@@ -17,7 +17,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from dltop.probe.schema import encode_record
+from dltop.probe.encoding import encode_record
 from dltop.tui.app.app import DltopApp
 from dltop.tui.core import sourcefiles
 from dltop.tui.core.run import RunModel

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from dltop.probe.schema import read_records
+from dltop.probe.decoding import read_records
 from dltop.tui.core.rules import RuleEngine
 from rulekit import Run, lr_step
 from test_same_answers import RUNS

@@ -17,7 +17,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from dltop.probe.schema import LineDecoder, sanitize
+from dltop.probe.decoding import LineDecoder
+from dltop.probe.encoding import sanitize
 from dltop.tui import thresholds_args
 from dltop.tui.core import foreign, ranks
 from dltop.tui.core.alerts import SEVERITY_RANK, Alert

@@ -207,7 +207,7 @@ def run_engine(sc: Scenario, log: str) -> tuple[int, dict[str, Any] | None, str]
     For when ``dltop check`` itself is broken or being changed: the alerts are the
     engine's, the exit code is derived the contract's way.
     """
-    from dltop.probe.schema import read_records
+    from dltop.probe.decoding import read_records
     from dltop.tui.core.alerts import SEVERITY_RANK
 
     try:
@@ -230,7 +230,7 @@ def raise_points(sc: Scenario, log: str) -> tuple[dict[str, int | None], dict[st
     date back (a plateau's first flat window); this is when it was *said*: what
     "steps from onset to alert" means for someone watching the run.
     """
-    from dltop.probe.schema import read_records
+    from dltop.probe.decoding import read_records
 
     engine = _engine(sc)
     steps: dict[str, int | None] = {}

@@ -22,7 +22,8 @@ import os
 import time
 from typing import TYPE_CHECKING
 
-from dltop.probe.schema import META, LineDecoder, decode_line
+from dltop.probe.decoding import LineDecoder, decode_line
+from dltop.probe.schema import META
 from dltop.tui.core.run import feed_engine, make_engine
 
 if TYPE_CHECKING:

@@ -21,7 +21,8 @@ from pathlib import Path
 from typing import Any
 
 from dltop.probe import rendezvous
-from dltop.probe.schema import EV_EXCEPTION, EV_EXIT, EV_OOM, EV_SIGNAL, EVENT, STEP, LineDecoder
+from dltop.probe.decoding import LineDecoder
+from dltop.probe.schema import EV_EXCEPTION, EV_EXIT, EV_OOM, EV_SIGNAL, EVENT, STEP
 from dltop.tui.core.ending import RunEnding
 from dltop.tui.core.stream import Address, StreamError, parse_address, peek
 

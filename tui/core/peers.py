@@ -27,7 +27,8 @@ import os
 from collections import deque
 from typing import Any
 
-from dltop.probe.schema import GRAD_SQ_LOCAL, META, STEP, LineDecoder, as_float, as_step
+from dltop.probe.decoding import LineDecoder
+from dltop.probe.schema import GRAD_SQ_LOCAL, META, STEP, as_float, as_step
 from dltop.tui.core.sourcefiles import SourceError, open_log
 
 HOLD_S = 3.0  # longest a sharded step waits for the other ranks' shares (the probe writes

@@ -31,7 +31,8 @@ import traceback
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from dltop.probe.schema import META, LineDecoder, decode_line
+from dltop.probe.decoding import LineDecoder, decode_line
+from dltop.probe.schema import META
 from dltop.tui.core.backfill import TailFirst
 from dltop.tui.core.peers import PeerJoin, has_shares
 from dltop.tui.core.ranklog import RankLog

@@ -18,7 +18,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs, urlsplit
 
-from dltop.probe.schema import EV_REFUSED, LineDecoder, as_step
+from dltop.probe.decoding import LineDecoder
+from dltop.probe.schema import EV_REFUSED, as_step
 from dltop.probe.viewerauth import mask_secret
 from dltop.tui.core.reader import ReaderThread
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import os
 
-from dltop.probe.schema import decode_line
+from dltop.probe.decoding import decode_line
 from dltop.tui.core.foreign import hf, lightning, tboard
 from dltop.tui.core.foreign.common import HF, LIGHTNING, TENSORBOARD, ForeignLog
 from dltop.tui.core.foreign.tboard import MissingExtra
