@@ -168,7 +168,8 @@ def exercise_viewer_core(path: Path) -> None:
     from dltop.probe.decoding import read_records
     from dltop.tui.core import view_model as vm
     from dltop.tui.core.chartdata import untransform, y_range
-    from dltop.tui.core.checklists import checklist_for, evaluate
+    from dltop.tui.core.checklist_eval import evaluate
+    from dltop.tui.core.checklists import checklist_for
     from dltop.tui.core.panels import PANELS, panel_chart
 
     records, dec = read_records(str(path))

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 from dltop.tui.core import checklists as cl
 from dltop.tui.core.alerts import ALERT_IDS, Alert
+from dltop.tui.core.checklist_eval import evaluate
 from dltop.tui.core.checklists import (
     OPS,
     Checklist,
@@ -23,7 +24,6 @@ from dltop.tui.core.checklists import (
     available_checklists,
     checklist_for,
     data_root,
-    evaluate,
     load_checklist,
 )
 from dltop.tui.core.facts import FACT_NAMES, Fact
@@ -393,7 +393,8 @@ def test_stall_checklist_judges_the_stall_itself_not_the_end_of_the_log() -> Non
     """After a hang that resumed, the end-of-log gap is short; the step must still say yes
     from the alert's own evidence (the gap it saw against its threshold)."""
     from dltop.tui.core.alerts import Alert
-    from dltop.tui.core.checklists import checklist_for, evaluate
+    from dltop.tui.core.checklist_eval import evaluate
+    from dltop.tui.core.checklists import checklist_for
     from dltop.tui.core.facts import Fact
 
     alert = Alert(

@@ -15,15 +15,10 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from dltop.tui.core import crashdiag
+from dltop.tui.core import crashcatalogue
 from dltop.tui.core.checklists import load_checklist
-from dltop.tui.core.crashdiag import (
-    CatalogueError,
-    diagnose,
-    last_user_frame,
-    load_catalogue,
-    parse_bytes,
-)
+from dltop.tui.core.crashcatalogue import CatalogueError, load_catalogue
+from dltop.tui.core.crashdiag import diagnose, last_user_frame, parse_bytes
 
 torch = pytest.importorskip("torch")
 nn = torch.nn
@@ -32,9 +27,9 @@ F = torch.nn.functional
 
 @pytest.fixture(autouse=True)
 def _fresh_cache():
-    crashdiag.clear_cache()
+    crashcatalogue.clear_cache()
     yield
-    crashdiag.clear_cache()
+    crashcatalogue.clear_cache()
 
 
 def _type_name(exc: BaseException) -> str:
@@ -880,7 +875,8 @@ def test_a_chain_of_causes_is_followed_and_the_top_message_wins_when_it_matches(
 def _marks(event: dict, steps: int = 5) -> dict[str, str | None]:
     """Feed a run of ``steps`` steps and the crash event through the real engine; the
     crash alert's checklist steps, marked from its evidence and the run's facts."""
-    from dltop.tui.core.checklists import checklist_for, evaluate
+    from dltop.tui.core.checklist_eval import evaluate
+    from dltop.tui.core.checklists import checklist_for
     from dltop.tui.core.rules import RuleEngine
 
     eng = RuleEngine()

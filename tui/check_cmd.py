@@ -263,7 +263,8 @@ def check_file(
 def _checklists(r: FileResult, lang: str) -> dict[int, list[dict[str, Any]]]:
     """Checklist steps with automatic marks, per alert (by id()); empty without the checklist module."""
     try:
-        from dltop.tui.core.checklists import checklist_for, evaluate  # noqa: PLC0415
+        from dltop.tui.core.checklist_eval import evaluate  # noqa: PLC0415
+        from dltop.tui.core.checklists import checklist_for  # noqa: PLC0415
     except ImportError:
         return {}
     facts = r.engine.facts()

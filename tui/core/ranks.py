@@ -38,7 +38,7 @@ from typing import Any
 
 from dltop.probe.schema import GRAD_SQ_LOCAL, META, STEP, as_float, as_step
 from dltop.tui.core.alerts import CRITICAL, WARNING, Alert
-from dltop.tui.core.crashdiag import CatalogueError, secondary_patterns
+from dltop.tui.core.crashcatalogue import CatalogueError, secondary_patterns
 from dltop.tui.core.fmt import number as fmt
 from dltop.tui.core.rules.engine import RuleEngine
 from dltop.tui.core.rules.window import median_of

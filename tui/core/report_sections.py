@@ -15,7 +15,8 @@ from typing import TYPE_CHECKING, Any
 
 from dltop.tui.core import mdtext as md
 from dltop.tui.core.alerts import SEVERITY_RANK, Alert
-from dltop.tui.core.checklists import checklist_for, evaluate
+from dltop.tui.core.checklist_eval import evaluate
+from dltop.tui.core.checklists import checklist_for
 from dltop.tui.core.crash_view import fatal_event, store_crash_info
 from dltop.tui.core.crashdiag import last_user_frame
 from dltop.tui.core.fmt import duration, nbytes, styled

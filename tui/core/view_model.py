@@ -210,7 +210,8 @@ def next_alert_key(alerts: list[Alert], selected: str | None) -> str | None:
 
 def checklist_view(model: RunModel, alert: Alert, lang: str) -> tuple[str, list[Any]]:
     """The checklist of an alert, each step marked from the run's facts."""
-    from dltop.tui.core.checklists import checklist_for, evaluate
+    from dltop.tui.core.checklist_eval import evaluate
+    from dltop.tui.core.checklists import checklist_for
 
     checklist = checklist_for(alert, lang)
     facts = model.facts()
