@@ -20,8 +20,9 @@ from typing import Any
 from dltop.probe.decoding import LineDecoder
 from dltop.probe.encoding import sanitize
 from dltop.tui import thresholds_args
+from dltop.tui.check_output import as_json, text_report
 from dltop.tui.core import foreign, ranks
-from dltop.tui.core.alerts import SEVERITY_RANK, Alert
+from dltop.tui.core.alerts import SEVERITY_RANK
 from dltop.tui.core.rules import Config, ConfigError, RuleEngine
 from dltop.tui.core.safetext import visible, visible_lines
 from dltop.tui.core.sourcefiles import SourceError, is_missing, list_rank_files, open_log
@@ -35,8 +36,6 @@ SOURCE_HINT = "pass a .jsonl log written by dltop.probe, or a directory of them"
 # critical alert"; cli.py reads these to report a bad argument as "could not check" instead
 USAGE_EXIT = EXIT_UNREADABLE
 USAGE_HINT = "usage: dltop check SOURCE [--json] [--config FILE] [--set KEY=VALUE]; see --help"
-_STATUS_ORDER = ("crashed", "stalled", "unknown", "running", "finished")
-_MARKS = {"yes": "[yes]", "no": "[no] ", None: "[ ? ]"}
 # bytes read and decoded at a time: the viewer's parse size (sources.CHUNK). The records of
 # 64 KiB are still in the CPU's cache when the engine reads them; those of 1 MiB are not
 # (~3 % of `dltop check`'s time). The decoder gives the same records for any chunking.
@@ -103,14 +102,14 @@ def run(args: argparse.Namespace) -> int:
     code = {0: EXIT_OK, 1: EXIT_WARN, 2: EXIT_CRIT}[worst]
     try:
         if args.json:
-            out = _as_json(args.source, results)
+            out = as_json(args.source, results)
             if skipped:
                 out["skipped_files"] = skipped
             # exact text, JSON-escaped; ensure_ascii: no control or bidi char reaches a terminal
             sys.stdout.write(json.dumps(sanitize(out), indent=2, ensure_ascii=True) + "\n")
         else:
             # the report quotes the log (run ids, messages, file names): one boundary
-            sys.stdout.write(visible_lines(_report(args.source, results, skipped)))
+            sys.stdout.write(visible_lines(text_report(args.source, results, skipped)))
         sys.stdout.flush()
     except BrokenPipeError:  # `dltop check x | head`
         pass
@@ -294,133 +293,4 @@ def _checklists(r: FileResult, lang: str) -> dict[int, list[dict[str, Any]]]:
                     "how": None,
                 }
             ]
-    return out
-
-
-def _first_failure(r: FileResult) -> bool:
-    """This rank failed first among several (tui/core/ranks.py named it)."""
-    return any(a.evidence.get("secondary") is False for a in r.engine.alerts())
-
-
-def primary(results: list[FileResult]) -> FileResult:
-    """The rank whose status is the job's: the worst; among equals, the one that failed first."""
-    return min(results, key=lambda r: (_STATUS_ORDER.index(r.state.status), not _first_failure(r)))
-
-
-def _combined_status(results: list[FileResult]) -> RunState:
-    return primary(results).state
-
-
-def _alert_json(r: FileResult, a: Alert, multi: bool) -> dict[str, Any]:
-    d = a.to_json()
-    d["checklist_steps"] = [dict(s) for s in r.checklists.get(id(a), [])]
-    if multi:
-        d["file"] = r.path
-        d["rank"] = r.rank
-    return d
-
-
-def _as_json(source: str, results: list[FileResult]) -> dict[str, Any]:
-    multi = len(results) > 1
-    state = _combined_status(results)
-    out: dict[str, Any] = {
-        "source": source,
-        "status": state.status,
-        "reason": state.reason,
-        "steps": max(r.engine.steps for r in results),
-        "alerts": [_alert_json(r, a, multi) for r in results for a in r.engine.alerts()],
-        "skipped_lines": sum(r.skipped for r in results),
-    }
-    if multi:
-        out["files"] = [
-            {
-                "path": r.path,
-                "rank": r.rank,
-                "status": r.state.status,
-                "steps": r.engine.steps,
-                "skipped_lines": r.skipped,
-            }
-            for r in results
-        ]
-    return out
-
-
-def _evidence_line(ev: dict[str, Any]) -> str:
-    from dltop.tui.core.fmt import number as format_number  # noqa: PLC0415
-
-    parts = []
-    for k, v in ev.items():
-        if isinstance(v, (dict, list)) or (isinstance(v, str) and len(v) > 60):
-            continue
-        parts.append(f"{k}={format_number(v)}")
-    return ", ".join(parts)
-
-
-def _report(source: str, results: list[FileResult], skipped: list[str]) -> str:
-    state = _combined_status(results)
-    lines = [f"dltop check: {source}"]
-    lines += [f"skipped: {why}" for why in skipped]
-    lines += [f"note:    {n}" for r in results for n in r.notes]
-    lines.append(f"status:  {state.status} ({state.reason})")
-    malformed = sum(r.skipped for r in results)
-    steps = max(r.engine.steps for r in results)
-    lines.append(
-        f"steps:   {steps}" + (f"  ({malformed} malformed lines skipped)" if malformed else "")
-    )
-    multi = len(results) > 1
-    if multi:
-        for r in results:
-            lines.append(
-                f"  {os.path.basename(r.path)} (rank {r.rank}): {r.state.status}, {r.engine.steps} steps"
-            )
-        first = [
-            a for r in results for a in r.engine.alerts() if a.evidence.get("secondary") is False
-        ]
-        if first:
-            lines.append(
-                f"first failure: rank {first[0].evidence.get('first_rank')}: {first[0].title}"
-            )
-    alerts = [(r, a) for r in results for a in r.engine.alerts()]
-    if not alerts:
-        lines.append("alerts:  none")
-        return "\n".join(lines) + "\n"
-    lines.append(f"alerts:  {len(alerts)}")
-    # worst first; among equals, a failure that followed another rank's comes after it
-    order = sorted(
-        alerts,
-        key=lambda ra: (-SEVERITY_RANK[ra[1].severity], ra[1].evidence.get("secondary") is True),
-    )
-    printed: dict[tuple[str, ...], str] = {}  # a checklist's lines -> the alert that showed them
-    for r, a in order:
-        lines.append("")
-        where = f"step {a.step}" if a.step is not None else "no step"
-        state_word = "active" if a.active else f"cleared after step {a.last_step}"
-        rank = f" [rank {r.rank}]" if multi else ""
-        lines.append(f"{a.severity.upper():8} {a.id}{rank}  {where}  {a.title}  ({state_word})")
-        lines.append(f"  {a.message}")
-        ev = _evidence_line(a.evidence)
-        if ev:
-            lines.append(f"  evidence: {ev}")
-        steps_ = r.checklists.get(id(a), [])
-        if steps_:
-            # the same checklist with the same marks (a run resumed after each of its NaNs)
-            # is printed once: 20 k copies made a 2 MB log a 26 MB report
-            shown = tuple(_checklist_lines(steps_))
-            if shown in printed:
-                lines.append(f"  checklist: as for {printed[shown]} above")
-            else:
-                printed[shown] = f"{a.id}{rank} at {where}"
-                lines.append("  checklist:")
-                lines.extend(shown)
-    return "\n".join(lines) + "\n"
-
-
-def _checklist_lines(steps: list[dict[str, Any]]) -> list[str]:
-    """A checklist's steps as printed: mark, question, evidence, and the fix under it."""
-    out: list[str] = []
-    for s in steps:
-        tail = f"  — {s['evidence']}" if s["evidence"] else ""
-        out.append(f"    {_MARKS.get(s['mark'], '[ ? ]')} {s['text']}{tail}")
-        for n, line in enumerate((s.get("how") or "").splitlines()):
-            out.append(f"          {'fix: ' if n == 0 else '     '}{line}")
     return out

@@ -15,6 +15,7 @@ import os
 import sys
 
 from dltop.tui import check_cmd, thresholds_args
+from dltop.tui.check_output import primary
 from dltop.tui.core import foreign
 from dltop.tui.core.rules import ConfigError
 from dltop.tui.core.safetext import visible
@@ -61,7 +62,7 @@ def run(args: argparse.Namespace) -> int:
         return EXIT_FAILED
     except check_cmd.CheckError as exc:
         return _fail(str(exc), check_cmd.SOURCE_HINT)
-    shown = check_cmd.primary(results)
+    shown = primary(results)
     assert shown.store is not None  # collect(with_store=True) gives every result one
     entries = [
         report.ReportAlert(a, r.engine.facts(), _ticks(r.path).ticked(alert_key(a)), rank)

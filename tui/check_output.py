@@ -1,0 +1,149 @@
+"""What ``dltop check`` prints: the text report and the ``--json`` document.
+
+Why apart from ``check_cmd.py``: that module finds the logs, runs the rules and picks the
+exit code; this one only words results it is given, so the report's look can change
+without touching what is diagnosed (``dltop report`` reads :func:`primary` too). The
+caller makes the text terminal-safe (``safetext.visible_lines``) before it is printed.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import TYPE_CHECKING, Any
+
+from dltop.tui.core.alerts import SEVERITY_RANK, Alert
+from dltop.tui.core.fmt import number as format_number
+
+if TYPE_CHECKING:
+    from dltop.tui.check_cmd import FileResult
+    from dltop.tui.core.status import RunState
+
+_STATUS_ORDER = ("crashed", "stalled", "unknown", "running", "finished")
+_MARKS = {"yes": "[yes]", "no": "[no] ", None: "[ ? ]"}
+
+
+def _first_failure(r: FileResult) -> bool:
+    """This rank failed first among several (tui/core/ranks.py named it)."""
+    return any(a.evidence.get("secondary") is False for a in r.engine.alerts())
+
+
+def primary(results: list[FileResult]) -> FileResult:
+    """The rank whose status is the job's: the worst; among equals, the one that failed first."""
+    return min(results, key=lambda r: (_STATUS_ORDER.index(r.state.status), not _first_failure(r)))
+
+
+def _combined_status(results: list[FileResult]) -> RunState:
+    return primary(results).state
+
+
+def _alert_json(r: FileResult, a: Alert, multi: bool) -> dict[str, Any]:
+    d = a.to_json()
+    d["checklist_steps"] = [dict(s) for s in r.checklists.get(id(a), [])]
+    if multi:
+        d["file"] = r.path
+        d["rank"] = r.rank
+    return d
+
+
+def as_json(source: str, results: list[FileResult]) -> dict[str, Any]:
+    multi = len(results) > 1
+    state = _combined_status(results)
+    out: dict[str, Any] = {
+        "source": source,
+        "status": state.status,
+        "reason": state.reason,
+        "steps": max(r.engine.steps for r in results),
+        "alerts": [_alert_json(r, a, multi) for r in results for a in r.engine.alerts()],
+        "skipped_lines": sum(r.skipped for r in results),
+    }
+    if multi:
+        out["files"] = [
+            {
+                "path": r.path,
+                "rank": r.rank,
+                "status": r.state.status,
+                "steps": r.engine.steps,
+                "skipped_lines": r.skipped,
+            }
+            for r in results
+        ]
+    return out
+
+
+def _evidence_line(ev: dict[str, Any]) -> str:
+    parts = []
+    for k, v in ev.items():
+        if isinstance(v, (dict, list)) or (isinstance(v, str) and len(v) > 60):
+            continue
+        parts.append(f"{k}={format_number(v)}")
+    return ", ".join(parts)
+
+
+def text_report(source: str, results: list[FileResult], skipped: list[str]) -> str:
+    state = _combined_status(results)
+    lines = [f"dltop check: {source}"]
+    lines += [f"skipped: {why}" for why in skipped]
+    lines += [f"note:    {n}" for r in results for n in r.notes]
+    lines.append(f"status:  {state.status} ({state.reason})")
+    malformed = sum(r.skipped for r in results)
+    steps = max(r.engine.steps for r in results)
+    lines.append(
+        f"steps:   {steps}" + (f"  ({malformed} malformed lines skipped)" if malformed else "")
+    )
+    multi = len(results) > 1
+    if multi:
+        for r in results:
+            lines.append(
+                f"  {os.path.basename(r.path)} (rank {r.rank}): {r.state.status}, {r.engine.steps} steps"
+            )
+        first = [
+            a for r in results for a in r.engine.alerts() if a.evidence.get("secondary") is False
+        ]
+        if first:
+            lines.append(
+                f"first failure: rank {first[0].evidence.get('first_rank')}: {first[0].title}"
+            )
+    alerts = [(r, a) for r in results for a in r.engine.alerts()]
+    if not alerts:
+        lines.append("alerts:  none")
+        return "\n".join(lines) + "\n"
+    lines.append(f"alerts:  {len(alerts)}")
+    # worst first; among equals, a failure that followed another rank's comes after it
+    order = sorted(
+        alerts,
+        key=lambda ra: (-SEVERITY_RANK[ra[1].severity], ra[1].evidence.get("secondary") is True),
+    )
+    printed: dict[tuple[str, ...], str] = {}  # a checklist's lines -> the alert that showed them
+    for r, a in order:
+        lines.append("")
+        where = f"step {a.step}" if a.step is not None else "no step"
+        state_word = "active" if a.active else f"cleared after step {a.last_step}"
+        rank = f" [rank {r.rank}]" if multi else ""
+        lines.append(f"{a.severity.upper():8} {a.id}{rank}  {where}  {a.title}  ({state_word})")
+        lines.append(f"  {a.message}")
+        ev = _evidence_line(a.evidence)
+        if ev:
+            lines.append(f"  evidence: {ev}")
+        steps_ = r.checklists.get(id(a), [])
+        if steps_:
+            # the same checklist with the same marks (a run resumed after each of its NaNs)
+            # is printed once: 20 k copies made a 2 MB log a 26 MB report
+            shown = tuple(_checklist_lines(steps_))
+            if shown in printed:
+                lines.append(f"  checklist: as for {printed[shown]} above")
+            else:
+                printed[shown] = f"{a.id}{rank} at {where}"
+                lines.append("  checklist:")
+                lines.extend(shown)
+    return "\n".join(lines) + "\n"
+
+
+def _checklist_lines(steps: list[dict[str, Any]]) -> list[str]:
+    """A checklist's steps as printed: mark, question, evidence, and the fix under it."""
+    out: list[str] = []
+    for s in steps:
+        tail = f"  — {s['evidence']}" if s["evidence"] else ""
+        out.append(f"    {_MARKS.get(s['mark'], '[ ? ]')} {s['text']}{tail}")
+        for n, line in enumerate((s.get("how") or "").splitlines()):
+            out.append(f"          {'fix: ' if n == 0 else '     '}{line}")
+    return out
