@@ -6,7 +6,7 @@
 Each variant runs in its own fresh interpreter (imports excluded from the timings, peak
 RSS its own):
 
-- ``follow1``  the anchor: the viewer's core (``sources.DirectorySource`` into a
+- ``follow1``  the anchor: the viewer's core (``dirsource.DirectorySource`` into a
                ``RunModel``, as the app opens a folder) following a one-rank job while a
                writer appends ``--rate`` steps/s to it, with an asyncio loop in the main
                thread whose 10 ms sleep measures its own lateness (the event loop's lag:
@@ -187,8 +187,8 @@ def _spawn_writer(
 def v_follow(
     folder: str, ranks: int, rate: float, seconds: float, sharded: bool = True
 ) -> dict[str, Any]:
+    from dltop.tui.core.dirsource import DirectorySource
     from dltop.tui.core.run import RunModel
-    from dltop.tui.core.sources import DirectorySource
 
     start_job(folder, ranks)
     ingested = [0]

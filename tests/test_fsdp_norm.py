@@ -252,8 +252,8 @@ def _series(model: Any, name: str) -> list[float]:
 
 
 def test_the_viewer_joins_a_sharded_folder_into_the_first_ranks_norm(job: Path) -> None:
+    from dltop.tui.core.dirsource import DirectorySource
     from dltop.tui.core.run import RunModel
-    from dltop.tui.core.sources import DirectorySource
 
     model = RunModel("job")
     src = DirectorySource(str(job / "fsdp"), model, follow=False)

@@ -17,9 +17,9 @@ from typing import Any
 import pytest
 from dltop.probe.encoding import encode_record
 from dltop.tui.core import crossrank
+from dltop.tui.core.dirsource import DirectorySource
 from dltop.tui.core.rankjob import BAND, CrossRank, JobView, RankLog, job_chart, job_signature
 from dltop.tui.core.run import RunModel
-from dltop.tui.core.sources import DirectorySource
 from dltop.tui.core.view_model import ViewState
 
 T0 = 1_700_000_000.0

@@ -14,9 +14,9 @@ import pytest
 from dltop.probe.decoding import LineDecoder
 from dltop.probe.encoding import encode_record
 from dltop.tui.core import backfill, sources
+from dltop.tui.core.dirsource import DirectorySource
 from dltop.tui.core.run import RunModel
 from dltop.tui.core.sources import (
-    DirectorySource,
     FileSource,
     SourceError,
     list_rank_files,

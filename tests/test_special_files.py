@@ -20,8 +20,9 @@ import pytest
 from dltop.probe.encoding import encode_record
 from dltop.tui.app.app import DltopApp
 from dltop.tui.core import sourcefiles
+from dltop.tui.core.dirsource import DirectorySource
 from dltop.tui.core.run import RunModel
-from dltop.tui.core.sources import DirectorySource, FileSource, SourceError, check_log_file
+from dltop.tui.core.sources import FileSource, SourceError, check_log_file
 from test_app_support import write_log
 
 

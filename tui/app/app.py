@@ -32,10 +32,11 @@ from dltop.tui.app.rank_table import RankTable
 from dltop.tui.app.view_keys import ViewKeys
 from dltop.tui.core import rankjob
 from dltop.tui.core import view_model as vm
+from dltop.tui.core.foreign_source import ForeignSource
 from dltop.tui.core.overlay import OverlayView
 from dltop.tui.core.overlay_source import OverlaySource
 from dltop.tui.core.safetext import visible
-from dltop.tui.core.sources import FileSource, ForeignSource, SourceError, open_source
+from dltop.tui.core.sources import FileSource, SourceError, open_source
 from dltop.tui.core.stream import SocketSource, StreamError, is_stream_spec, redact
 from textual import on
 from textual.app import App, ComposeResult

@@ -1,6 +1,6 @@
 """The dashboard's job side: which rank the screen shows, and what a job adds to it.
 
-A folder of rank files opens as one job (``sources.DirectorySource`` follows every rank);
+A folder of rank files opens as one job (``dirsource.DirectorySource`` follows every rank);
 the charts show the ranks together (``rankjob.job_chart``: median line, min–max band),
 the rank table lists them, and ``f`` focuses one rank after the other, then all again.
 Focusing a rank makes its model the app's ``model``: the header, the charts, the crash

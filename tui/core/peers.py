@@ -17,7 +17,7 @@ died, its file is missing, its writer is behind by more than ``HOLD_S``, or ``MA
 records wait behind it) goes out without a norm rather than with part of one;
 ``incomplete`` counts those.
 
-No Textual, no torch; the caller (``sources.DirectorySource``) owns the followed file.
+No Textual, no torch; the caller (``dirsource.DirectorySource``) owns the followed file.
 """
 
 from __future__ import annotations

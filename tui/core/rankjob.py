@@ -3,7 +3,7 @@
 A folder of rank files (``dltop-runs/<job>/rank<R>.jsonl``) is one run to the person
 watching it, but each rank is its own process: NaN, OOM, memory growth and crashes happen
 per rank, so each rank keeps its own :class:`RunModel` (store + rules engine), fed by its
-own reader thread (``sources.DirectorySource``). What only the ranks side by side can tell
+own reader thread (``dirsource.DirectorySource``). What only the ranks side by side can tell
 is computed from those models at the UI's fixed rate, never per record; :class:`JobView`
 here ties it together for the app, the parts live beside it:
 

@@ -1,0 +1,72 @@
+"""Another tool's log in the viewer: a finished replay, read once, never followed.
+
+Why a source of its own: a Hugging Face ``trainer_state.json``, a Lightning
+``metrics.csv`` or TensorBoard event files are converted whole (``core/foreign``, with
+its bounded reads), not tailed line by line like our logs (``sources.FileSource``).
+"""
+
+from __future__ import annotations
+
+import os
+import traceback
+from typing import Any
+
+from dltop.tui.core.reader import ReaderThread
+from dltop.tui.core.run import RunModel
+from dltop.tui.core.sourcefiles import SourceError
+from dltop.tui.core.sources import SLICE, OnUpdate
+
+
+class ForeignSource(ReaderThread):
+    """Another tool's log (``core/foreign``): a finished replay, read once on the reader
+    thread, ingested in slices, never followed and never written to.
+
+    Shaped like :class:`FileSource` where the app uses it (start / stop / run / alive /
+    ``error`` / ``traceback`` / ``caught_up``). A missing optional reader
+    (``foreign.MissingExtra``) is raised here, in the caller, before any thread starts.
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        model: RunModel,
+        on_update: OnUpdate | None = None,
+        *,
+        fmt: str | None = None,
+        **_ignored: Any,  # follow, poll_interval...: a finished file has nothing to follow
+    ) -> None:
+        from dltop.tui.core import foreign  # noqa: PLC0415
+
+        self.path = os.fspath(path)
+        found = fmt or foreign.detect(self.path)
+        if found is None:
+            raise SourceError(f"{self.path}: not a log dltop can read")
+        self.format = found
+        foreign.prepare(self.path, found)
+        self.model = model
+        self.on_update = on_update
+        self.error: str | None = None
+        self.traceback: str | None = None
+        self._init_reader()
+
+    def run(self) -> None:
+        """Read the whole log (bounded by foreign/common.py's limits), then ingest it."""
+        from dltop.tui.core import foreign  # noqa: PLC0415
+
+        try:
+            log = foreign.load(self.path, self.format)
+            records = log.records
+            for i in range(0, len(records), SLICE):
+                if self._stop.is_set():
+                    return
+                self.model.ingest(records[i : i + SLICE], malformed=log.skipped)
+                self._notify(len(records[i : i + SLICE]))
+            if not records:
+                self.model.ingest([], malformed=log.skipped)
+        except SourceError as exc:
+            self._fail(str(exc))
+        except Exception as exc:  # a bug: said in the UI instead of a traceback over it
+            self.traceback = traceback.format_exc()
+            self._fail(f"reader failed: {type(exc).__name__}: {exc}")
+        finally:
+            self.caught_up.set()
