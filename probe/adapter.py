@@ -52,7 +52,8 @@ def probe_kwargs(owner: str, kwargs: dict[str, Any]) -> dict[str, Any]:
     A typo (``layer_every=``) would otherwise surface only at the first ``fit``, inside
     the framework, or never; a ``TypeError`` naming the valid keys is the clear error.
     """
-    from dltop.probe.probe import _AUTO, Probe, nowhere_to_write
+    from dltop.probe.jobpath import AUTO, nowhere_to_write
+    from dltop.probe.probe import Probe
 
     params = inspect.signature(Probe.__init__).parameters
     valid = [n for n in params if n != "self" and n not in _FROM_TRAINER]
@@ -70,7 +71,7 @@ def probe_kwargs(owner: str, kwargs: dict[str, Any]) -> dict[str, Any]:
         )
     no_dest = nowhere_to_write(
         owner,
-        kwargs.get("path", _AUTO),
+        kwargs.get("path", AUTO),
         kwargs.get("socket", True),
         kwargs.get("tcp"),
         kwargs.get("sinks"),
@@ -95,7 +96,7 @@ def open_session(
     """The started probe of one ``fit``/``train``: the user's ``Probe`` keywords, one log
     per rank, the framework's AMP ``scaler`` unless given, and the lr from a snapshot of
     ``optimizer`` (the first step record comes before any optimizer step)."""
-    from dltop.probe.probe import _AUTO as auto
+    from dltop.probe.jobpath import AUTO as auto
     from dltop.probe.probe import Probe
 
     kw = dict(kwargs)

@@ -337,3 +337,19 @@ def layers_record(
     if sharded:
         rec["sharded"] = True  # the figures are of this rank's shards of each gradient
     return rec
+
+
+def trainable_params(model: Any, optimizer: Any) -> list[tuple[str, Any]]:
+    """The named parameters whose gradients the norm covers: the model's that require a
+    gradient, else the optimizer's (``group<G>.param<P>``), else none. May raise (a model
+    whose ``named_parameters`` fails): the caller reports it once and records without."""
+    if model is not None:
+        return [(n, p) for n, p in model.named_parameters() if p.requires_grad]
+    if optimizer is not None:
+        return [
+            (f"group{gi}.param{pi}", p)
+            for gi, g in enumerate(optimizer.param_groups)
+            for pi, p in enumerate(g["params"])
+            if p.requires_grad
+        ]
+    return []

@@ -1,4 +1,6 @@
-"""The default log path: one file per run, or one folder per job and one file per rank.
+"""Where a run's log goes: the default path (one file per run, or one folder per job and
+one file per rank), the run id it gives (:func:`default_run_id`), and the error when a
+probe has nowhere to write (:func:`nowhere_to_write`, shared by ``Probe`` and the adapters).
 
 A single process writes ``dltop-runs/<YYYYmmdd-HHMMSS>-<pid>.jsonl``. Under torchrun (or
 any launcher that sets ``RANK`` and ``WORLD_SIZE`` with ``WORLD_SIZE > 1``) every rank
@@ -32,6 +34,7 @@ from __future__ import annotations
 import os
 import re
 import time
+from typing import Any
 
 RUNS_DIR = "dltop-runs"
 _NAME_MAX = 100
@@ -119,3 +122,31 @@ def default_path(prefix: str | None = None) -> str:
     job = job_name()
     folder = safe_name(f"{prefix}-{job}") if prefix else job
     return os.path.join(RUNS_DIR, folder, f"rank{ranks[0]}.jsonl")
+
+
+# the default ``path`` of Probe and the adapters: ``default_path()`` (a sentinel, since
+# ``None`` means "no file")
+AUTO: Any = object()
+
+
+def default_run_id(path: str | None, default: bool) -> str:
+    """The log's file name without ``.jsonl``; ``<job>.rank<R>`` for a default rank file
+    (``rank0`` alone would name every job's rank 0 alike in ``dltop ls``)."""
+    if not path:
+        return stamp()
+    name = os.path.splitext(os.path.basename(path))[0]
+    if default and rank_world() is not None:
+        name = f"{os.path.basename(os.path.dirname(path))}.{name}"
+    return name
+
+
+def nowhere_to_write(owner: str, path: Any, socket: Any, tcp: Any, sinks: Any) -> ValueError | None:
+    """The error for a probe with no log file (``None`` or ``""``), no socket and no sink;
+    ``None`` when it writes somewhere."""
+    if path is AUTO or (path is not None and os.fspath(path)) or socket or tcp or sinks:
+        return None
+    return ValueError(
+        f"{owner}(path=None) with socket=False has nowhere to write "
+        "(an empty path is no path): "
+        "give a log path (or leave the default), or socket=True"
+    )

@@ -23,10 +23,10 @@ from typing import Any, Literal, TypeVar
 
 from dltop.probe.cudastep import CudaStep, cuda_step_for
 from dltop.probe.filesink import FileSink, Sink
-from dltop.probe.gradnorm import GradNormTracker
+from dltop.probe.gradnorm import GradNormTracker, trainable_params
+from dltop.probe.jobpath import AUTO, default_run_id, nowhere_to_write
 from dltop.probe.jobpath import RUNS_DIR as RUNS_DIR  # re-exported: the default folder
 from dltop.probe.jobpath import default_path as default_path
-from dltop.probe.jobpath import rank_world, stamp
 from dltop.probe.loader import TimedLoader
 from dltop.probe.readback import DeviceBatch
 from dltop.probe.records import (
@@ -52,31 +52,6 @@ from dltop.probe.schema import (
 from dltop.probe.writer import Writer
 
 T = TypeVar("T")
-
-_AUTO: Any = object()  # the default ``path``: see ``jobpath.default_path``
-
-
-def _default_run_id(path: str | None, default: bool) -> str:
-    """The log's file name without ``.jsonl``; ``<job>.rank<R>`` for a default rank file
-    (``rank0`` alone would name every job's rank 0 alike in ``dltop ls``)."""
-    if not path:
-        return stamp()
-    name = os.path.splitext(os.path.basename(path))[0]
-    if default and rank_world() is not None:
-        name = f"{os.path.basename(os.path.dirname(path))}.{name}"
-    return name
-
-
-def nowhere_to_write(owner: str, path: Any, socket: Any, tcp: Any, sinks: Any) -> ValueError | None:
-    """The error for a probe with no log file (``None`` or ``""``), no socket and no sink;
-    ``None`` when it writes somewhere."""
-    if path is _AUTO or (path is not None and os.fspath(path)) or socket or tcp or sinks:
-        return None
-    return ValueError(
-        f"{owner}(path=None) with socket=False has nowhere to write "
-        "(an empty path is no path): "
-        "give a log path (or leave the default), or socket=True"
-    )
 
 
 class Probe:
@@ -119,7 +94,7 @@ class Probe:
 
     def __init__(
         self,
-        path: str | os.PathLike[str] | None = _AUTO,
+        path: str | os.PathLike[str] | None = AUTO,
         model: Any = None,
         optimizer: Any = None,
         *,
@@ -136,12 +111,12 @@ class Probe:
         run_id: str | None = None,
     ) -> None:
         self._extra_sinks = list(sinks)
-        if path is not _AUTO and path is not None:
+        if path is not AUTO and path is not None:
             path = os.fspath(path) or None  # "" means no file, like None
         no_dest = nowhere_to_write("Probe", path, socket, tcp, self._extra_sinks)
         if no_dest is not None:
             raise no_dest
-        self.path: str | None = default_path() if path is _AUTO else path
+        self.path: str | None = default_path() if path is AUTO else path
         self.model = model
         self.optimizer = optimizer
         self.scaler = scaler
@@ -150,7 +125,7 @@ class Probe:
         self.layers_every = max(0, int(layers_every))
         self.heartbeat_every = float(heartbeat_every)
         self.memory_every = float(memory_every)
-        self.run_id = run_id or _default_run_id(self.path, path is _AUTO)
+        self.run_id = run_id or default_run_id(self.path, path is AUTO)
         self._use_system = system
         self._system_interval = system_interval
         self._use_crash = crash
@@ -517,7 +492,11 @@ class Probe:
         self.flush(fsync, timeout=3.0)
 
     def _hook_gradients(self) -> None:
-        params = self._named_params()
+        try:
+            params = trainable_params(self.model, self.optimizer)
+        except Exception as e:
+            self._error("model parameters", e)
+            return
         if not params:
             return
         try:
@@ -525,21 +504,6 @@ class Probe:
             self._grad.want_layers = self.layers_every > 0
         except Exception as e:
             self._error("grad norm hooks", e)
-
-    def _named_params(self) -> list[tuple[str, Any]]:
-        try:
-            if self.model is not None:
-                return [(n, p) for n, p in self.model.named_parameters() if p.requires_grad]
-            if self.optimizer is not None:
-                return [
-                    (f"group{gi}.param{pi}", p)
-                    for gi, g in enumerate(self.optimizer.param_groups)
-                    for pi, p in enumerate(g["params"])
-                    if p.requires_grad
-                ]
-        except Exception as e:
-            self._error("model parameters", e)
-        return []
 
     def _error(self, where: str, err: BaseException) -> None:
         """The probe's own failure: reported once per place, never raised."""
