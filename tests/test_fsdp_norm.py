@@ -25,7 +25,7 @@ from checkkit import check_run
 from dltop.probe.decoding import read_records
 from dltop.probe.encoding import encode_record
 from dltop.tui.check_cmd import collect
-from dltop.tui.core import ranks
+from dltop.tui.core import gradjoin
 from dltop.tui.core.rules import Config
 from test_probe_ranks import CLEAN_ENV, gloo_startup_race
 
@@ -130,7 +130,7 @@ def _write_job(folder: Path, shares: dict[int, list[Any]], world: int | None = N
 def _joined(folder: Path) -> tuple[list[Any], str | None]:
     """The first rank's grad_norm per step after the join, read as `dltop check` reads a
     folder (the other ranks first, then the first), and the join's one-line summary."""
-    join = ranks.GradNormJoin()
+    join = gradjoin.GradNormJoin()
     files = sorted(folder.glob("rank*.jsonl"))
     for f in files[1:]:
         shares = join.other()

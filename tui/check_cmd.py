@@ -21,7 +21,7 @@ from dltop.probe.decoding import LineDecoder
 from dltop.probe.encoding import sanitize
 from dltop.tui import thresholds_args
 from dltop.tui.check_output import as_json, text_report
-from dltop.tui.core import foreign, ranks
+from dltop.tui.core import foreign, gradjoin, ranks
 from dltop.tui.core.alerts import SEVERITY_RANK
 from dltop.tui.core.rules import Config, ConfigError, RuleEngine
 from dltop.tui.core.safetext import visible, visible_lines
@@ -129,8 +129,8 @@ def collect(
     results: list[FileResult] = []
     timings: dict[str, ranks.RankTimes] = {}
     # sharded gradients: the other ranks' grad_sq_local first, then the first rank's file
-    # takes the whole model's grad_norm as it is read (tui/core/ranks.py, GradNormJoin)
-    join = ranks.GradNormJoin()
+    # takes the whole model's grad_norm as it is read (tui/core/gradjoin.py, GradNormJoin)
+    join = gradjoin.GradNormJoin()
     for path in files[1:] + files[:1]:
         times = ranks.RankTimes() if len(files) > 1 else None
         store = Store() if with_store else None
@@ -212,7 +212,7 @@ def check_file(
     times: ranks.RankTimes | None = None,
     store: Store | None = None,
     *,
-    shares: ranks.RankShares | None = None,
+    shares: gradjoin.RankShares | None = None,
 ) -> FileResult:
     """Feed one log through a fresh engine in chunks (bounded memory for any log size);
     ``times`` (one rank of a job) gets the step timings the ranks are compared by, ``store``

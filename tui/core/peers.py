@@ -2,7 +2,7 @@
 
 Under FSDP every rank logs ``grad_sq_local`` (its share of the squared norm, see
 ``probe/gradnorm.py``) and none logs ``grad_norm``. ``dltop check DIR`` joins the shares
-after the fact (``ranks.GradNormJoin``); a viewer following the folder does it as the
+after the fact (``gradjoin.GradNormJoin``); a viewer following the folder does it as the
 records arrive: :class:`PeerJoin` holds back the followed rank's records from its first
 sharded step on, reads the other rank files just far enough to find the same step, and
 lets each record go with ``grad_norm = sqrt(own share + every peer's share)`` once every
