@@ -471,3 +471,29 @@ def test_a_refused_field_costs_no_column(monkeypatch: pytest.MonkeyPatch) -> Non
     per = keyed.series("per.k0")
     assert per is not None and len(per) == 2 and keyed.series("per.k1") is None
     assert len(sparse) == 1
+
+
+def _ema_reference(values: list[float], alpha: float) -> list[float]:
+    """The EMA as written out once per value: the floats the store must give."""
+    acc: float | None = None
+    out = []
+    for x in values:
+        if math.isfinite(x):
+            acc = x if acc is None else acc + alpha * (x - acc)
+        out.append(acc if acc is not None else math.nan)
+    return out
+
+
+@pytest.mark.parametrize("batch", [1, 3, 64, 1000])
+def test_ema_is_the_same_floats_whatever_the_batches_and_gaps(batch: int) -> None:
+    rng = random.Random(batch)
+    values = [rng.lognormvariate(0, 1) for _ in range(900)]
+    for i in rng.sample(range(900), 40):  # NaN and infinities, some at a batch's start
+        values[i] = rng.choice([math.nan, math.inf, -math.inf])
+    values[:5] = [math.nan, math.inf, math.nan, math.nan, math.nan]  # no finite value yet
+    values[850:880] = [1e308, -1e308] * 15  # finite, but the EMA itself overflows
+    store = Store(ema={"loss": 0.3})
+    for i in range(0, len(values), batch):
+        store.ingest(_steps(values[i : i + batch], list(range(i, min(i + batch, 900)))))
+    got = list(map(repr, store.series("loss.ema").ys))
+    assert got == list(map(repr, _ema_reference(values, 0.3)))
