@@ -17,43 +17,43 @@ from dltop.tui.core import view_model as vm
 from dltop.tui.core.safetext import visible
 
 if TYPE_CHECKING:
+    from dltop.tui.core.alerts import Alert
+    from dltop.tui.core.checklist_eval import CheckedStep
     from dltop.tui.core.run import RunModel
     from dltop.tui.core.ticks import Ticks
+    from textual.app import App
+
+    _AppBase = App[int]  # the type checker sees the App's own methods, typed
+else:
+    _AppBase = object
 
 
-class AlertPane:
+class AlertPane(_AppBase):
     """Mixed into ``DltopApp``: alert selection, the checklist pane and its ticks."""
 
-    model: Any
+    model: RunModel
     state: vm.ViewState
     lang: str
     _drawn: dict[str, Any]
     _pane_user: bool | None  # None: follow the selection
     _auto_explained: bool  # the first critical alert's checklist was opened
 
-    if TYPE_CHECKING:  # what the App and the other mixins provide (for the type checker)
+    if TYPE_CHECKING:  # what DltopApp and the other mixins provide
 
-        @property
-        def screen(self) -> Any: ...
-        @property
-        def focused(self) -> Any: ...
-        def query_one(self, *args: Any, **kwargs: Any) -> Any: ...
-        def notify(self, *args: Any, **kwargs: Any) -> None: ...
-        def call_after_refresh(self, *args: Any, **kwargs: Any) -> Any: ...
         def redraw(self) -> None: ...
         def set_state(self, **changes: Any) -> None: ...
-        def _alerts(self) -> list[Any]: ...
-        def _ticks_for(self, alert: Any) -> tuple[Ticks, str]: ...
-        def _checklist_model(self, alert: Any) -> RunModel: ...
+        def _alerts(self) -> list[Alert]: ...
+        def _ticks_for(self, alert: Alert | None) -> tuple[Ticks, str]: ...
+        def _checklist_model(self, alert: Alert) -> RunModel: ...
 
-    def _checklist_view(self, alerts: list[Any]) -> tuple[Any, str, list[Any]]:
+    def _checklist_view(self, alerts: list[Alert]) -> tuple[Alert | None, str, list[CheckedStep]]:
         alert = vm.find_alert(alerts, self.state.selected)
         if alert is None:
             return None, "", []
         title, steps = vm.checklist_view(self._checklist_model(alert), alert, self.lang)
         return alert, title, steps
 
-    def _explain_first_critical(self, alerts: list[Any]) -> None:
+    def _explain_first_critical(self, alerts: list[Alert]) -> None:
         """Open the checklist of the first critical alert, once per run, unless the person
         already chose an alert or closed the pane, or the terminal is small: the diagnosis
         is on screen without a key, and the window keeps following the run."""

@@ -15,7 +15,7 @@ and report) and ``rank_focus.py`` (a job's ranks or overlaid runs).
 from __future__ import annotations
 
 import os
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from dltop.tui.app.alert_pane import AlertPane
 from dltop.tui.app.badges import Badge, BadgeBar
@@ -44,6 +44,10 @@ from textual.binding import Binding, BindingType
 from textual.containers import Container, Horizontal
 from textual.css.query import NoMatches
 from textual.widgets import Input, Static
+
+if TYPE_CHECKING:
+    from dltop.tui.core.rules.config import Config
+    from dltop.tui.core.run import RunModel
 
 COMPACT_WIDTH, COMPACT_HEIGHT = 110, 32
 # fits 80 columns (the smallest supported terminal); the rest (e: svg) is in the help
@@ -90,11 +94,11 @@ class DltopApp(RankFocus, ViewKeys, AlertPane, Exports, App[int]):
         follow: bool = True,
         refresh_hz: float = 3.0,
         lang: str = "en",
-        model: Any = None,
+        model: RunModel | None = None,
         now: float | None = None,
         screenshot_dir: str | None = None,
         poll_interval: float = 0.1,
-        config: Any | None = None,
+        config: Config | None = None,
         overlay: list[str] | None = None,
     ) -> None:
         super().__init__()

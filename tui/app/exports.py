@@ -9,19 +9,25 @@ from __future__ import annotations
 import os
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from dltop.tui.core.safetext import visible
 
 if TYPE_CHECKING:
+    from dltop.tui.core.run import RunModel
     from dltop.tui.core.ticks import Ticks
     from dltop.tui.core.view_model import Clock
+    from textual.app import App
+
+    _AppBase = App[int]  # the type checker sees the App's own methods, typed
+else:
+    _AppBase = object
 
 
-class Exports:
+class Exports(_AppBase):
     """Mixed into ``DltopApp``: the screenshot and report keys."""
 
-    model: Any
+    model: RunModel
     source: str | None
     ticks: Ticks
     lang: str
@@ -29,10 +35,8 @@ class Exports:
     screenshot_dir: str | None
     last_screenshot: str | None  # path of the latest `e` screenshot
 
-    if TYPE_CHECKING:  # what the App and the other mixins provide (for the type checker)
+    if TYPE_CHECKING:  # what the other mixins provide
 
-        def save_screenshot(self, *args: Any, **kwargs: Any) -> str: ...
-        def notify(self, *args: Any, **kwargs: Any) -> None: ...
         def _shown_source(self, source: str | None) -> str | None: ...
 
     def action_screenshot_svg(self) -> None:

@@ -23,18 +23,30 @@ from textual.css.query import NoMatches
 from textual.widgets import Static
 
 if TYPE_CHECKING:
+    from dltop.tui.core.alerts import Alert
+    from dltop.tui.core.crash_view import CrashInfo
+    from dltop.tui.core.foreign_source import ForeignSource
+    from dltop.tui.core.overlay_source import OverlaySource
     from dltop.tui.core.run import RunModel
+    from dltop.tui.core.sources import FileSource
+    from dltop.tui.core.status import RunState
+    from dltop.tui.core.stream import SocketSource
+    from textual.app import App
+
+    _AppBase = App[int]  # the type checker sees the App's own methods, typed
+else:
+    _AppBase = object
 
 HINT_RANKS = "q quit ? help 1-7 zoom l log p pause ←→ cursor g goto a alerts c list f rank"
 
 
-class RankFocus:
+class RankFocus(_AppBase):
     """Mixed into ``DltopApp``: the job view, the ``f`` key, the rank table."""
 
-    model: Any
+    model: RunModel
     source: str | None
-    primary: Any  # the model the app was started with (rank 0 of a job)
-    reader: Any
+    primary: RunModel  # the model the app was started with (rank 0 of a job)
+    reader: FileSource | ForeignSource | SocketSource | OverlaySource | None
     state: vm.ViewState
     ticks: Ticks
     job: rankjob.JobView
@@ -43,10 +55,8 @@ class RankFocus:
     _said_error = False
     _hinted = False  # the hint line names the rank key
 
-    if TYPE_CHECKING:  # what the App provides (declared for the type checker only)
+    if TYPE_CHECKING:  # what DltopApp provides
 
-        def query_one(self, *args: Any, **kwargs: Any) -> Any: ...
-        def notify(self, *args: Any, **kwargs: Any) -> None: ...
         def redraw(self) -> None: ...
 
     def _rank_logs(self) -> tuple[rankjob.RankLog, ...]:
@@ -61,15 +71,15 @@ class RankFocus:
         with vm.locked(self.model):
             return vm.panel_chart(self.model, key, self.state, buckets)
 
-    def _signature(self, key: str) -> tuple[Any, ...]:
+    def _signature(self, key: str) -> tuple[object, ...]:
         if self.job.across:
             return self.job.signature(key, self.state)
         return vm.panel_signature(self.model, key, self.state)
 
-    def _alerts(self) -> list[Any]:
+    def _alerts(self) -> list[Alert]:
         return self.job.alerts(self.model)
 
-    def _ticks_for(self, alert: Any) -> tuple[Ticks, str]:
+    def _ticks_for(self, alert: Alert | None) -> tuple[Ticks, str]:
         """Where an alert's ticks are kept: beside the log the alert came from, under its
         plain key (an overlaid run's badge is ``B:nan_loss@128``, its sidecar says
         ``nan_loss@128``), else beside the log shown."""
@@ -94,10 +104,10 @@ class RankFocus:
         focused = self.job.focused() if self.job.overlay else None
         return focused.path if focused is not None else source
 
-    def _checklist_model(self, alert: Any) -> RunModel:
+    def _checklist_model(self, alert: Alert) -> RunModel:
         return self.job.owner(alert, self.model)
 
-    def _crash(self, now: float, run_state: Any) -> Any:
+    def _crash(self, now: float, run_state: RunState | None) -> CrashInfo | None:
         """The crash banner: across ranks, the rank that failed first tells it."""
         shown = self.job.crash_model(self.model)
         if shown is self.model:

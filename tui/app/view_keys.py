@@ -15,22 +15,24 @@ from dltop.tui.app.chart import Chart
 from dltop.tui.core import view_model as vm
 from textual.widgets import Input
 
+if TYPE_CHECKING:
+    from dltop.tui.core.run import RunModel
+    from textual.app import App
 
-class ViewKeys:
+    _AppBase = App[int]  # the type checker sees the App's own methods, typed
+else:
+    _AppBase = object
+
+
+class ViewKeys(_AppBase):
     """Mixed into ``DltopApp``: the view's keys and the go-to box."""
 
-    model: Any
+    model: RunModel
     state: vm.ViewState
     _zoomed: str | None
 
-    if TYPE_CHECKING:  # what the App provides (declared for the type checker only)
+    if TYPE_CHECKING:  # what DltopApp and the other mixins provide
 
-        @property
-        def screen(self) -> Any: ...
-        def query_one(self, *args: Any, **kwargs: Any) -> Any: ...
-        def query(self, *args: Any, **kwargs: Any) -> Any: ...
-        def notify(self, *args: Any, **kwargs: Any) -> None: ...
-        def call_after_refresh(self, *args: Any, **kwargs: Any) -> Any: ...
         def set_state(self, **changes: Any) -> None: ...
         def _chart(self, key: str, buckets: int) -> vm.ChartData: ...
 

@@ -39,6 +39,7 @@ from dltop.tui.core.panels import (  # noqa: F401 - re-exported
 from dltop.tui.core.safetext import visible
 
 if TYPE_CHECKING:
+    from dltop.tui.core.checklist_eval import CheckedStep
     from dltop.tui.core.rules.config import Config
     from dltop.tui.core.run import RunModel
 
@@ -208,7 +209,7 @@ def next_alert_key(alerts: list[Alert], selected: str | None) -> str | None:
     return keys[(keys.index(selected) + 1) % len(keys)]
 
 
-def checklist_view(model: RunModel, alert: Alert, lang: str) -> tuple[str, list[Any]]:
+def checklist_view(model: RunModel, alert: Alert, lang: str) -> tuple[str, list[CheckedStep]]:
     """The checklist of an alert, each step marked from the run's facts."""
     from dltop.tui.core.checklist_eval import evaluate
     from dltop.tui.core.checklists import checklist_for
