@@ -17,9 +17,9 @@ import contextlib
 import os
 import sys
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from time import perf_counter
-from typing import Any, Literal, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from dltop.probe.cudastep import CudaStep, cuda_step_for
 from dltop.probe.filesink import FileSink, Sink
@@ -50,6 +50,10 @@ from dltop.probe.schema import (
     GRAD_SQ_LOCAL,
 )
 from dltop.probe.writer import Writer
+
+if TYPE_CHECKING:
+    from dltop.probe.crash import CrashRecorder
+    from dltop.probe.system import SystemSampler
 
 T = TypeVar("T")
 
@@ -149,9 +153,9 @@ class Probe:
         self._crashed = False
 
         self._writer: Writer | None = None
-        self._put: Any = None
-        self._sampler: Any = None
-        self._crash: Any = None
+        self._put: Callable[[Any], None] | None = None  # the writer's queue: tuples, records
+        self._sampler: SystemSampler | None = None
+        self._crash: CrashRecorder | None = None
         self._started = False
         self._closed = False
 
@@ -161,7 +165,7 @@ class Probe:
         if self._started:
             return self
         self._started = True
-        sinks: list[Any] = []
+        sinks: list[Sink] = []
         if self.path is not None:
             try:
                 sinks.append(FileSink(self.path))
@@ -366,14 +370,16 @@ class Probe:
                 )
             )
             if tr is not None and tr.layers is not None:
-                self._queue_layers(step)
+                self._queue_layers(put, step)
         except Exception as e:
             self._error("step", e)
 
-    def _queue_layers(self, step: int) -> None:
+    def _queue_layers(self, put: Callable[[Any], None], step: int) -> None:
+        """``put`` is the step's own: a ``close()`` on another thread meanwhile sets
+        ``self._put`` to None, and the layers of that last step still go to the queue."""
         taken = self._grad.take_layers() if self._grad is not None else None
         if taken is not None:
-            self._put((self._layers_builder, step, time.time(), taken))
+            put((self._layers_builder, step, time.time(), taken))
 
     def _heartbeat(self) -> dict[str, Any]:
         return {
@@ -386,7 +392,8 @@ class Probe:
     # --- other records --------------------------------------------------------------
     def eval(self, **metrics: Any) -> None:
         """An ``eval`` record at the current step (numbers or scalar tensors)."""
-        if self._put is None:
+        put = self._put  # the queue as it is now: a close() meanwhile cannot make it None
+        if put is None:
             return
         try:
             keys: list[Any] = []
@@ -403,7 +410,7 @@ class Probe:
                     batch = DeviceBatch(tensors)
                 except Exception as e:
                     self._error("device read-back", e)
-            self._put((self._lazy_builder, rec, keys, batch))
+            put((self._lazy_builder, rec, keys, batch))
             self._writer.wake()  # type: ignore[union-attr]
         except Exception as e:
             self._error("eval", e)

@@ -38,11 +38,14 @@ import time
 import weakref
 from collections import deque
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from dltop.probe.encoding import encode_record
 from dltop.probe.readback import FORCE_WAIT_S, Deadline
 from dltop.probe.schema import EV_DROPPED, EV_WARNING, EVENT
+
+if TYPE_CHECKING:
+    from dltop.probe.filesink import Sink
 
 WAKE_S = 0.05  # how often the thread looks at the queue
 HOLD_MAX_S = 5.0  # an item not ready for this long is forced (a hung device must not stop the log)
@@ -105,13 +108,13 @@ class Writer:
 
     def __init__(
         self,
-        sinks: list[Any],
+        sinks: list[Sink],
         heartbeat: Callable[[], dict[str, Any]] | None = None,
         heartbeat_every: float = 2.0,
         wake_every: float = WAKE_S,
         queue_max: int = QUEUE_MAX,
     ) -> None:
-        self.sinks: list[Any] = list(sinks)
+        self.sinks: list[Sink] = list(sinks)
         self._builders: list[Callable[[Any, Any], dict[str, Any] | None]] = []
         self._queue: deque[Any] = deque()
         self._cap = max(1, int(queue_max))
@@ -381,7 +384,7 @@ class Writer:
             except Exception as e:
                 self._sink_failed(sink, e)
 
-    def _sink_failed(self, sink: Any, err: BaseException) -> None:
+    def _sink_failed(self, sink: Sink, err: BaseException) -> None:
         if sink in self.sinks:
             self.sinks.remove(sink)
         with contextlib.suppress(Exception):

@@ -12,6 +12,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -358,6 +359,30 @@ def test_probe_errors_never_reach_the_loop(tmp_path: Path) -> None:
     assert "weird" not in s[1]
     warnings = [r for r in _records(log) if r.get("type") == "warning"]
     assert len(warnings) == 2 and "'loss'" in warnings[0]["message"]
+
+
+def test_a_close_on_another_thread_during_a_step_is_no_probe_error(tmp_path: Path) -> None:
+    """A layers step whose ``close()`` (another thread: a signal handler, atexit) lands
+    between the step's record and its layers record: the step had the queue when it
+    began and finishes with it, instead of calling the None that close() left and
+    warning "probe error in step" about its own shutdown."""
+    model = _model()
+    probe = Probe(path=tmp_path / "run.jsonl", model=model, system=False, layers_every=1)
+    probe.start()
+    tracker = probe._grad
+    assert tracker is not None
+    take = tracker.take_layers
+
+    def close_first() -> Any:
+        probe.close()  # as if another thread closed the probe at this very moment
+        return take()
+
+    tracker.take_layers = close_first  # type: ignore[method-assign]
+    x, y = _batch(0)
+    torch.nn.functional.mse_loss(model(x), y).backward()
+    probe.step(loss=1.0)
+    assert probe.warnings == []
+    assert [r["type"] for r in _records(tmp_path / "run.jsonl", "event")] == ["exit"]
 
 
 def test_hooks_are_removed_on_close(tmp_path: Path) -> None:
