@@ -124,29 +124,36 @@ def sparse_logs(seeds: int) -> Iterator[tuple[str, Run, int]]:
         yield label, run, every
 
 
+GRIDS = (
+    ("curves", curves),
+    ("schedules and tails", schedules_and_tails),
+    ("sparse logs", sparse_logs),
+)
+
+
+def engine_for(run: Run, every: int) -> RuleEngine:
+    """The run through the rules, logged every step or, like other tools, every ``every``."""
+    if every == 1:
+        return run_engine(run)
+    engine = RuleEngine(Config.load())
+    engine.feed_many(every_n(run.records(), every))
+    engine.finish()
+    return engine
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seeds", type=int, default=12, help="seeds per grid point (12)")
     args = ap.parse_args()
     t0 = time.perf_counter()
     runs = 0
-    grids = (
-        ("curves", curves(args.seeds)),
-        ("schedules and tails", schedules_and_tails(args.seeds)),
-        ("sparse logs", sparse_logs(args.seeds)),
-    )
-    for grid_name, runs_of in grids:
+    for grid_name, make in GRIDS:
         counts: dict[str, Counter[str]] = {"critical": Counter(), "warning": Counter()}
         example: dict[tuple[str, str], str] = {}
         n = 0
-        for label, run, every in runs_of:
+        for label, run, every in make(args.seeds):
             n += 1
-            if every == 1:
-                engine = run_engine(run)
-            else:
-                engine = RuleEngine(Config.load())
-                engine.feed_many(every_n(run.records(), every))
-                engine.finish()
+            engine = engine_for(run, every)
             for a in engine.alerts():
                 if a.severity in counts:
                     counts[a.severity][a.id] += 1

@@ -71,3 +71,24 @@ def test_the_type_checker_reads_the_tree_through_dltop() -> None:
         assert not any(str(m).startswith("dltop") for m in override["module"])
     makefile = (ROOT / "Makefile").read_text()
     assert "-m mypy" in makefile.split("test:", 1)[1].split("\n\n", 1)[0], "make test runs it"
+
+
+def test_the_compiled_build_names_modules_that_exist_and_are_type_checked() -> None:
+    """``DLTOP_COMPILE=1`` compiles the paths of ``[tool.dltop] compiled`` (setup.py): a
+    renamed or moved module must fail here, not in the first compiled build, and mypyc
+    compiles only what mypy checks (every compiled file is under a ``files`` root)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("dltop_setup", ROOT / "setup.py")
+    assert spec is not None and spec.loader is not None
+    setup = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(setup)  # defines functions only: setup() runs under __main__
+    sources = setup.compiled_sources()
+    assert "dltop/tui/core/rules/engine.py" in sources
+    assert "dltop/tui/core/rules/steploop.py" in sources
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    checked = config["tool"]["mypy"]["files"]
+    for src in sources:
+        assert (ROOT / src).is_file(), src
+        assert any(src.startswith(root + "/") for root in checked), src
+    assert setup.ext_modules() == [] or os.environ.get("DLTOP_COMPILE") == "1"

@@ -49,11 +49,13 @@ def slide_sorted(win: deque[float], s: list[float], new: list[float]) -> None:
 
     Why: sorting a 100-value window of scattered float objects at every block end is most
     of what the figures cost; the window changes by one block's values, so dropping the
-    values that leave (by identity, so ``s`` holds the very objects ``win`` holds) and
-    merging the new ones in (timsort finds the sorted run) is cheaper. The list is the
-    one ``sorted(win)`` gives, equal values included in the same order (both keep the
-    older first, the sort is stable). The values must not be NaN (bisect needs an order);
-    the callers push finite values only.
+    values that leave and merging the new ones in (timsort finds the sorted run) is
+    cheaper. The list is the one ``sorted(win)`` gives, equal values included in the same
+    order (both keep the older first, the sort is stable). So the value leaving, the
+    oldest in the window, is the first of its equals in ``s`` (``0.0`` and ``-0.0`` are
+    equals too): ``bisect_left`` finds it by position. Not by identity: compiled code
+    (``DLTOP_COMPILE``, docs/viewer.md) does not keep a float's identity. The values must
+    not be NaN (bisect needs an order); the callers push finite values only.
     """
     maxlen = win.maxlen
     leaving = len(win) + len(new) - maxlen if maxlen is not None else 0
@@ -62,11 +64,7 @@ def slide_sorted(win: deque[float], s: list[float], new: list[float]) -> None:
         s[:] = sorted(win)
         return
     for j in range(leaving):
-        old = win[j]
-        i = bisect_left(s, old)
-        while s[i] is not old:  # an equal value (or -0.0 for 0.0) pushed at another time
-            i += 1
-        del s[i]
+        del s[bisect_left(s, win[j])]
     win.extend(new)
     s += new
     s.sort()
