@@ -11,8 +11,11 @@ wheel (``--venv``, built there when it has none: ~4 min on 2 cores), and compare
 - **answers**: every alert (id, severity, steps, message, evidence to the last float),
   every fact and the run status, on the public training logs of ``../shared/realruns``
   (each as ``dltop check`` reads it), on every run of ``healthy_sweep.py``'s grids (1728
-  synthetic curves with spikes, schedules and sparse logging), on the huge log below and
-  on every ``*.jsonl`` of ``--logs`` (e.g. ``detection.py --keep-logs DIR``'s fault logs);
+  synthetic curves with spikes, schedules and sparse logging), on 1000 hostile logs of
+  ``tests/fuzzkit.py`` (every field of every kind mistyped or out of range: compiled code
+  checks the annotated types Python ignores, so an exception in one interpreter only is a
+  difference too), on the huge log below and on every ``*.jsonl`` of ``--logs`` (e.g.
+  ``detection.py --keep-logs DIR``'s fault logs);
 - **speed**: ``dltop check``'s work on replay.py's 1 M-step log in each interpreter, each
   next to a plain msgspec line decode of the same file in the same interpreter (issue 11's
   anchor), best of ``--repeat``.
@@ -45,23 +48,38 @@ def _answers(engine: Any) -> dict[str, Any]:
     }
 
 
-def worker_answers(out: str, logs: list[str], sweep: bool) -> None:
+def _check(log: str) -> dict[str, Any]:
+    """``dltop check``'s answers on one log, or the exception it raised: compiled code
+    checks the annotated types that Python ignores, so a wrong-typed value from a log
+    could raise there only."""
     from dltop.tui.check_cmd import check_file, check_foreign
     from dltop.tui.core import foreign
     from dltop.tui.core.rules import Config
 
-    results: dict[str, Any] = {}
-    for log in logs:
+    try:
         fmt = foreign.detect(log)
         r = check_foreign(log, fmt, Config()) if fmt else check_file(log, Config())
-        results[log] = {**_answers(r.engine), "status": r.state.status}
+        return {**_answers(r.engine), "status": r.state.status}
+    except Exception as exc:
+        return {"status": f"raised {type(exc).__name__}: {exc}"}
+
+
+def worker_answers(out: str, logs: list[str], sweep: bool, fuzz: int) -> None:
+    results: dict[str, Any] = {log: _check(log) for log in logs}
+    sys.path[:0] = [str(HERE), str(ROOT / "tests")]
     if sweep:
-        sys.path[:0] = [str(HERE), str(ROOT / "tests")]
         import healthy_sweep as hs  # noqa: PLC0415 - the grids, for both interpreters alike
 
         for grid_name, make in hs.GRIDS:
             for label, run, every in make(12):
                 results[f"{grid_name}: {label}"] = _answers(hs.engine_for(run, every))
+    if fuzz:
+        from fuzzkit import hostile_run, write_jsonl  # noqa: PLC0415 - tests/fuzzkit.py
+
+        with tempfile.TemporaryDirectory() as tmp:
+            for seed in range(fuzz):  # hostile-but-decodable logs: every field mistyped
+                path = write_jsonl(Path(tmp) / f"fuzz-{seed}.jsonl", hostile_run(seed))
+                results[f"fuzz seed {seed}"] = _check(str(path))
     with open(out, "w", encoding="utf-8") as f:
         json.dump(results, f, sort_keys=True, default=repr)
 
@@ -138,8 +156,8 @@ def main(argv: list[str] | None = None) -> int:
     if argv and argv[0] == "--worker":
         mode, *rest = argv[1:]
         if mode == "answers":
-            out, sweep, *logs = rest
-            worker_answers(out, logs, sweep == "1")
+            out, sweep, fuzz, *logs = rest
+            worker_answers(out, logs, sweep == "1", int(fuzz))
         elif mode == "time":
             worker_time(rest[0], int(rest[1]))
         else:
@@ -173,11 +191,12 @@ def main(argv: list[str] | None = None) -> int:
             logs += sorted(str(p) for p in Path(args.logs).glob("*.jsonl"))
         logs.append(big)
         sweep = "0" if args.quick else "1"
+        fuzz = 50 if args.quick else 1000
         got = {}
         for py in (pure_py, compiled_py):
             out = os.path.join(tmp, f"answers-{len(got)}.json")
             t0 = time.perf_counter()
-            run_worker(py, "answers", out, sweep, *logs)
+            run_worker(py, "answers", out, sweep, str(fuzz), *logs)
             print(
                 f"answers from {'compiled' if py == compiled_py else 'pure'} in {time.perf_counter() - t0:.1f} s"
             )
@@ -187,11 +206,16 @@ def main(argv: list[str] | None = None) -> int:
         n_alerts = sum(len(v["alerts"]) for v in got[pure_py].values())
         print(
             f"{len(got[pure_py])} runs compared ({len(logs)} logs"
-            f"{', healthy_sweep grids' if sweep == '1' else ''}; {n_alerts} alerts): "
-            f"{len(diffs)} differ"
+            f"{', healthy_sweep grids' if sweep == '1' else ''}, {fuzz} fuzzed logs; "
+            f"{n_alerts} alerts): {len(diffs)} differ"
         )
         for d in diffs[:20]:
             print("  " + d)
+        for py, name in ((pure_py, "pure"), (compiled_py, "compiled")):
+            raised = [
+                k for k, v in got[py].items() if str(v.get("status", "")).startswith("raised")
+            ]
+            print(f"  {name}: {len(raised)} raised" + (f" (first: {raised[0]})" if raised else ""))
         times = {
             py: json.loads(run_worker(py, "time", big, str(args.repeat)))
             for py in (pure_py, compiled_py)

@@ -71,3 +71,39 @@ def test_the_check_sees_a_write() -> None:
         assert len(_writes(bad)) == 2
     finally:
         bad.unlink()
+
+
+def _trackers_held(rule: object) -> set[int]:
+    """Every Tracker among a rule's attributes (one level into dicts and lists): what the
+    engine used to find by scanning ``vars(rule)``, which compiled instances do not have."""
+    from dltop.tui.core.rules.base import Tracker
+
+    found: set[int] = set()
+    for value in vars(rule).values():
+        items = (
+            value.values()
+            if isinstance(value, dict)
+            else value
+            if isinstance(value, list)
+            else [value]
+        )
+        found |= {id(v) for v in items if isinstance(v, Tracker)}
+    return found
+
+
+def test_every_rule_lists_every_tracker_it_holds() -> None:
+    """``Rule.alert_trackers`` is how a new segment clears the episodes still up: a tracker
+    a rule forgets to list would stay up across a rewind. Checked after a run that creates
+    the trackers made on the way (one per eval set)."""
+    from dltop.tui.core.rules import RuleEngine
+
+    engine = RuleEngine()
+    for i in range(200):
+        engine.feed({"kind": "step", "step": i, "t": float(i), "loss": 2.0, "grad_norm": 1.0})
+        if i % 50 == 49:
+            engine.feed({"kind": "eval", "step": i, "t": float(i), "loss": 2.0, "val_loss": 2.1})
+    for rule in engine.rules:
+        listed = [id(t) for t in rule.alert_trackers()]
+        assert len(listed) == len(set(listed)), type(rule).__name__
+        assert set(listed) == _trackers_held(rule), type(rule).__name__
+    assert len(engine.overfitting_rule.alert_trackers()) >= 1

@@ -31,6 +31,12 @@ class Rule:
         self.on = bool(c["enabled"])
         return c
 
+    def alert_trackers(self) -> list[Tracker]:
+        """Every alert tracker this rule holds, for the engine to clear at a new segment.
+        Listed by each rule, not found by scanning its attributes: compiled (mypyc)
+        instances have no ``__dict__``."""
+        return []
+
     def on_block(self, e: RuleEngine, b: Block) -> None:  # every block of steps
         pass
 

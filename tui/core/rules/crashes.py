@@ -48,6 +48,9 @@ class Crashes(Rule):
         self.system_exit_ok = False
         self.run_ending = RunEnding()  # how the run ended so far (dltop.tui.core.ending)
 
+    def alert_trackers(self) -> list[Tracker]:
+        return list(self.trackers.values())
+
     def on_event(self, e: RuleEngine, rec: dict[str, Any]) -> None:
         typ = rec.get("type")
         self.run_ending.see(rec)

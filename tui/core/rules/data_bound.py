@@ -47,6 +47,9 @@ class DataBound(Rule):
         self.pushed = 0
         self.median_share: float | None = None
 
+    def alert_trackers(self) -> list[Tracker]:
+        return [self.tr]
+
     def on_block(self, e: RuleEngine, blk: Block) -> None:
         pushed = 0
         recs = blk.recs

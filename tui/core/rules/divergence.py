@@ -90,6 +90,9 @@ class Divergence(Rule):
         self.spread_at_min = 0.0
         self.diffs_src: deque[float] = deque(maxlen=101)  # the last log losses (noise)
 
+    def alert_trackers(self) -> list[Tracker]:
+        return [self.tr]
+
     def on_block(self, e: RuleEngine, b: Block) -> None:
         if not self.on or self.nonpositive:
             return

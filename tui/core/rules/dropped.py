@@ -35,6 +35,9 @@ class RecordsDropped(Rule):
         self.gaps = 0
         self.first_after: int | None = None  # the last step written before the first gap
 
+    def alert_trackers(self) -> list[Tracker]:
+        return [self.tracker]
+
     def on_event(self, e: RuleEngine, rec: dict[str, Any]) -> None:
         typ = rec.get("type")
         if typ == "dropped" and rec.get("scope") == "log":

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 from dltop.probe.schema import as_float
 from dltop.tui.core.alerts import CRITICAL, WARNING, Alert, AlertSink
 from dltop.tui.core.facts import Fact
-from dltop.tui.core.rules.base import Rule, Tracker
+from dltop.tui.core.rules.base import Rule
 from dltop.tui.core.rules.config import Config
 from dltop.tui.core.rules.evals import eval_losses, eval_step
 from dltop.tui.core.rules.figures import Figures
@@ -291,15 +291,15 @@ class RuleEngine:
             self.first_step = step
         self.rec = rec
         self.t = t
-        loss: float | None = rec.get("loss")
+        loss: Any = rec.get("loss")  # JSON: anything, until as_float says
         if type(loss) is not float:
             loss = as_float(loss)
         self.loss = loss
-        gn: float | None = rec.get("grad_norm")
+        gn: Any = rec.get("grad_norm")
         if type(gn) is not float:
             gn = as_float(gn)
         self.gn = gn
-        lr: float | None = rec.get("lr")
+        lr: Any = rec.get("lr")
         if type(lr) is not float:
             lr = as_float(lr)
         prev = self.lr
@@ -424,11 +424,9 @@ class RuleEngine:
         if self.blk.steps:
             self._close_block()
         for r in self.rules:  # an episode still up belongs to the part that ended
-            for value in vars(r).values():
-                trackers = value.values() if isinstance(value, dict) else (value,)
-                for tr in trackers:
-                    if isinstance(tr, Tracker) and tr.active:
-                        tr.clear(self.last_step)
+            for tr in r.alert_trackers():
+                if tr.active:
+                    tr.clear(self.last_step)
         # a crash of an earlier part that the job came back from (an elastic restart, a
         # rerun onto the same log) is history, not a run wasting its compute now. Only the
         # alerts raised since the last segment began: earlier parts' alerts were looked at

@@ -66,6 +66,9 @@ class LayerGradients(Rule):
         self.zero_from = 0
         self.dead_hidden: list[str] = []
 
+    def alert_trackers(self) -> list[Tracker]:
+        return [self.vt, self.dt]
+
     def on_block(self, e: RuleEngine, b: Block) -> None:
         """The global grad norm exactly zero, record after record: nothing learns at all (a
         loss detached from the graph, a loss of exactly 0, every parameter frozen by hand).

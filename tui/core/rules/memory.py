@@ -49,6 +49,9 @@ class MemoryGrowth(Rule):
         self.slope: float | None = None  # bytes per step
         self.last_sample_step: int | None = None
 
+    def alert_trackers(self) -> list[Tracker]:
+        return [self.tr]
+
     def on_block(self, e: RuleEngine, blk: Block) -> None:
         for i in range(len(blk.recs) - 1, -1, -1):  # the block's latest reading
             rec = blk.recs[i]

@@ -107,6 +107,9 @@ class MetricMismatch(Rule):
         self.metrics: dict[str, _Metric] = {}
         self.tr = Tracker(engine, "metric_mismatch")
 
+    def alert_trackers(self) -> list[Tracker]:
+        return [self.tr]
+
     def on_eval(self, e: RuleEngine, rec: dict[str, Any]) -> None:
         for key, value in rec.items():
             if not isinstance(key, str) or type(value) is bool:

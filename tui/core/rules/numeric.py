@@ -42,6 +42,9 @@ class NonFinite(Rule):
         self.grad_before: tuple[float | None, float | None] = (None, None)
         self.watching = False  # an episode is open: finite steps count towards ending it
 
+    def alert_trackers(self) -> list[Tracker]:
+        return [self.loss_t, self.grad_t]
+
     def finite(self, e: RuleEngine, lf: bool, gf: bool) -> None:
         """A step with a finite loss and/or grad norm: counts towards ending an episode."""
         self.watching = self.loss_t.active or self.grad_t.active or self.grad_run > 0

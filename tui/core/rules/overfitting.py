@@ -89,6 +89,9 @@ class Overfitting(Rule):
         self.trackers: dict[str, Tracker] = {}  # per set (the engine clears them on a new segment)
         self.count = 0  # eval records
 
+    def alert_trackers(self) -> list[Tracker]:
+        return list(self.trackers.values())
+
     @property
     def primary(self) -> _EvalSet | None:
         """The set the facts describe: ``loss``, else the first set seen."""

@@ -68,6 +68,9 @@ class Plateau(Rule):
         self.judged = False  # the windows were compared at least once
         self.short: list[float] = []  # the first losses, for a run too short for windows
 
+    def alert_trackers(self) -> list[Tracker]:
+        return [self.tr]
+
     def on_block(self, e: RuleEngine, blk: Block) -> None:
         if not self.on:
             return

@@ -56,6 +56,9 @@ class Oscillation(Rule):
         self.hit_start = 0  # step of the first judgement in the current run of hits
         self.closed = 0
 
+    def alert_trackers(self) -> list[Tracker]:
+        return [self.tr]
+
     def on_block(self, e: RuleEngine, blk: Block) -> None:
         if not self.on:
             return

@@ -41,6 +41,9 @@ class LossSpike(Rule):
         self.last_hit: int | None = None
         self.wmax: float | None = None
 
+    def alert_trackers(self) -> list[Tracker]:
+        return [self.tr]
+
     def threshold(self, e: RuleEngine) -> float:
         """At each block end: the loss that counts as a spike until the next one (the
         engine compares each step's loss with it inline)."""
@@ -116,6 +119,9 @@ class GradExplosion(Rule):
         self.last_hit: int | None = None
         self.wmax: float | None = None
         self.early_phase = True
+
+    def alert_trackers(self) -> list[Tracker]:
+        return [self.tr]
 
     def thresholds(self, e: RuleEngine) -> tuple[float, float]:
         """At each block end: (critical, warning) grad norms until the next one (the

@@ -44,6 +44,9 @@ class Stall(Rule):
         self.last_eval_step: int | None = None
         self.clock_seen = False  # a heartbeat or sys record: the process's clock between steps
 
+    def alert_trackers(self) -> list[Tracker]:
+        return [self.tr]
+
     def thresholds(self) -> tuple[float, float]:
         p95 = self.intervals.quantile or 0.0
         return max(self.wf * p95, self.wfloor), max(self.cf * p95, self.cfloor)
