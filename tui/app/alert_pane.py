@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from dltop.tui.app.checklist import ChecklistPane, StepList
+from dltop.tui.app.mixin import AppMixin
 from dltop.tui.core import view_model as vm
 from dltop.tui.core.safetext import visible
 
@@ -21,14 +22,9 @@ if TYPE_CHECKING:
     from dltop.tui.core.checklist_eval import CheckedStep
     from dltop.tui.core.run import RunModel
     from dltop.tui.core.ticks import Ticks
-    from textual.app import App
-
-    _AppBase = App[int]  # the type checker sees the App's own methods, typed
-else:
-    _AppBase = object
 
 
-class AlertPane(_AppBase):
+class AlertPane(AppMixin):
     """Mixed into ``DltopApp``: alert selection, the checklist pane and its ticks."""
 
     model: RunModel

@@ -9,7 +9,8 @@ shown comes from ``dltop.tui.core.view_model``; the widgets only draw it.
 This module wires the source, the model and the screen together (layout, reader, timer);
 the keys live in mixins, one concern each: ``view_keys.py`` (zoom, scale, pause, cursor,
 go-to), ``alert_pane.py`` (alert selection and the checklist), ``exports.py`` (screenshot
-and report) and ``rank_focus.py`` (a job's ranks or overlaid runs).
+and report) and ``rank_focus.py`` (a job's ranks or overlaid runs); ``mixin.py`` makes
+each of them an ``App`` to the type checker.
 """
 
 from __future__ import annotations

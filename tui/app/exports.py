@@ -11,20 +11,16 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from dltop.tui.app.mixin import AppMixin
 from dltop.tui.core.safetext import visible
 
 if TYPE_CHECKING:
     from dltop.tui.core.run import RunModel
     from dltop.tui.core.ticks import Ticks
     from dltop.tui.core.view_model import Clock
-    from textual.app import App
-
-    _AppBase = App[int]  # the type checker sees the App's own methods, typed
-else:
-    _AppBase = object
 
 
-class Exports(_AppBase):
+class Exports(AppMixin):
     """Mixed into ``DltopApp``: the screenshot and report keys."""
 
     model: RunModel

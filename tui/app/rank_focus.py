@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
+from dltop.tui.app.mixin import AppMixin
 from dltop.tui.app.rank_table import RankTable
 from dltop.tui.core import rankjob
 from dltop.tui.core import view_model as vm
@@ -31,16 +32,11 @@ if TYPE_CHECKING:
     from dltop.tui.core.sources import FileSource
     from dltop.tui.core.status import RunState
     from dltop.tui.core.stream import SocketSource
-    from textual.app import App
-
-    _AppBase = App[int]  # the type checker sees the App's own methods, typed
-else:
-    _AppBase = object
 
 HINT_RANKS = "q quit ? help 1-7 zoom l log p pause ←→ cursor g goto a alerts c list f rank"
 
 
-class RankFocus(_AppBase):
+class RankFocus(AppMixin):
     """Mixed into ``DltopApp``: the job view, the ``f`` key, the rank table."""
 
     model: RunModel

@@ -12,19 +12,15 @@ from typing import TYPE_CHECKING, Any
 
 from dltop.tui.app.cards import GpuPanel
 from dltop.tui.app.chart import Chart
+from dltop.tui.app.mixin import AppMixin
 from dltop.tui.core import view_model as vm
 from textual.widgets import Input
 
 if TYPE_CHECKING:
     from dltop.tui.core.run import RunModel
-    from textual.app import App
-
-    _AppBase = App[int]  # the type checker sees the App's own methods, typed
-else:
-    _AppBase = object
 
 
-class ViewKeys(_AppBase):
+class ViewKeys(AppMixin):
     """Mixed into ``DltopApp``: the view's keys and the go-to box."""
 
     model: RunModel
