@@ -497,3 +497,29 @@ def test_ema_is_the_same_floats_whatever_the_batches_and_gaps(batch: int) -> Non
         store.ingest(_steps(values[i : i + batch], list(range(i, min(i + batch, 900)))))
     got = list(map(repr, store.series("loss.ema").ys))
     assert got == list(map(repr, _ema_reference(values, 0.3)))
+
+
+def test_a_list_field_refused_whole_is_not_read_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A batch that fills the limit as it goes: the list fields that got no series at all
+    are refused like any other new name from then on, so a later batch reads the column of
+    the one that got a series, not 300 (the work per batch stays that of the fields kept)."""
+    from dltop.tui.core import store as store_module
+    from dltop.tui.core.serieslimit import MAX_SERIES
+
+    store = Store()
+    store.ingest([{"kind": "step", "step": 0, **{f"m{j}": 1.0 for j in range(MAX_SERIES - 1)}}])
+    lists = {f"l{j}": [1.0, 2.0] for j in range(300)}
+    store.ingest([{"kind": "step", "step": 1, **lists}])
+    charted = [j for j in range(300) if store.series(f"l{j}.0") is not None]
+    assert len(charted) == 1 and store.series(f"l{charted[0]}.1") is None
+    reads: list[int] = []
+    real_dense = store_module._dense
+
+    def counting_dense(col: list[Any]) -> Any:
+        reads.append(1)
+        return real_dense(col)
+
+    monkeypatch.setattr(store_module, "_dense", counting_dense)
+    store.ingest([{"kind": "step", "step": 2, **lists}])
+    assert len(reads) == 1
+    assert [x for x, _ in store.series(f"l{charted[0]}.0").points()] == [1, 2]

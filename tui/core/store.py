@@ -323,10 +323,11 @@ class Store:
         first = next((x for x in col if x is not None), None)
         if isinstance(first, list):
             width = max(len(x) for x in col if isinstance(x, list))
-            self._parents.add(key)
             for i in range(width):
                 if f"{key}.{i}" not in self._series and not self._new(f"{key}.{i}"):
                     break  # the rest of the list is refused with it (counted as one field)
+                # read again past the limit only as the parent of a series it has
+                self._parents.add(key)
                 sub = [x[i] if isinstance(x, list) and len(x) > i else None for x in col]
                 self._sparse(f"{key}.{i}", [_num(x) for x in sub], steps, base, v)
         elif isinstance(first, dict):
@@ -334,10 +335,10 @@ class Store:
             for x in col:
                 if isinstance(x, dict):
                     subkeys.update(dict.fromkeys(x))
-            self._parents.add(key)
             for sk in subkeys:
                 if f"{key}.{sk}" not in self._series and not self._new(f"{key}.{sk}"):
                     continue
+                self._parents.add(key)
                 sub = [x.get(sk) if isinstance(x, dict) else None for x in col]
                 self._sparse(f"{key}.{sk}", [_num(x) for x in sub], steps, base, v)
         else:
