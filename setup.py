@@ -26,8 +26,10 @@ def compiled_sources() -> list[str]:
     out: list[str] = []
     for entry in config["tool"]["dltop"]["compiled"]:
         path = ROOT / entry
-        files = sorted(path.glob("*.py")) if path.is_dir() else [path]
-        out += [os.path.join(entry, f.name) if path.is_dir() else entry for f in files]
+        if path.is_dir():
+            out += [f"{entry}/{f.name}" for f in sorted(path.glob("*.py"))]
+        else:
+            out.append(entry)
     return out
 
 

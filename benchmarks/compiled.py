@@ -40,7 +40,7 @@ ROOT = HERE.parent
 REALRUNS = ROOT.parent / "shared" / "realruns"
 
 
-# -- the worker: runs in either interpreter, imports only dltop and the stdlib -------------
+# -- the worker: runs in either interpreter; dltop, msgspec and this repo's own helpers ----
 def _answers(engine: Any) -> dict[str, Any]:
     return {
         "alerts": [a.to_json() for a in engine.alerts()],
