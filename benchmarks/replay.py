@@ -10,8 +10,8 @@ and its peak RSS (``drawn``) against the read floor (``read``) and a plain orjso
 loop (``orjson``), and the event loop's lag while a writer appends 10 k records/s
 (``lag``). ``--quick`` is a smoke run (20 k steps, 2 s of appends): same code paths,
 figures not comparable with the targets. ``--repeat N`` runs every variant N times, in
-rounds, and keeps each one's fastest (the ratios' anchor included): on a noisy machine one
-run's ratio moves by 1x either way.
+rounds, and keeps each one's fastest (the ratios' anchor included; ``lag`` keeps its worst
+p99): on a noisy machine one run's ratio moves by 1x either way.
 
 Generates a realistic log (1 M steps ~ 250 MB: meta, step records with 11 fields, a sys
 sample every 100 steps, an eval every 1000, heartbeats, an exit) into a temp dir, then
@@ -582,6 +582,15 @@ def report_app(results: dict[str, dict[str, Any]]) -> None:
         )
 
 
+def _best(name: str, runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """The round a variant reports: its fastest; for ``lag``, whose wall time is the fixed
+    appending time, the round with the worst p99 (a target is not met by picking a calm
+    spell of the machine)."""
+    if name == "lag":
+        return max(runs, key=lambda x: x.get("lag_p99_ms", -math.inf))
+    return min(runs, key=lambda x: x.get("seconds", math.inf))
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--steps", type=int, default=1_000_000)
@@ -621,13 +630,8 @@ def main(argv: list[str] | None = None) -> int:
             for _ in range(max(1, args.repeat))
         ]
         if len(rounds) > 1:
-            print(f"best of {len(rounds)} rounds per variant")
-        report(
-            {
-                name: min((r[name] for r in rounds), key=lambda x: x.get("seconds", math.inf))
-                for name in names
-            }
-        )
+            print(f"best of {len(rounds)} rounds per variant (lag: its worst p99)")
+        report({name: _best(name, [r[name] for r in rounds]) for name in names})
     return 0
 
 
