@@ -52,13 +52,11 @@ def _check(log: str) -> dict[str, Any]:
     """``dltop check``'s answers on one log, or the exception it raised: compiled code
     checks the annotated types that Python ignores, so a wrong-typed value from a log
     could raise there only."""
-    from dltop.tui.check_cmd import check_file, check_foreign
-    from dltop.tui.core import foreign
+    from dltop.tui.check_cmd import collect
     from dltop.tui.core.rules import Config
 
     try:
-        fmt = foreign.detect(log)
-        r = check_foreign(log, fmt, Config()) if fmt else check_file(log, Config())
+        (r,), _ = collect(log, Config())  # what `dltop check LOG` does, another tool's log too
         return {**_answers(r.engine), "status": r.state.status}
     except Exception as exc:
         return {"status": f"raised {type(exc).__name__}: {exc}"}
