@@ -36,8 +36,13 @@ def compiled_sources() -> list[str]:
 def ext_modules() -> list[object]:
     if os.environ.get("DLTOP_COMPILE") != "1":
         return []
-    from mypyc.build import mypycify  # only here: a plain build needs no mypy
-
+    try:
+        from mypyc.build import mypycify  # only here: a plain build needs no mypy
+    except ImportError:
+        raise SystemExit(
+            "DLTOP_COMPILE=1 needs mypy (its mypyc) where the build runs: install the dev "
+            "extra (pip install -e '.[dev]') and build with --no-build-isolation"
+        ) from None
     return list(mypycify(compiled_sources(), opt_level="3"))
 
 

@@ -117,6 +117,17 @@ def build_venv(venv: Path) -> Path:
     py = venv / "bin" / "python"
     if py.exists():
         return py
+    try:
+        _build(venv, py)
+    except subprocess.CalledProcessError as exc:
+        raise SystemExit(
+            f"building the compiled venv failed ({' '.join(map(str, exc.cmd[:4]))} ...: exit "
+            f"{exc.returncode}); it needs a C compiler and the dev extra's mypy"
+        ) from None
+    return py
+
+
+def _build(venv: Path, py: Path) -> None:
     with tempfile.TemporaryDirectory() as wheels:
         env = {**os.environ, "DLTOP_COMPILE": "1"}
         cmd = [sys.executable, "-m", "pip", "wheel", "-q", "--no-build-isolation", "--no-deps"]
@@ -125,7 +136,6 @@ def build_venv(venv: Path) -> Path:
         wheel = next(Path(wheels).glob("*.whl"))
         # with the TensorBoard reader: the corpus holds event files
         subprocess.run([str(py), "-m", "pip", "install", "-q", f"{wheel}[tensorboard]"], check=True)
-    return py
 
 
 def run_worker(py: str, *args: str) -> str:
