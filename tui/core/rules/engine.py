@@ -23,15 +23,15 @@ from dltop.tui.core.rules.base import Rule
 from dltop.tui.core.rules.config import Config
 from dltop.tui.core.rules.evals import eval_losses, eval_step
 from dltop.tui.core.rules.figures import Figures
+from dltop.tui.core.rules.numeric import grad_before
 from dltop.tui.core.rules.segments import Segments
 from dltop.tui.core.rules.steploop import feed_steps
-from dltop.tui.core.rules.window import Block, median_of, present
+from dltop.tui.core.rules.window import Block, present
 
 if TYPE_CHECKING:
     from dltop.tui.core.status import RunState
 
 _HOOKS = ("on_block", "on_eval", "on_layers", "on_event", "on_sys", "on_time")
-GRAD_BEFORE_STEPS = 20  # how far back a NaN looks for the grad-norm blow-up that caused it
 
 
 class RuleEngine:
@@ -374,28 +374,9 @@ class RuleEngine:
         if self.first_nonfinite_step is None:
             self.first_nonfinite_step = step
             self.lr_at_first_nonfinite = self.lr
-            self.gn_before_nonfinite, self.gn_before_nonfinite_ratio = self.grad_before()
+            self.gn_before_nonfinite, self.gn_before_nonfinite_ratio = grad_before(self)
         if loss is not None and not lf:
             self.nonfinite_rule.on_loss_nonfinite(self)
-
-    def grad_before(self) -> tuple[float | None, float | None]:
-        """The largest finite grad norm of the ~20 steps up to this one, and its ratio to the
-        median of the grad norms before those (``None`` without 5 of them).
-
-        Called on a NaN/Inf step: "did the gradients blow up first?". The single previous
-        value is not enough (a norm of 2e5 two steps before the NaN, then an ordinary one),
-        and the rolling median would already contain the blow-up.
-        """
-        vals = list(self.fig.gn_win)
-        vals.extend(x for x in self.blk.gn if x is not None)
-        if self.gn_finite and self.gn is not None:
-            vals.append(self.gn)
-        if not vals:
-            return None, None
-        recent, earlier = vals[-GRAD_BEFORE_STEPS:], vals[:-GRAD_BEFORE_STEPS]
-        peak = max(recent)
-        base = median_of(earlier) if len(earlier) >= 5 else None
-        return peak, (peak / base if base else None)
 
     def finish(self) -> None:
         """Judge the steps still buffered: call once no more steps will come.

@@ -15,9 +15,32 @@ from typing import TYPE_CHECKING
 from dltop.tui.core.alerts import CRITICAL, INFO
 from dltop.tui.core.fmt import number as fmt
 from dltop.tui.core.rules.base import Rule, Tracker, held_steps
+from dltop.tui.core.rules.window import median_of
 
 if TYPE_CHECKING:
     from dltop.tui.core.rules.engine import RuleEngine
+
+GRAD_BEFORE_STEPS = 20  # how far back a NaN looks for the grad-norm blow-up that caused it
+
+
+def grad_before(e: RuleEngine) -> tuple[float | None, float | None]:
+    """The largest finite grad norm of the ~20 steps up to this one, and its ratio to the
+    median of the grad norms before those (``None`` without 5 of them).
+
+    Called on a NaN/Inf step: "did the gradients blow up first?". The single previous
+    value is not enough (a norm of 2e5 two steps before the NaN, then an ordinary one),
+    and the rolling median would already contain the blow-up.
+    """
+    vals = list(e.fig.gn_win)
+    vals.extend(x for x in e.blk.gn if x is not None)
+    if e.gn_finite and e.gn is not None:
+        vals.append(e.gn)
+    if not vals:
+        return None, None
+    recent, earlier = vals[-GRAD_BEFORE_STEPS:], vals[:-GRAD_BEFORE_STEPS]
+    peak = max(recent)
+    base = median_of(earlier) if len(earlier) >= 5 else None
+    return peak, (peak / base if base else None)
 
 
 class NonFinite(Rule):
@@ -39,7 +62,7 @@ class NonFinite(Rule):
         self.grad_good_run = 0
         self.overflows = 0  # isolated overflow episodes (AMP-like)
         # grad_before() when the current run of non-finite grad norms began
-        self.grad_before: tuple[float | None, float | None] = (None, None)
+        self.grad_before_run: tuple[float | None, float | None] = (None, None)
         self.watching = False  # an episode is open: finite steps count towards ending it
 
     def alert_trackers(self) -> list[Tracker]:
@@ -83,7 +106,7 @@ class NonFinite(Rule):
             "loss_median": med,
         }
         if self.loss_bad == 1:  # the episode's first step: what led to it (checklist evidence)
-            peak, ratio = e.grad_before()
+            peak, ratio = grad_before(e)
             ev["grad_norm_before"] = peak
             ev["grad_norm_before_ratio"] = ratio
         what = "NaN" if loss != loss else ("Inf" if loss > 0 else "-Inf")
@@ -113,7 +136,7 @@ class NonFinite(Rule):
         self.grad_run += 1
         self.grad_good_run = 0
         if self.grad_run == 1:
-            self.grad_before = e.grad_before()
+            self.grad_before_run = grad_before(e)
             self.grad_run_from = e.step
         # how long in steps, not records: a log written every 50 steps holding two
         # non-finite grad norms in a row has had them for 50 steps or more
@@ -127,8 +150,8 @@ class NonFinite(Rule):
             "lr": e.lr,
             "last_finite_grad_norm": e.last_finite_gn,
             "grad_norm_median": e.fig.gn_med,
-            "grad_norm_before": self.grad_before[0],
-            "grad_norm_before_ratio": self.grad_before[1],
+            "grad_norm_before": self.grad_before_run[0],
+            "grad_norm_before_ratio": self.grad_before_run[1],
         }
         loss_ok = e.loss is None or e.loss_finite  # an unlogged loss is no sign of trouble
         if loss_ok and held < self.persist:
