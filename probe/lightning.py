@@ -26,7 +26,7 @@ took its copy of the signal handlers: see ``_begin``) and closes it at the end o
 - eval records: the metrics logged during validation (``val_loss`` recorded as ``loss``).
 - crashes: ``on_exception`` records the exception like ``with Probe(...)`` does.
 - ranks: one log per rank; the default folder is rank 0's, posted in the process group's
-  key-value store for the others (no collective: see ``adapter.shared_job``).
+  key-value store for the others (no collective: see ``rankpath.shared_job``).
 """
 
 from __future__ import annotations

@@ -13,7 +13,8 @@ from typing import Any
 
 import pytest
 from adapterkit import ROOT
-from dltop.probe.adapter import eval_name, probe_kwargs, rank_path
+from dltop.probe.adapter import eval_name, probe_kwargs
+from dltop.probe.rankpath import rank_path
 
 AUTO = object()
 
@@ -63,7 +64,7 @@ RANKS_SCRIPT = """
 import datetime, json, os, sys, time
 import torch
 import torch.distributed as dist
-from dltop.probe import adapter
+from dltop.probe import rankpath
 
 rank, mode, port = int(sys.argv[1]), sys.argv[2], int(sys.argv[3])
 dist.init_process_group(
@@ -75,17 +76,17 @@ if mode == "twice":
     # rank 0 names each call differently; rank 1 alone would name it after its parent
     if rank == 0:
         os.environ["TORCHELASTIC_RUN_ID"] = "first"
-    out["names"] = [adapter.shared_job()]
+    out["names"] = [rankpath.shared_job()]
     if rank == 0:
         time.sleep(1.0)  # rank 1 asks for the second name before rank 0 has posted it
         os.environ["TORCHELASTIC_RUN_ID"] = "second"
-    out["names"].append(adapter.shared_job())
+    out["names"].append(rankpath.shared_job())
 elif mode == "skip":
     # one rank never reaches the callback; the other one does
     if rank == int(sys.argv[4]):
-        adapter._AGREE_TIMEOUT_S = 1.0  # what the waiting rank would wait, shortened
+        rankpath._AGREE_TIMEOUT_S = 1.0  # what the waiting rank would wait, shortened
         t = time.perf_counter()
-        out["names"] = [adapter.shared_job()]
+        out["names"] = [rankpath.shared_job()]
         out["took"] = time.perf_counter() - t
 x = torch.tensor([float(rank + 1)])
 dist.all_reduce(x)  # training's own collective, right after the callback
