@@ -5,6 +5,7 @@ tensorboard package the answer is one line naming the extra; damaged files are c
 from __future__ import annotations
 
 import math
+import os
 import struct
 import time
 from pathlib import Path
@@ -133,6 +134,12 @@ def test_damaged_event_files(hf_style: Path, tmp_path: Path, capsys: Any) -> Non
     garbage.write_bytes(rec * 3)
     assert foreign.detect(str(garbage)) == foreign.TENSORBOARD
     assert "no scalars" in one_line_error(dltop("check", str(garbage)))
+    # found by a folder's search, deep below it: the error says which file was read
+    deep = tmp_path / "project" / "runs" / "old"
+    deep.mkdir(parents=True)
+    (deep / "garbage.tfevents").write_bytes(rec * 3)
+    line = one_line_error(dltop("check", str(tmp_path / "project")))
+    assert "no scalars" in line and os.path.join("runs", "old", "garbage.tfevents") in line
 
 
 def test_crc32c_matches_tensorboard() -> None:

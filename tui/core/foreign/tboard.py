@@ -291,10 +291,13 @@ def load(path: str, shown: str | None = None) -> ForeignLog:
             skipped += 1  # at least the damaged record; what follows it cannot be found
             errors.append(f"{os.path.basename(f)}: {damage} after {whole} records")
     if not points:
-        raise SourceError(
-            f"{path}: no scalars in the event file{'s' if len(files) > 1 else ''}"
-            + (f" ({errors[0]})" if errors else "")
-        )
+        # a folder's search may have found a file deep below it (`dltop check .` in a
+        # project): say which, so the user knows what was read
+        which = f"the event file{'s' if len(files) > 1 else ''}"
+        if root is path:
+            more = f" and {len(files) - 1} more" if len(files) > 1 else ""
+            which += f" found below it ({os.path.relpath(files[0], path)}{more})"
+        raise SourceError(f"{path}: no scalars in {which}" + (f" ({errors[0]})" if errors else ""))
     chosen = names.choose(counts, MAX_EXTRAS)
     merged = Merger()
     ended: tuple[int, float | None] | None = None
