@@ -28,6 +28,9 @@ def _dltop(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     ("args", "needle"),
     [
         (("missing.jsonl",), "no such file"),
+        (("missing.jsonl",), "hint: `dltop ls`"),
+        (("",), "an empty SOURCE"),  # `dltop "$LOG"` with LOG unset, not the current folder
+        ((" ",), "an empty SOURCE"),
         (("nolog",), "no such file"),
         ((), "no SOURCE given"),
         (("unix:/tmp/nothing.sock",), "no such socket"),

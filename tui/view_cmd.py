@@ -118,6 +118,10 @@ def resolve_source(source: str | None, cwd: Path | None = None) -> Path | str:
         from dltop.tui.core.jobs import job_dir
 
         return job_dir(str(found)) or found  # one rank of a job: the whole job
+    if not source.strip():  # `dltop "$LOG"` with the variable unset: not the current folder
+        raise SourceError(
+            "an empty SOURCE (hint: pass the log file, or nothing for the newest run)"
+        )
     if source.startswith(("unix:", "tcp://")):
         from dltop.tui.core.stream import StreamError, connect, parse_address
 
@@ -150,6 +154,10 @@ def resolve_source(source: str | None, cwd: Path | None = None) -> Path | str:
             hint = " (hint: a log path ends in .jsonl)"
         elif (found := newest_log(cwd / RUNS_DIR)) is not None:
             hint = f" (hint: the newest log here is {os.path.relpath(found, cwd)})"
+        else:
+            hint = (
+                " (hint: `dltop ls` lists the runs on this machine; `dltop` alone opens the newest)"
+            )
         raise SourceError(f"{source}: no such file{hint}")
     from dltop.tui.core.sources import SourceError as CoreSourceError
     from dltop.tui.core.sources import check_log_file
