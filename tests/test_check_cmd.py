@@ -254,3 +254,41 @@ def test_the_same_checklist_is_printed_once_for_a_run_that_met_the_same_nan_agai
     full = json.loads(check(str(log), "--json").stdout)
     steps = [a["checklist_steps"] for a in full["alerts"] if a["id"] == "nan_loss"]
     assert len(steps) == 3 and steps[0] and steps[0] == steps[1] == steps[2]  # JSON: whole
+
+
+# a `dltop check` whose reading is stopped by Ctrl-C: the check says "ready", then blocks
+_INTERRUPTED = """
+import sys, time
+from dltop.tui import check_cmd, cli
+
+def slow(*args, **kwargs):
+    print("ready", flush=True)
+    time.sleep(60)
+
+check_cmd.check_file = slow
+sys.exit(cli.main(["check", sys.argv[1]]))
+"""
+
+
+@pytest.mark.parametrize("command", ["check", "report"])
+def test_ctrl_c_is_one_line_and_exit_130(tmp_path: Path, command: str) -> None:
+    import signal
+
+    log = write_log(tmp_path / "ok.jsonl", Run())
+    script = _INTERRUPTED.replace('["check"', f'["{command}"')
+    p = subprocess.Popen(
+        [sys.executable, "-c", script, str(log)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=ROOT,
+    )
+    try:
+        assert p.stdout is not None and p.stdout.readline() == "ready\n"
+        p.send_signal(signal.SIGINT)
+        out, err = p.communicate(timeout=30)
+    finally:
+        p.kill()
+    assert p.returncode == 130, err
+    assert err == f"dltop {command}: interrupted\n" and "Traceback" not in err
+    assert not list(tmp_path.glob("*.report*"))  # an interrupted report writes nothing

@@ -74,8 +74,23 @@ Start a run by adding three lines to a training loop (see README.md):
 """
 
 
+EXIT_INTERRUPTED = 130  # 128 + SIGINT: what a shell reports for a command stopped by Ctrl-C
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    prog = f"dltop {argv[0]}" if argv and argv[0] in COMMANDS else "dltop"
+    try:
+        return _dispatch(argv)
+    except KeyboardInterrupt:  # Ctrl-C in a long `dltop check`: one line, not a traceback
+        try:
+            sys.stderr.write(f"{prog}: interrupted\n")
+        except OSError:
+            pass
+        return EXIT_INTERRUPTED
+
+
+def _dispatch(argv: list[str]) -> int:
     if argv and argv[0] in COMMANDS:
         name = argv[0]
         module = importlib.import_module(COMMANDS[name])
