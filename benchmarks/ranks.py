@@ -22,11 +22,14 @@ RSS its own):
 - ``decode``   the floor for ``check``: the schema's ``LineDecoder`` over every rank
                file of a ``--ranks`` x ``--steps`` job
 - ``check``    ``dltop check``'s work on that job (``check_cmd.collect``: every rank
-               through its rules, the cross-rank judgement, the sharded norm joined)
+               through its rules, the cross-rank judgement, the sharded norm joined),
+               the ranks other than the first in worker processes, one per CPU
+- ``check1``   the same in one process (``collect(jobs=1)``): what the workers save
 
 Figures per rank are the difference to the anchor divided by the ranks added (live), or
-the total divided by the ranks (check); ``check`` is also printed as a ratio to
-``decode`` measured in the same run. ``--quick`` is a smoke run (16 ranks, 3 s of
+the total divided by the ranks (check); ``check`` and ``check1`` are also printed as
+ratios to ``decode`` measured in the same run (one process: the floor of one CPU), and
+their peak RSS is the largest of the check's own and any worker's. ``--quick`` is a smoke run (16 ranks, 3 s of
 appends, 2 000 steps): same code paths, figures not comparable. No assertion.
 """
 
@@ -298,11 +301,11 @@ def v_decode(folder: str, **_: Any) -> dict[str, Any]:
     return {"records": n}
 
 
-def v_check(folder: str, **_: Any) -> dict[str, Any]:
+def v_check(folder: str, jobs: int | None = None, **_: Any) -> dict[str, Any]:
     from dltop.tui.check_cmd import collect
     from dltop.tui.core.rules import Config
 
-    results, skipped = collect(folder, Config())
+    results, skipped = collect(folder, Config(), jobs=jobs)
     return {
         "files": len(results),
         "steps": max(r.engine.steps for r in results),
@@ -312,16 +315,23 @@ def v_check(folder: str, **_: Any) -> dict[str, Any]:
     }
 
 
+def v_check1(folder: str, **_: Any) -> dict[str, Any]:
+    return v_check(folder, jobs=1)
+
+
 def v_followddp(folder: str, ranks: int, rate: float, seconds: float) -> dict[str, Any]:
     return v_follow(folder, ranks, rate, seconds, sharded=False)
 
 
 VARIANTS = {"follow1": v_follow, "follow": v_follow, "followddp": v_followddp, "app": v_app,
-            "decode": v_decode, "check": v_check}  # fmt: skip
+            "decode": v_decode, "check": v_check, "check1": v_check1}  # fmt: skip
 
 
 def _rss_mb() -> float:
-    return round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
+    """Peak RSS of this process or of any worker it waited for (check's workers)."""
+    own = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    workers = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    return round(max(own, workers) / 1024, 1)
 
 
 def run_variant(name: str, folder: str, ranks: int, rate: float, seconds: float) -> dict[str, Any]:
@@ -394,12 +404,15 @@ def report(res: dict[str, dict[str, Any]], ranks: int, steps: int, rate: float) 
             f"ms, p99 {app['lag_p99_ms']:.1f} ms, max {app['lag_max_ms']:.1f} ms; CPU "
             f"{app['cpu_pct']:.0f} %; {app['redraws']} redraws; peak RSS {app['peak_rss_mb']:.0f} MB"
         )
-    dec, chk = res.get("decode", {}), res.get("check", {})
-    if "seconds" in chk and "error" not in chk:
+    dec = res.get("decode", {})
+    for name, how in (("check1", "one process"), ("check", "worker processes")):
+        chk = res.get(name, {})
+        if "seconds" not in chk or "error" in chk:
+            continue
         ratio = f", {chk['seconds'] / dec['seconds']:.1f}x the decode floor" if dec.get(
             "seconds") else ""  # fmt: skip
         print(
-            f"check: {ranks} ranks x {steps} steps in {chk['seconds']:.1f} s{ratio} "
+            f"{name} ({how}): {ranks} ranks x {steps} steps in {chk['seconds']:.1f} s{ratio} "
             f"({chk['seconds'] / ranks * 1e3:.0f} ms and "
             f"{(chk['peak_rss_mb'] - chk['baseline_rss_mb']) / ranks:.2f} MB per rank; peak "
             f"RSS {chk['peak_rss_mb']:.0f} MB); {chk['notes']}"
@@ -432,19 +445,19 @@ def main(argv: list[str] | None = None) -> int:
     names = [n for n in args.only.split(",") if n] or list(VARIANTS)
     with tempfile.TemporaryDirectory() as tmp:
         big = os.path.join(args.keep or tmp, f"job-{args.ranks}x{args.steps}")
-        if {"decode", "check"} & set(names) and not os.path.isdir(big):
+        if {"decode", "check", "check1"} & set(names) and not os.path.isdir(big):
             t0 = time.perf_counter()
             size = generate_job(big, args.ranks, args.steps)
             print(f"generated {args.ranks} ranks x {args.steps} steps, {size / 1e6:.0f} MB "
                   f"in {time.perf_counter() - t0:.1f} s")  # fmt: skip
-        if {"decode", "check"} & set(names):
+        if {"decode", "check", "check1"} & set(names):
             v_decode(big)  # warm the page cache once
         print(f"{os.cpu_count()} CPUs")
         res: dict[str, dict[str, Any]] = {}
         for name in names:
             live = os.path.join(tmp, f"live-{name}")
             ranks = 1 if name == "follow1" else args.ranks
-            folder = big if name in ("decode", "check") else live
+            folder = big if name in ("decode", "check", "check1") else live
             res[name] = measure(name, folder, ranks, args.rate, args.seconds)
         report(res, args.ranks, args.steps, args.rate)
     return 0

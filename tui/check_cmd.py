@@ -21,7 +21,7 @@ from dltop.probe.decoding import LineDecoder
 from dltop.probe.encoding import sanitize
 from dltop.tui import thresholds_args
 from dltop.tui.check_output import as_json, text_report
-from dltop.tui.core import foreign, gradjoin, ranks
+from dltop.tui.core import foreign, gradjoin, ranks, workers
 from dltop.tui.core.alerts import SEVERITY_RANK
 from dltop.tui.core.rules import Config, ConfigError, RuleEngine
 from dltop.tui.core.safetext import visible, visible_lines
@@ -117,11 +117,13 @@ def run(args: argparse.Namespace) -> int:
 
 
 def collect(
-    source: str, config: Config, with_store: bool = False
+    source: str, config: Config, with_store: bool = False, jobs: int | None = None
 ) -> tuple[list[FileResult], list[str]]:
     """Every log of ``source`` through the rules, the ranks of a job judged side by side;
     returns the results and why files were left out. ``with_store``: each result also
     gets the viewer's chart store of its records (``dltop report``), from the same read.
+    ``jobs``: worker processes for the other ranks of a job (default: one per CPU when
+    they hold at least ``PARALLEL_MIN_BYTES``; 1 checks everything here).
     Raises :class:`CheckError` when nothing could be read, ``foreign.MissingExtra`` when
     another tool's log needs an optional package."""
     skipped: list[str] = []  # in a directory, one bad rank file must not hide the others
@@ -129,18 +131,18 @@ def collect(
     results: list[FileResult] = []
     timings: dict[str, ranks.RankTimes] = {}
     # sharded gradients: the other ranks' grad_sq_local first, then the first rank's file
-    # takes the whole model's grad_norm as it is read (tui/core/gradjoin.py, GradNormJoin)
+    # takes the whole model's grad_norm as it is read (tui/core/gradjoin.py, GradNormJoin).
+    # The other ranks go through worker processes when the job is big enough to pay for
+    # them; their shares join in rank order, so the norms are the same floats either way.
     join = gradjoin.GradNormJoin()
-    for path in files[1:] + files[:1]:
-        times = ranks.RankTimes() if len(files) > 1 else None
-        store = Store() if with_store else None
-        shares = join.primary() if path == files[0] else join.other()
-        try:
-            results.append(check_file(path, config, times, store, shares=shares))
-            if times is not None:
-                timings[path] = times
-        except CheckError as exc:
-            skipped.append(str(exc))
+    many = len(files) > 1
+    others = [_RankTask(path, config, with_store, many) for path in files[1:]]
+    n = jobs if jobs is not None else _workers_for(files[1:])
+    for outcome in workers.ordered_map(_check_rank, others, n):
+        join.absorb(outcome.shares)  # even from a rank that failed: its world size counts
+        outcome.take(results, timings, skipped)
+    first = _RankTask(files[0], config, with_store, many)
+    _check_rank(first, primary_of=join).take(results, timings, skipped)
     if not results:
         raise CheckError(skipped[0])
     order = {path: i for i, path in enumerate(files)}
@@ -150,6 +152,71 @@ def collect(
     # the ranks of one job side by side: the first failure, a straggler (tui/core/ranks.py)
     ranks.judge([ranks.Rank(r.rank, r.engine, timings.get(r.path)) for r in results])
     return results, skipped
+
+
+@dataclass
+class _RankTask:
+    """One rank file to check (picklable: it may go to a worker process)."""
+
+    path: str
+    config: Config
+    with_store: bool
+    many: bool  # one rank of several: its step timings are kept for the straggler rule
+
+
+@dataclass
+class _RankOutcome:
+    """One rank's check: its result or why it failed, its timings, its grad-norm shares."""
+
+    result: FileResult | None
+    error: str | None
+    times: ranks.RankTimes | None
+    shares: gradjoin.RankShares  # this rank's side of the sharded join
+
+    def take(
+        self,
+        results: list[FileResult],
+        timings: dict[str, ranks.RankTimes],
+        skipped: list[str],
+    ) -> None:
+        if self.result is None:
+            skipped.append(self.error or "unreadable")
+            return
+        results.append(self.result)
+        if self.times is not None:
+            timings[self.result.path] = self.times
+
+
+def _check_rank(task: _RankTask, primary_of: gradjoin.GradNormJoin | None = None) -> _RankOutcome:
+    """Check one rank file (in a worker process, or here): a rank other than the first
+    keeps its shares for the job's join; the first (``primary_of``) reads the job's."""
+    join = primary_of
+    shares = join.primary() if join is not None else gradjoin.GradNormJoin.detached()
+    times = ranks.RankTimes() if task.many else None
+    store = Store() if task.with_store else None
+    try:
+        result = check_file(task.path, task.config, times, store, shares=shares)
+    except CheckError as exc:
+        return _RankOutcome(None, str(exc), None, shares)
+    return _RankOutcome(result, None, times, shares)
+
+
+# the other ranks' bytes below which a check stays in one process: forking the workers
+# and sending each rank's engine back costs ~10-20 ms, a rank of 1 MiB takes ~30 ms
+PARALLEL_MIN_BYTES = 8 << 20
+MAX_WORKERS = 16  # processes, whatever the machine: a 128-core node need not fork 128
+
+
+def _workers_for(paths: list[str]) -> int:
+    """Worker processes for these rank files: one per CPU (at most ``MAX_WORKERS``), or
+    1 (none) for a small job."""
+    total = 0
+    for p in paths:
+        try:
+            total += os.stat(p).st_size
+        except OSError:
+            pass  # check_file names the error
+    return min(workers.cpus(), MAX_WORKERS) if total >= PARALLEL_MIN_BYTES else 1
 
 
 def _fail(message: str, hint: str) -> int:

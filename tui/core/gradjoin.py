@@ -52,6 +52,22 @@ class GradNormJoin:
     def primary(self) -> RankShares:
         return RankShares(self, primary=True)
 
+    @staticmethod
+    def detached() -> RankShares:
+        """One rank other than the first, read apart from the job's join (in a worker
+        process); :meth:`absorb` takes it in afterwards."""
+        return RankShares(GradNormJoin(), primary=False, deferred=True)
+
+    def absorb(self, rank: RankShares) -> None:
+        """A :meth:`detached` rank's world size and shares: the same as that rank read
+        through this join, when absorbed in the order the ranks would have been read (the
+        sums are floats: their order is their value). Its shares are dropped here."""
+        if rank.join.world is not None:
+            self._see_meta({"world_size": rank.join.world})
+        if rank.finished:  # a rank whose file failed halfway never gave its shares
+            self._merge(rank.shares)
+        rank.shares = {}
+
     def _see_meta(self, rec: dict[str, Any]) -> None:
         w = rec.get("world_size")
         if type(w) is int and 0 < w < 1 << 24 and (self.world is None or w > self.world):
@@ -105,6 +121,8 @@ class RankShares:
     join: GradNormJoin
     primary: bool
     shares: dict[int, float] = field(default_factory=dict)
+    deferred: bool = False  # GradNormJoin.detached: finish() keeps the shares for absorb()
+    finished: bool = False
 
     def feed(self, records: Iterable[dict[str, Any]]) -> None:
         join = self.join
@@ -132,6 +150,9 @@ class RankShares:
 
     def finish(self) -> None:
         """The rank is read: its last share per step goes into the job's sums."""
+        self.finished = True
+        if self.deferred:
+            return
         if not self.primary:
             self.join._merge(self.shares)
         self.shares = {}
