@@ -187,3 +187,37 @@ def test_the_other_ranks_really_go_to_workers(job: Path, monkeypatch: pytest.Mon
 
 def _pid(r: check_cmd.FileResult) -> int:
     return next(int(n.split()[1]) for n in r.notes if n.startswith("pid "))
+
+
+class _NoProcesses(workers.ProcessPoolExecutor):
+    def submit(self, *args: Any, **kwargs: Any) -> Any:
+        raise OSError(11, "Resource temporarily unavailable")
+
+
+def test_no_process_to_be_had_means_one_process(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setattr(workers, "ProcessPoolExecutor", _NoProcesses)
+    assert list(workers.ordered_map(_square, [1, 2, 3], 2)) == [1, 4, 9]
+    assert "no worker processes" in capsys.readouterr().err
+
+
+def _check_in_a_daemon(folder: str, out: Any) -> None:
+    results, _ = check_cmd.collect(folder, Config(), jobs=2)
+    out.put(sorted(a.id for r in results for a in r.engine.alerts()))
+
+
+def test_a_check_inside_a_daemon_process_stays_in_it(job: Path) -> None:
+    """A daemonic process may not have children (multiprocessing raises): the check
+    runs there, one rank after the other, instead of failing."""
+    import multiprocessing
+
+    ctx = multiprocessing.get_context("fork")
+    out = ctx.Queue()
+    proc = ctx.Process(target=_check_in_a_daemon, args=(str(job), out), daemon=True)
+    proc.start()
+    ids = out.get(timeout=60)
+    proc.join(timeout=10)
+    assert proc.exitcode == 0
+    results, _ = check_cmd.collect(str(job), Config(), jobs=1)
+    assert ids == sorted(a.id for r in results for a in r.engine.alerts())

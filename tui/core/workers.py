@@ -44,6 +44,7 @@ def can_fork() -> bool:
     return (
         sys.platform == "linux"
         and threading.active_count() == 1
+        and not multiprocessing.current_process().daemon  # a daemon may have no children
         and "fork" in multiprocessing.get_all_start_methods()
     )
 
@@ -67,9 +68,14 @@ def ordered_map(fn: Callable[[T], R], items: Sequence[T], workers: int) -> Itera
         mp_context=multiprocessing.get_context("fork"),
         initializer=_ignore_sigint,
     )
-    done = 0
     try:
         futures = [pool.submit(fn, item) for item in items]
+    except (OSError, RuntimeError) as exc:  # no process to be had (ulimit -u, no memory)
+        _stop(pool)
+        sys.stderr.write(f"dltop: note: no worker processes ({exc}); working in this one\n")
+        futures = []
+    done = 0
+    try:
         for future in futures:
             try:
                 result = future.result()
