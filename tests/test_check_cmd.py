@@ -6,8 +6,10 @@ pass clean, the same MLP with lr=50 must be diagnosed as a numeric blow-up.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
+import os
 import subprocess
 import sys
 import textwrap
@@ -256,7 +258,8 @@ def test_the_same_checklist_is_printed_once_for_a_run_that_met_the_same_nan_agai
     assert len(steps) == 3 and steps[0] and steps[0] == steps[1] == steps[2]  # JSON: whole
 
 
-# a `dltop check` whose reading is stopped by Ctrl-C: the check says "ready", then blocks
+# a `dltop check` whose reading is stopped by Ctrl-C: each check of a file says "ready",
+# then blocks (in worker processes too: forked, they have the same check_file)
 _INTERRUPTED = """
 import sys, time
 from dltop.tui import check_cmd, cli
@@ -266,29 +269,42 @@ def slow(*args, **kwargs):
     time.sleep(60)
 
 check_cmd.check_file = slow
-sys.exit(cli.main(["check", sys.argv[1]]))
+check_cmd.PARALLEL_MIN_BYTES = 0  # a job's ranks in workers, however small
+sys.exit(cli.main([sys.argv[1], sys.argv[2]]))
 """
 
 
-@pytest.mark.parametrize("command", ["check", "report"])
-def test_ctrl_c_is_one_line_and_exit_130(tmp_path: Path, command: str) -> None:
+def ctrl_c(command: str, source: Path) -> tuple[int, str, float]:
+    """Run ``dltop COMMAND SOURCE`` in its own process group, press Ctrl-C once it reads
+    (SIGINT to the whole group, as a terminal sends it: workers included); its exit
+    status, its stderr and how long it took to end."""
     import signal
+    import time
 
-    log = write_log(tmp_path / "ok.jsonl", Run())
-    script = _INTERRUPTED.replace('["check"', f'["{command}"')
     p = subprocess.Popen(
-        [sys.executable, "-c", script, str(log)],
+        [sys.executable, "-c", _INTERRUPTED, command, str(source)],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
         cwd=ROOT,
+        start_new_session=True,
     )
     try:
         assert p.stdout is not None and p.stdout.readline() == "ready\n"
-        p.send_signal(signal.SIGINT)
-        out, err = p.communicate(timeout=30)
+        t = time.monotonic()
+        os.killpg(p.pid, signal.SIGINT)
+        _, err = p.communicate(timeout=30)
+        took = time.monotonic() - t
     finally:
-        p.kill()
-    assert p.returncode == 130, err
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(p.pid, signal.SIGKILL)
+    return p.returncode, err, took
+
+
+@pytest.mark.parametrize("command", ["check", "report"])
+def test_ctrl_c_is_one_line_and_exit_130(tmp_path: Path, command: str) -> None:
+    log = write_log(tmp_path / "ok.jsonl", Run())
+    code, err, _ = ctrl_c(command, log)
+    assert code == 130, err
     assert err == f"dltop {command}: interrupted\n" and "Traceback" not in err
     assert not list(tmp_path.glob("*.report*"))  # an interrupted report writes nothing

@@ -9,14 +9,9 @@ rank file that cannot be read.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import math
 import os
-import signal
-import subprocess
-import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +21,7 @@ from dltop.tui import check_cmd
 from dltop.tui.check_output import as_json
 from dltop.tui.core import workers
 from dltop.tui.core.rules import Config
+from test_check_cmd import ctrl_c
 
 ROOT = Path(__file__).resolve().parents[1]
 T0 = 1_700_000_000.0
@@ -119,36 +115,9 @@ def test_a_worker_that_dies_leaves_its_job_to_this_process() -> None:
     assert list(workers.ordered_map(_die_in_a_worker, [parent] * 4, 2)) == [parent] * 4
 
 
-def test_ctrl_c_stops_the_workers_with_one_line(job: Path, tmp_path: Path) -> None:
-    script = (
-        "import sys, time\n"
-        "from dltop.tui import check_cmd, cli\n"
-        "real = check_cmd.check_file\n"
-        "def slow(path, *a, **k):\n"
-        "    print('ready', flush=True)\n"
-        "    time.sleep(60)\n"
-        "check_cmd.check_file = slow\n"
-        "check_cmd.PARALLEL_MIN_BYTES = 0\n"
-        "sys.exit(cli.main(['check', sys.argv[1]]))\n"
-    )
-    p = subprocess.Popen(
-        [sys.executable, "-c", script, str(job)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        cwd=ROOT,
-        start_new_session=True,  # its own process group, as a terminal's Ctrl-C reaches it
-    )
-    try:
-        assert p.stdout is not None and p.stdout.readline() == "ready\n"
-        t = time.monotonic()
-        os.killpg(p.pid, signal.SIGINT)  # the whole group: the check and its workers
-        _, err = p.communicate(timeout=30)
-        took = time.monotonic() - t
-    finally:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(p.pid, signal.SIGKILL)
-    assert p.returncode == 130 and err == "dltop check: interrupted\n", err
+def test_ctrl_c_stops_the_workers_with_one_line(job: Path) -> None:
+    code, err, took = ctrl_c("check", job)
+    assert code == 130 and err == "dltop check: interrupted\n", err
     assert took < 10  # the workers were stopped, not waited for (each sleeps 60 s)
 
 
