@@ -179,3 +179,43 @@ async def _test_a_rank_that_starts_later_joins_the_live_view(folder: Path) -> No
 
 def test_a_rank_that_starts_later_joins_the_live_view(tmp_path: Path) -> None:
     asyncio.run(_test_a_rank_that_starts_later_joins_the_live_view(tmp_path))
+
+
+async def _test_a_big_job_paints_its_panels_one_per_pass(
+    folder: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Eight ranks: a tick's changed panels are painted one after the other across the
+    tick (each costs a decimation per rank), not in one long pass of the event loop; all
+    of them within the tick, each showing the new steps."""
+    from dltop.tui.app import app as app_module
+
+    ranks = app_module.STAGGER_RANKS
+    for r in range(ranks):
+        _write(folder / f"rank{r}.jsonl", [_meta(r), *_steps(20)])
+    app = DltopApp(str(folder), poll_interval=0.05, refresh_hz=2.0)
+    painted: list[tuple[float, str]] = []
+    real = Chart.update
+
+    def noting(self: Chart, *args: object, **kwargs: object) -> None:
+        painted.append((asyncio.get_running_loop().time(), str(self.id)))
+        real(self, *args, **kwargs)
+
+    async with app.run_test(size=(120, 40)) as pilot:
+        await wait_for(pilot, lambda: len(app.query_one(RankTable).rows) == ranks, "the ranks")
+        await pilot.pause(1.2)  # the last tick's panels are painted
+        monkeypatch.setattr(Chart, "update", noting)
+        for r in range(ranks):
+            _write(folder / f"rank{r}.jsonl", _steps(10, start=20))
+        await wait_for(pilot, lambda: len(painted) >= 5, "the panels of the next tick")
+        await pilot.pause(0.6)
+    first = painted[0][0]
+    tick = [(t - first, key) for t, key in painted if t - first < 0.5]  # one tick at 2 Hz
+    assert len(tick) >= 5 and len({key for _, key in tick}) == len(tick)  # each panel once
+    # spread over the tick (1/(2 Hz x panels) apart), not all in the same pass (spread 0)
+    assert tick[-1][0] > 0.2, tick
+
+
+def test_a_big_job_paints_its_panels_one_per_pass(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    asyncio.run(_test_a_big_job_paints_its_panels_one_per_pass(tmp_path, monkeypatch))

@@ -34,17 +34,22 @@ def reference(points: list[tuple[int, float]], start: int, end: int, width: int)
     hi: list[float | None] = [None] * width
     count = [0] * width
     marks = [0] * width
+    first: list[float | None] = [None] * width
+    last: list[float | None] = [None] * width
     for x, v in points:
         if not start <= x <= end:
             continue
         c = (x - start) * width // span
         count[c] += 1
+        if count[c] == 1:
+            first[c] = v
+        last[c] = v
         if _mark(v):
             marks[c] |= _mark(v)
             continue
         lo[c] = v if lo[c] is None else min(lo[c], v)
         hi[c] = v if hi[c] is None else max(hi[c], v)
-    return {"lo": lo, "hi": hi, "count": count, "marks": marks}
+    return {"lo": lo, "hi": hi, "count": count, "marks": marks, "first": first, "last": last}
 
 
 def _steps(
@@ -74,6 +79,8 @@ def _check(store: Store, name: str, points: list[tuple[int, float]], start: int,
     assert d.marks == ref["marks"], (start, end, w)
     assert d.lo == ref["lo"], (start, end, w)
     assert d.hi == ref["hi"], (start, end, w)
+    # the raw first and last values join the lines (NaN compared as NaN)
+    assert repr(d.first) == repr(ref["first"]) and repr(d.last) == repr(ref["last"])
 
 
 def test_step_fields_become_columns_discovered_from_the_data() -> None:
@@ -126,9 +133,12 @@ def test_missing_is_a_gap_but_nan_is_a_point() -> None:
     assert not s.shared  # it had holes: it keeps its own steps
 
 
+@pytest.mark.parametrize("clean", [False, True], ids=["with-nan", "all-finite"])
 @pytest.mark.parametrize("n", [1, 5, BLOCK - 1, BLOCK * 3 + 7, 5000])
-def test_decimate_matches_reference_at_every_width(n: int) -> None:
+def test_decimate_matches_reference_at_every_width(n: int, clean: bool) -> None:
     vals = _noisy(n, seed=n)
+    if clean:  # the usual series: no NaN or infinity anywhere (decimate's fast path)
+        vals = [v if math.isfinite(v) else 1e6 for v in vals]
     store = Store()
     for i in range(0, n, 777):  # several ingests: summaries are built incrementally
         store.ingest(_steps(vals[i : i + 777], list(range(i, min(n, i + 777)))))

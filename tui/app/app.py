@@ -16,6 +16,7 @@ each of them an ``App`` to the type checker.
 from __future__ import annotations
 
 import os
+from functools import partial
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from dltop.tui.app.alert_pane import AlertPane
@@ -53,6 +54,9 @@ if TYPE_CHECKING:
 COMPACT_WIDTH, COMPACT_HEIGHT = 110, 32
 # fits 80 columns (the smallest supported terminal); the rest (e: svg) is in the help
 HINT = "q quit ? help 1-7 zoom l log s ema p pause ←→ cursor g goto a alerts c list"
+# ranks (or overlaid runs) from which a tick's changed panels are painted one after the
+# other rather than in one pass (see DltopApp._update_panels)
+STAGGER_RANKS = 8
 FIXED_NOW_ENV = "DLTOP_FIXED_NOW"  # Unix seconds: freeze "now" (ages) for snapshots and demos
 
 
@@ -333,14 +337,34 @@ class DltopApp(RankFocus, ViewKeys, AlertPane, Exports, App[int]):
             self._drawn["version"] = version
             self._drawn["status"] = status
         if charts_due:
+            due: list[Chart | GpuPanel] = []
             for spec in vm.PANELS:
                 if self._drawn.get(spec.key) == sigs[spec.key]:
                     continue
                 self._drawn[spec.key] = sigs[spec.key]
                 widget = self.query_one(f"#panel-{spec.key}")
                 if isinstance(widget, (Chart, GpuPanel)):  # cheap: charts pull when painted
-                    widget.update()
+                    due.append(widget)
+            self._update_panels(due)
         self._drawn["state"] = self.state
+
+    def _update_panels(self, due: list[Chart | GpuPanel]) -> None:
+        """Repaint the panels whose data changed: all at once, or one after the other
+        across the tick when each costs a decimation per rank.
+
+        Why: a chart pulls its data when painted, and Textual paints every dirty widget
+        in one pass of the event loop. Across 64 ranks one panel is ~130 decimations
+        (~20-30 ms), so seven panels in one pass blocked the keys for ~200 ms a tick
+        (``benchmarks/ranks.py --only app``). Spread over the tick, a pass paints one
+        panel; every panel is still as fresh as the tick."""
+        if len(due) < 2 or not self.job.across or len(self.job.ranks()) < STAGGER_RANKS:
+            for widget in due:
+                widget.update()
+            return
+        gap = 1.0 / (self.refresh_hz * len(due))
+        due[0].update()
+        for i, widget in enumerate(due[1:], 1):
+            self.set_timer(gap * i, partial(_update_if_mounted, widget))
 
     def set_state(self, **changes: Any) -> None:
         self.state = vm.replace_state(self.state, **changes)
@@ -363,6 +387,11 @@ class DltopApp(RankFocus, ViewKeys, AlertPane, Exports, App[int]):
     @on(StepList.Ticked)
     def _ticked(self, event: StepList.Ticked) -> None:
         self._tick(event.step_id)
+
+
+def _update_if_mounted(widget: Chart | GpuPanel) -> None:
+    if widget.is_mounted:  # the screen may have closed since the tick
+        widget.update()
 
 
 def _env_float(name: str) -> float | None:
