@@ -88,14 +88,17 @@ def trickled(log: Path, work: Path, seed: int) -> Answer:
     return answer(model.alerts())
 
 
-def opened_huge(log: Path) -> Answer:
-    """The log opened as a huge one: the tail shown first, the run and its rules backfilled."""
+def opened_huge(log: Path, rules_worker: bool = False) -> Answer:
+    """The log opened as a huge one: the tail shown first, the run and its rules backfilled
+    (``rules_worker``: the rules in a child process, tui/core/rules_worker.py)."""
     size = os.path.getsize(log)
     model = RunModel("huge", Config())
     model.settle_s = SETTLE_S
     src = FileSource(
         log, model, poll_interval=0.01, tail_first=max(1, size // 4), tail_bytes=size // 8
-    ).start()
+    )
+    src.rules_worker_min = 0 if rules_worker else None
+    src.start()
     try:
         _settle(model, src, size)
     finally:

@@ -68,6 +68,7 @@ def test_synthetic_runs_get_the_same_answer_every_way(name: str, tmp_path: Path)
         assert want or name in ("healthy_noisy_evals", "vanished"), "the fault is diagnosed"
     assert trickled(log, tmp_path, seed=len(name)) == want, "live (trickled) differs"
     assert opened_huge(log) == want, "tail-first backfill differs"
+    assert opened_huge(log, rules_worker=True) == want, "rules backfilled in a child differ"
 
 
 @pytest.mark.timeout(900)

@@ -24,12 +24,14 @@ from typing import TYPE_CHECKING
 
 from dltop.probe.decoding import LineDecoder, decode_line
 from dltop.probe.schema import META
+from dltop.tui.core import rules_worker, workers
 from dltop.tui.core.run import feed_engine, make_engine
 
 if TYPE_CHECKING:
     import threading
     from collections.abc import Iterator
 
+    from dltop.tui.core.rules import RuleEngine
     from dltop.tui.core.run import RunModel
 
 CHUNK_LIVE = 1 << 20  # most bytes read per progress tick for the live preview
@@ -46,6 +48,10 @@ class TailFirst:
     _fd: int
     _dec: LineDecoder
     _stop: threading.Event
+    # a log of this many bytes or more gets its rules backfill in a child process started
+    # with the charts' backfill (rules_worker.py); None: never
+    rules_worker_min: int | None = rules_worker.MIN_BYTES
+    _rules_job: rules_worker.RulesJob | None = None
 
     # What FileSource provides (declared here so that the contract is checked, not a comment)
     def _notify(self, n: int) -> None:
@@ -87,11 +93,13 @@ class TailFirst:
             n += len(recs)
         del blob
         self._notify(n)
+        self._start_rules_job(live_off)
         live_dec = LineDecoder()
         staged = self.model.staging(rules=False)
         last = time.monotonic()
         for off, piece in self._pieces(self._fd, self.offset):  # few reads: see READ_BLOCK
             if self._stop.is_set():
+                self._drop_rules_job()
                 return
             self.offset = off
             staged.ingest(self._dec.feed(piece))
@@ -105,6 +113,7 @@ class TailFirst:
                 self.model.extend_preview(recs)
                 self._notify(len(recs))
         if self._stop.is_set():
+            self._drop_rules_job()
             return
         self._remember_head()
         self.model.adopt(staged, self._dec.malformed)
@@ -117,16 +126,28 @@ class TailFirst:
         live (the model queues those records for the engine until it is adopted)."""
         engine, error = make_engine(self.model.config)
         if engine is None and error is None:
+            self._drop_rules_job()
             return  # no rules package: nothing to catch up
         upto = self.offset - self._dec.pending  # complete lines only; the rest comes live
         self.model.begin_rules_backfill()
         generation = self.model.generation
+        start = 0  # where this process's reading starts: after what a child did
+        job, self._rules_job = self._rules_job, None
+        if job is not None and job.upto <= upto:
+            done = self._await_rules_job(job, upto, generation)
+            if done is False:
+                return  # stopped, or the run restarted meanwhile
+            if done is not True:
+                engine, error = done
+                start = job.upto
+        elif job is not None:
+            job.kill()
         fd = os.dup(self._fd)  # the follow loop may reopen the path (rotation) meanwhile
         try:
             dec = LineDecoder()
             last = time.monotonic()
             # ends early if the log was truncated under us: the follow loop restarts the run
-            for off, piece in self._pieces(fd, 0, upto):
+            for off, piece in self._pieces(fd, start, upto if error is None else start):
                 if self._stop.is_set():
                     return
                 error = feed_engine(engine, dec.feed(piece))
@@ -144,6 +165,40 @@ class TailFirst:
             os.close(fd)
         self.model.adopt_engine(engine, error)
         self._notify(0)
+
+    def _start_rules_job(self, upto: int) -> None:
+        """The rules over ``[0, upto)`` in a child process, beside the charts' backfill,
+        when the log is big enough and a second CPU can run it (rules_worker.py)."""
+        least = self.rules_worker_min
+        if least is None or upto < least or workers.cpus() < 2:
+            return
+        if make_engine(self.model.config)[0] is None:
+            return  # no rules, or they fail to start: _backfill_rules says so
+        self._rules_job = rules_worker.RulesJob.start(self._fd, upto, self.model.config)
+
+    def _drop_rules_job(self) -> None:
+        job, self._rules_job = self._rules_job, None
+        if job is not None:
+            job.kill()
+
+    def _await_rules_job(
+        self, job: rules_worker.RulesJob, upto: int, generation: int
+    ) -> tuple[RuleEngine | None, str | None] | bool:
+        """Wait for the child's engine while the follow loop keeps the charts live: the
+        engine and its error; True when the child failed (run the rules here, from the
+        start); False when the source stopped or the run restarted (the child is killed)."""
+        while not job.poll(PROGRESS):
+            if self._stop.is_set() or self.model.generation != generation:
+                job.kill()
+                return False
+            self.model.set_diagnosing(job.reached / max(1, upto))
+            self._follow_a_little()
+            if self.model.generation != generation:
+                job.kill()
+                return False
+            self._notify(0)
+        got = job.result()
+        return True if got is None else got
 
     def _follow_a_little(self) -> None:
         """One bounded round of the follow loop (new records, truncation, rotation)."""

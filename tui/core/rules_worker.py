@@ -1,0 +1,177 @@
+"""A huge log's rules backfill in a process of its own, beside the charts' backfill.
+
+Why: opening a 1 M-step log, the viewer builds the whole run's charts (~3 s) and then
+brings a rules engine through the run (~7 s), one after the other on its reader thread
+(``backfill.py``). The engine never needs the charts, so on a machine with a second CPU
+it can start at once in a child process that reads the same open file (its descriptor is
+passed, so a rotation meanwhile cannot swap the file under it) up to a line boundary the
+viewer chose, and send back the engine it built (pickled: our own process, our own
+classes). The viewer feeds that engine the lines after the boundary itself, then the
+records queued while it caught up: every record once, in order, as the in-process path.
+
+The child is a fresh interpreter (``subprocess``: the viewer has threads, so no fork),
+costs ~0.2 s to start, and is used for logs of ``MIN_BYTES`` or more. Whatever goes
+wrong with it (no second interpreter, a crash, an unpicklable result) leaves
+:func:`RulesJob.result` with ``None`` and the viewer runs the rules itself, as before.
+No Textual. Progress: the child writes the offset it reached, one line on stderr,
+every ``PROGRESS`` seconds.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import pickle
+import select
+import subprocess
+import sys
+import time
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from dltop.tui.core.rules import Config, RuleEngine
+
+MIN_BYTES = 8 << 20  # below this the engine takes about as long as the child's start
+PROGRESS = 0.2  # seconds between the child's progress lines
+READ = 4 << 20  # bytes per read in the child (few reads: see sources.READ_BLOCK)
+RESULT_MAX = 256 << 20  # bytes of pickled engine accepted back: an engine is bounded
+
+
+class RulesJob:
+    """The child process running the rules over ``[0, upto)`` of an open log."""
+
+    def __init__(self, proc: subprocess.Popen[bytes], upto: int) -> None:
+        self.proc = proc
+        self.upto = upto
+        self.reached = 0  # the offset the child last said it reached
+        self._out = bytearray()
+        self._err = b""
+        self._done = False
+        self._failed = False
+
+    @classmethod
+    def start(cls, fd: int, upto: int, config: Config | None) -> RulesJob | None:
+        """The child, started; ``None`` when it cannot be (the caller runs the rules)."""
+        try:
+            job = pickle.dumps((fd, upto, config))
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "dltop.tui.core.rules_worker"],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                pass_fds=(fd,),
+                start_new_session=True,  # a Ctrl-C meant for the viewer is not its to handle
+            )
+        except (OSError, ValueError, pickle.PicklingError, TypeError, AttributeError):
+            return None
+        try:
+            assert proc.stdin is not None
+            proc.stdin.write(job)
+            proc.stdin.close()
+        except OSError:
+            _kill(proc)
+            return None
+        return cls(proc, upto)
+
+    def poll(self, timeout: float) -> bool:
+        """Wait up to ``timeout`` seconds for the child; True once it has ended (its
+        result read). Reads its output as it comes, so a large result never blocks it."""
+        if self._done:
+            return True
+        out, err = self.proc.stdout, self.proc.stderr
+        assert out is not None and err is not None
+        deadline = time.monotonic() + timeout
+        while True:
+            left = max(0.0, deadline - time.monotonic())
+            ready, _, _ = select.select([out, err], [], [], left)
+            for stream in ready:
+                data = os.read(stream.fileno(), 1 << 20)
+                if stream is err:
+                    self._progress(data)
+                    continue
+                if not data:  # the child closed its result: it is ending
+                    self._finish()
+                    return True
+                self._out += data
+                if len(self._out) > RESULT_MAX:
+                    self._failed = True
+                    self.kill()
+                    return True
+            if not ready or time.monotonic() >= deadline:
+                return False
+
+    def _progress(self, data: bytes) -> None:
+        lines = (self._err + data).split(b"\n")
+        self._err = lines.pop()[-64:]  # an unfinished line, bounded
+        for line in reversed(lines):
+            if line.isdigit():
+                self.reached = min(int(line), self.upto)
+                break
+
+    def _finish(self) -> None:
+        self._done = True
+        try:
+            code = self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            _kill(self.proc)
+            code = -1
+        self._failed = self._failed or code != 0
+
+    def result(self) -> tuple[RuleEngine | None, str | None] | None:
+        """(engine, error) as the child left them, once :meth:`poll` said it ended;
+        ``None`` when the child failed (the caller runs the rules itself)."""
+        if not self._done or self._failed:
+            return None
+        try:
+            engine, error, reached = pickle.loads(bytes(self._out))
+        except Exception:  # a partial or garbled result: the child died writing it
+            return None
+        if reached != self.upto and error is None:
+            return None  # the file was cut short under it: the caller's generation check
+        return engine, error
+
+    def kill(self) -> None:
+        _kill(self.proc)
+        self._done = True
+
+
+def _kill(proc: subprocess.Popen[bytes]) -> None:
+    with contextlib.suppress(OSError):
+        proc.kill()
+    with contextlib.suppress(Exception):
+        proc.wait(timeout=5)
+    for stream in (proc.stdin, proc.stdout, proc.stderr):
+        if stream is not None:
+            with contextlib.suppress(OSError):
+                stream.close()
+
+
+def _main() -> int:
+    """The child: (fd, upto, config) on stdin; (engine, error, offset reached) on stdout."""
+    from dltop.probe.decoding import LineDecoder
+    from dltop.tui.core.run import feed_engine, make_engine
+
+    fd, upto, config = pickle.load(sys.stdin.buffer)
+    engine, error = make_engine(config)
+    dec = LineDecoder()
+    off = 0
+    last = time.monotonic()
+    while off < upto and error is None:
+        piece = os.pread(fd, min(READ, upto - off), off)
+        if not piece:
+            break  # the file is shorter than it was: the result says where it stopped
+        off += len(piece)
+        error = feed_engine(engine, dec.feed(piece))
+        now = time.monotonic()
+        if now - last >= PROGRESS:
+            last = now
+            sys.stderr.write(f"{off}\n")
+            sys.stderr.flush()
+    result: Any = (engine, error, off)
+    sys.stdout.buffer.write(pickle.dumps(result, protocol=pickle.HIGHEST_PROTOCOL))
+    sys.stdout.flush()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(_main())
