@@ -144,6 +144,7 @@ class FileSource(ReaderThread, TailFirst):  # ReaderThread first: its _notify is
             self.traceback = traceback.format_exc()
             self._fail(f"reader failed: {type(exc).__name__}: {exc}")
         finally:
+            self._drop_rules_job()  # a rules child still running (backfill.py) ends with us
             self._close()
             self.caught_up.set()
 
