@@ -10,7 +10,10 @@ a source that opens a log bigger than ``tail_first`` bytes:
    feeding lines appended meanwhile to the preview, then swaps it in (``RunModel.adopt``);
 3. re-reads the log to bring a fresh rules engine through the run in order, while the
    normal follow loop keeps charting new records and the model queues them for that
-   engine, then swaps it in (``RunModel.adopt_engine``).
+   engine, then swaps it in (``RunModel.adopt_engine``). With a second CPU, a child
+   process (``rules_worker.py``) started with step 2 has meanwhile run the rules over the
+   log up to where the preview ended; its engine is taken over here and fed only the
+   lines after that.
 
 ``TailFirst`` is a mixin of :class:`dltop.tui.core.sources.FileSource`, which owns the
 descriptor, the decoder, the offsets and the follow loop used here.
