@@ -205,8 +205,41 @@ def test_the_viewer_resolves_a_state_and_says_a_corrupt_one_in_a_line(tmp_path: 
 
     p = tmp_path / "trainer_state.json"
     p.write_text('{"log_history": [{"step": 2, "loss": 1.0}, {"st')
-    assert view_cmd.resolve_source(str(p)) == p
-    assert view_cmd.resolve_source(str(tmp_path)) == tmp_path  # the checkpoint-like folder
+    # the command line reads it before any screen: one line, as `dltop check` says it
+    for source in (p, tmp_path):  # the file, and its checkpoint-like folder
+        with pytest.raises(view_cmd.SourceError, match="corrupt trainer_state.json"):
+            view_cmd.resolve_source(str(source))
+    # a good one is read there once, and the source shows that read
+    good = tmp_path / "good" / "trainer_state.json"
+    good.parent.mkdir()
+    good.write_text('{"log_history": [{"step": 2, "loss": 1.0}, {"step": 4, "loss": 0.5}]}')
+    assert view_cmd.resolve_source(str(good)) == good
+    loads: list[str] = []
+    real_load = foreign.load
+
+    def counting(path: str, fmt: str | None = None) -> Any:
+        loads.append(path)
+        return real_load(path, fmt)
+
+    async def shown() -> None:
+        app = DltopApp(str(good), follow=False, poll_interval=0.05)
+        async with app.run_test(size=(120, 40)) as pilot:
+            for _ in range(100):
+                if app.model.store.steps == 2:
+                    break
+                await pilot.pause(0.05)
+            assert app.model.store.steps == 2 and app.source_error is None
+
+    foreign.load = counting  # type: ignore[assignment]
+    try:
+        asyncio.run(shown())
+    finally:
+        foreign.load = real_load  # type: ignore[assignment]
+    assert loads == []  # the source took the command line's read
+    assert foreign.take_preloaded(str(good), foreign.HF) is None  # handed over once
+    # and from the command line: exit 3, one line, no screen (TERM=dumb, no tty)
+    line = one_line_error(dltop(str(p)))
+    assert line.startswith("dltop: ") and "corrupt trainer_state.json" in line
 
     async def go() -> None:
         app = DltopApp(str(p), follow=False, poll_interval=0.05)

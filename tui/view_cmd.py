@@ -139,6 +139,8 @@ def resolve_source(source: str | None, cwd: Path | None = None) -> Path | str:
     if fmt is not None:  # another tool's log: trainer_state.json, metrics.csv, tfevents
         try:
             foreign.prepare(str(path), fmt)  # a missing optional reader: said before the UI
+            # a finished file, read once: one that cannot be read is one line, not a screen
+            foreign.preload(str(path), fmt)
         except foreign.SourceError as e:
             raise SourceError(str(e)) from None
         return path

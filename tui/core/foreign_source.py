@@ -54,7 +54,10 @@ class ForeignSource(ReaderThread):
         from dltop.tui.core import foreign  # noqa: PLC0415
 
         try:
-            log = foreign.load(self.path, self.format)
+            # read already when the command line checked it (view_cmd), else now
+            log = foreign.take_preloaded(self.path, self.format) or foreign.load(
+                self.path, self.format
+            )
             records = log.records
             for i in range(0, len(records), SLICE):
                 if self._stop.is_set():

@@ -37,7 +37,9 @@ __all__ = [
     "SourceError",
     "detect",
     "load",
+    "preload",
     "prepare",
+    "take_preloaded",
 ]
 
 _HEAD = 1 << 16
@@ -114,6 +116,23 @@ def prepare(path: str, fmt: str) -> None:
     missing optional reader raises :class:`MissingExtra`."""
     if fmt == TENSORBOARD:
         tboard.require()
+
+
+# Logs read by the viewer's command line before its screen starts (:func:`preload`), each
+# waiting for the source that shows it (:func:`take_preloaded`): read once, not twice.
+_preloaded: dict[tuple[str, str], ForeignLog] = {}
+
+
+def preload(path: str, fmt: str) -> None:
+    """Read another tool's log now, so that one that cannot be read is one error line
+    before the viewer's screen starts (as our own logs are), and keep it for the source.
+    Raises what :func:`load` raises."""
+    _preloaded[(path, fmt)] = load(path, fmt)
+
+
+def take_preloaded(path: str, fmt: str) -> ForeignLog | None:
+    """The log :func:`preload` read for ``path``, once; ``None`` when there is none."""
+    return _preloaded.pop((path, fmt), None)
 
 
 def load(path: str, fmt: str | None = None) -> ForeignLog:
