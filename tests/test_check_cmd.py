@@ -308,3 +308,49 @@ def test_ctrl_c_is_one_line_and_exit_130(tmp_path: Path, command: str) -> None:
     assert code == 130, err
     assert err == f"dltop {command}: interrupted\n" and "Traceback" not in err
     assert not list(tmp_path.glob("*.report*"))  # an interrupted report writes nothing
+
+
+_PROGRESS = """
+import sys
+from dltop.tui import check_progress, cli
+
+check_progress.AFTER_S = 0.0  # show it at once (a real check shows it after 1 s)
+check_progress.EVERY_S = 0.0
+sys.exit(cli.main(["check", sys.argv[1]]))
+"""
+
+
+def test_a_terminal_sees_how_far_the_check_got_and_a_clean_line_after(tmp_path: Path) -> None:
+    """On a terminal's stderr: "dltop check: N % of X" redrawn in place, erased before the
+    report; stdout (the report) is untouched. A pipe gets nothing (the other tests: an
+    empty stderr)."""
+    import pty
+
+    log = write_log(tmp_path / "ok.jsonl", Run(steps=3000))
+    master, slave = pty.openpty()
+    try:
+        p = subprocess.Popen(
+            [sys.executable, "-c", _PROGRESS, str(log)],
+            stdout=subprocess.PIPE,
+            stderr=slave,
+            stdin=subprocess.DEVNULL,
+            text=True,
+            cwd=ROOT,
+        )
+        os.close(slave)
+        out, _ = p.communicate(timeout=60)
+        seen = b""
+        while True:
+            try:
+                data = os.read(master, 1 << 16)
+            except OSError:  # the terminal's other end is closed: all read
+                break
+            if not data:
+                break
+            seen += data
+    finally:
+        os.close(master)
+    assert p.returncode == 0 and out.startswith("dltop check: ")
+    text = seen.decode()
+    assert "\rdltop check: " in text and " % of " in text
+    assert text.endswith("\r\x1b[K")  # the report starts on a clean line

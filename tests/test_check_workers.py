@@ -133,8 +133,8 @@ def _die_in_a_worker(parent: int) -> int:
     return parent
 
 
-def _noting_pid(task: check_cmd._RankTask, primary_of: Any = None) -> check_cmd._RankOutcome:
-    out = _REAL_CHECK_RANK(task, primary_of)
+def _noting_pid(task: check_cmd._RankTask, **kwargs: Any) -> check_cmd._RankOutcome:
+    out = _REAL_CHECK_RANK(task, **kwargs)
     if out.result is not None:
         out.result.notes.append(f"pid {os.getpid()}")
     return out

@@ -14,6 +14,7 @@ import json
 import os
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -21,6 +22,7 @@ from dltop.probe.decoding import LineDecoder
 from dltop.probe.encoding import sanitize
 from dltop.tui import thresholds_args
 from dltop.tui.check_output import as_json, text_report
+from dltop.tui.check_progress import Progress
 from dltop.tui.core import foreign, gradjoin, ranks, workers
 from dltop.tui.core.alerts import SEVERITY_RANK
 from dltop.tui.core.rules import Config, ConfigError, RuleEngine
@@ -89,7 +91,7 @@ def run(args: argparse.Namespace) -> int:
     if not args.source:
         return _fail("no SOURCE given", "usage: dltop check RUN.jsonl [--json]")
     try:
-        results, skipped = collect(args.source, config)
+        results, skipped = collect(args.source, config, progress="dltop check")
     except foreign.MissingExtra as exc:  # the whole line says what to install
         sys.stderr.write(f"dltop: {visible(str(exc))}\n")
         return EXIT_UNREADABLE
@@ -117,13 +119,18 @@ def run(args: argparse.Namespace) -> int:
 
 
 def collect(
-    source: str, config: Config, with_store: bool = False, jobs: int | None = None
+    source: str,
+    config: Config,
+    with_store: bool = False,
+    jobs: int | None = None,
+    progress: str | None = None,
 ) -> tuple[list[FileResult], list[str]]:
     """Every log of ``source`` through the rules, the ranks of a job judged side by side;
     returns the results and why files were left out. ``with_store``: each result also
     gets the viewer's chart store of its records (``dltop report``), from the same read.
     ``jobs``: worker processes for the other ranks of a job (default: one per CPU when
-    they hold at least ``PARALLEL_MIN_BYTES``; 1 checks everything here).
+    they hold at least ``PARALLEL_MIN_BYTES``; 1 checks everything here). ``progress``:
+    the command's name, for a progress line on stderr when it is a terminal.
     Raises :class:`CheckError` when nothing could be read, ``foreign.MissingExtra`` when
     another tool's log needs an optional package."""
     skipped: list[str] = []  # in a directory, one bad rank file must not hide the others
@@ -138,11 +145,19 @@ def collect(
     many = len(files) > 1
     others = [_RankTask(path, config, with_store, many) for path in files[1:]]
     n = jobs if jobs is not None else _workers_for(files[1:])
-    for outcome in workers.ordered_map(_check_rank, others, n):
-        join.absorb(outcome.shares)  # even from a rank that failed: its world size counts
-        outcome.take(results, timings, skipped)
-    first = _RankTask(files[0], config, with_store, many)
-    _check_rank(first, primary_of=join).take(results, timings, skipped)
+    shown = Progress.for_stderr(files, progress) if progress else None
+    try:
+        for task, outcome in zip(others, workers.ordered_map(_check_rank, others, n), strict=True):
+            join.absorb(outcome.shares)  # even from a rank that failed: its world size counts
+            outcome.take(results, timings, skipped)
+            if shown is not None:
+                shown.file_done(task.path)
+        first = _RankTask(files[0], config, with_store, many)
+        on_bytes = shown.reading if shown is not None else None
+        _check_rank(first, primary_of=join, on_bytes=on_bytes).take(results, timings, skipped)
+    finally:
+        if shown is not None:
+            shown.done()  # the report starts on a clean line
     if not results:
         raise CheckError(skipped[0])
     order = {path: i for i, path in enumerate(files)}
@@ -187,7 +202,11 @@ class _RankOutcome:
             timings[self.result.path] = self.times
 
 
-def _check_rank(task: _RankTask, primary_of: gradjoin.GradNormJoin | None = None) -> _RankOutcome:
+def _check_rank(
+    task: _RankTask,
+    primary_of: gradjoin.GradNormJoin | None = None,
+    on_bytes: Callable[[int], None] | None = None,
+) -> _RankOutcome:
     """Check one rank file (in a worker process, or here): a rank other than the first
     keeps its shares for the job's join; the first (``primary_of``) reads the job's."""
     join = primary_of
@@ -195,7 +214,7 @@ def _check_rank(task: _RankTask, primary_of: gradjoin.GradNormJoin | None = None
     times = ranks.RankTimes() if task.many else None
     store = Store() if task.with_store else None
     try:
-        result = check_file(task.path, task.config, times, store, shares=shares)
+        result = check_file(task.path, task.config, times, store, shares=shares, on_bytes=on_bytes)
     except CheckError as exc:
         return _RankOutcome(None, str(exc), None, shares)
     return _RankOutcome(result, None, times, shares)
@@ -280,11 +299,13 @@ def check_file(
     store: Store | None = None,
     *,
     shares: gradjoin.RankShares | None = None,
+    on_bytes: Callable[[int], None] | None = None,
 ) -> FileResult:
     """Feed one log through a fresh engine in chunks (bounded memory for any log size);
     ``times`` (one rank of a job) gets the step timings the ranks are compared by, ``store``
     the records for charts, ``shares`` its sharded grad-norm shares (the first rank's steps
-    get the joined norm before the engine and the store see them)."""
+    get the joined norm before the engine and the store see them), ``on_bytes`` the bytes
+    read so far after each chunk (a progress line)."""
     fmt = foreign.detect(path)
     if fmt is not None:
         return check_foreign(path, fmt, config, store)
@@ -292,8 +313,12 @@ def check_file(
     engine = RuleEngine(config)
     try:
         with os.fdopen(_open_log(path), "rb") as f:
+            done = 0
             while chunk := f.read(READ_CHUNK):
                 recs = dec.feed(chunk)
+                if on_bytes is not None:
+                    done += len(chunk)
+                    on_bytes(done)
                 if shares is not None:
                     shares.feed(recs)
                 engine.feed_many(recs)

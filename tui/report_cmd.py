@@ -56,7 +56,9 @@ def run(args: argparse.Namespace) -> int:
     if not args.source:
         return _fail("no SOURCE given", "usage: dltop report RUN.jsonl [-o FILE.md]")
     try:
-        results, skipped = check_cmd.collect(args.source, config, with_store=True)
+        results, skipped = check_cmd.collect(
+            args.source, config, with_store=True, progress="dltop report"
+        )
     except foreign.MissingExtra as exc:  # the whole line says what to install
         sys.stderr.write(f"dltop: {visible(str(exc))}\n")
         return EXIT_FAILED
