@@ -10,7 +10,8 @@ classes). The viewer feeds that engine the lines after the boundary itself, then
 records queued while it caught up: every record once, in order, as the in-process path.
 
 The child is a fresh interpreter (``subprocess``: the viewer has threads, so no fork),
-costs ~0.2 s to start, and is used for logs of ``MIN_BYTES`` or more. Whatever goes
+costs ~0.2 s to start, and is used for stretches of ``MIN_BYTES`` or more (only huge logs
+are backfilled at all: ``sources.TAIL_FIRST``, 16 MiB). Whatever goes
 wrong with it (no second interpreter, a crash, an unpicklable result) leaves
 :func:`RulesJob.result` with ``None`` and the viewer runs the rules itself, as before.
 No Textual. Progress: the child writes the offset it reached, one line on stderr,
