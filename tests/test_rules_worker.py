@@ -173,3 +173,23 @@ def test_the_child_says_how_far_it_got(log: Path) -> None:
         assert got is not None and got[1] is None and got[0] is not None
     finally:
         os.close(fd)
+
+
+def test_children_are_capped_at_the_spare_cpus(log: Path) -> None:
+    """A job's folder opens a source per rank: 64 huge rank logs must not start 64
+    interpreters. With 2 CPUs one child runs at a time; the next source runs its rules
+    itself, and a slot is free again once a child has ended."""
+    fd = os.open(log, os.O_RDONLY)
+    try:
+        first = rules_worker.RulesJob.start(fd, 100, Config())
+        assert first is not None
+        assert rules_worker.RulesJob.start(fd, 100, Config()) is None  # no spare CPU left
+        first.kill()
+        again = rules_worker.RulesJob.start(fd, 100, Config())
+        assert again is not None
+        assert wait_for(lambda: again.poll(0.1), timeout=60)  # ended: its slot is given back
+        last = rules_worker.RulesJob.start(fd, 100, Config())
+        assert last is not None
+        last.kill()
+    finally:
+        os.close(fd)

@@ -190,18 +190,19 @@ class TailFirst:
         """Wait for the child's engine while the follow loop keeps the charts live: the
         engine and its error; True when the child failed (run the rules here, from the
         start); False when the source stopped or the run restarted (the child is killed)."""
-        while not job.poll(PROGRESS):
-            if self._stop.is_set() or self.model.generation != generation:
-                job.kill()
-                return False
-            self.model.set_diagnosing(job.reached / max(1, upto))
-            self._follow_a_little()
-            if self.model.generation != generation:
-                job.kill()
-                return False
-            self._notify(0)
-        got = job.result()
-        return True if got is None else got
+        try:
+            while not job.poll(PROGRESS):
+                if self._stop.is_set() or self.model.generation != generation:
+                    return False
+                self.model.set_diagnosing(job.reached / max(1, upto))
+                self._follow_a_little()
+                if self.model.generation != generation:
+                    return False
+                self._notify(0)
+            got = job.result()
+            return True if got is None else got
+        finally:
+            job.kill()  # ended already (reaped), or abandoned: never left running
 
     def _follow_a_little(self) -> None:
         """One bounded round of the follow loop (new records, truncation, rotation)."""

@@ -26,8 +26,11 @@ import pickle
 import select
 import subprocess
 import sys
+import threading
 import time
 from typing import TYPE_CHECKING, Any
+
+from dltop.tui.core import workers
 
 if TYPE_CHECKING:
     from dltop.tui.core.rules import Config, RuleEngine
@@ -37,6 +40,27 @@ PROGRESS = 0.2  # seconds between the child's progress lines
 READ = 4 << 20  # bytes per read in the child (few reads: see sources.READ_BLOCK)
 RESULT_MAX = 256 << 20  # bytes of pickled engine accepted back: an engine is bounded
 
+# Children running now, from every source of this viewer: a job's folder opens a source per
+# rank, and 64 huge rank logs must not start 64 interpreters on a 2-CPU machine. At most
+# one per CPU beyond the viewer's own; a source that finds none free runs its rules itself.
+_running = 0
+_running_lock = threading.Lock()
+
+
+def _take_slot() -> bool:
+    global _running
+    with _running_lock:
+        if _running >= max(1, workers.cpus() - 1):
+            return False
+        _running += 1
+        return True
+
+
+def _give_slot() -> None:
+    global _running
+    with _running_lock:
+        _running = max(0, _running - 1)
+
 
 class RulesJob:
     """The child process running the rules over ``[0, upto)`` of an open log."""
@@ -44,6 +68,7 @@ class RulesJob:
     def __init__(self, proc: subprocess.Popen[bytes], upto: int) -> None:
         self.proc = proc
         self.upto = upto
+        self._slot = True  # one of the _running children: given back when it ends
         self.reached = 0  # the offset the child last said it reached
         self._out = bytearray()
         self._err = b""
@@ -52,7 +77,10 @@ class RulesJob:
 
     @classmethod
     def start(cls, fd: int, upto: int, config: Config | None) -> RulesJob | None:
-        """The child, started; ``None`` when it cannot be (the caller runs the rules)."""
+        """The child, started; ``None`` when it cannot be, or when as many children as
+        the machine has spare CPUs already run (the caller runs the rules)."""
+        if not _take_slot():
+            return None
         try:
             job = pickle.dumps((fd, upto, config))
             proc = subprocess.Popen(
@@ -64,6 +92,7 @@ class RulesJob:
                 start_new_session=True,  # a Ctrl-C meant for the viewer is not its to handle
             )
         except (OSError, ValueError, pickle.PicklingError, TypeError, AttributeError):
+            _give_slot()
             return None
         try:
             assert proc.stdin is not None
@@ -71,8 +100,14 @@ class RulesJob:
             proc.stdin.close()
         except OSError:
             _kill(proc)
+            _give_slot()
             return None
         return cls(proc, upto)
+
+    def _release(self) -> None:
+        if self._slot:
+            self._slot = False
+            _give_slot()
 
     def poll(self, timeout: float) -> bool:
         """Wait up to ``timeout`` seconds for the child; True once it has ended (its
@@ -117,6 +152,7 @@ class RulesJob:
             _kill(self.proc)
             code = -1
         self._failed = self._failed or code != 0
+        self._release()
 
     def result(self) -> tuple[RuleEngine | None, str | None] | None:
         """(engine, error) as the child left them, once :meth:`poll` said it ended;
@@ -134,6 +170,7 @@ class RulesJob:
     def kill(self) -> None:
         _kill(self.proc)
         self._done = True
+        self._release()
 
 
 def _kill(proc: subprocess.Popen[bytes]) -> None:
