@@ -201,6 +201,21 @@ def decimate_rows(
     return Decimated(name, start, end, width, los, his, firsts, lasts, counts, marks, version)
 
 
+def _bucket_minmax(
+    ys: array, a: int, b: int, blo: array, bhi: array, nblocks: int, dirty: bool
+) -> tuple[float, float]:
+    """The finite (min, max) of rows ``[a, b)``: whole summarised blocks read from the
+    summaries, the ragged edges (or a bucket without a whole block) from the values;
+    (+inf, -inf) when none is finite."""
+    ka = -(-a // BLOCK)  # first whole block
+    kb = min(b // BLOCK, nblocks)  # one past the last whole, summarised block
+    if kb - ka < 1:
+        return _finite_minmax(ys, a, b, dirty)
+    lo1, hi1 = _finite_minmax(ys, a, ka * BLOCK, dirty)
+    lo2, hi2 = _finite_minmax(ys, kb * BLOCK, b, dirty)
+    return min(lo1, lo2, min(blo[ka:kb])), max(hi1, hi2, max(bhi[ka:kb]))
+
+
 def _clean_minmax(
     ys: array, pairs: list[tuple[int, int]], blo: array, bhi: array
 ) -> tuple[list[float | None], list[float | None]]:
@@ -219,17 +234,9 @@ def _clean_minmax(
             los.append(None)
             his.append(None)
         else:
-            ka = -(-a // BLOCK)  # first whole block
-            kb = min(b // BLOCK, nblocks)  # one past the last whole, summarised block
-            if kb - ka >= 1:
-                lo1, hi1 = _finite_minmax(ys, a, ka * BLOCK, False)
-                lo2, hi2 = _finite_minmax(ys, kb * BLOCK, b, False)
-                los.append(min(lo1, lo2, min(blo[ka:kb])))
-                his.append(max(hi1, hi2, max(bhi[ka:kb])))
-            else:
-                seg = ys[a:b]
-                los.append(min(seg))
-                his.append(max(seg))
+            lo, hi = _bucket_minmax(ys, a, b, blo, bhi, nblocks, False)
+            los.append(lo)
+            his.append(hi)
     return los, his
 
 
@@ -249,15 +256,7 @@ def _dirty_minmax(
             continue
         m = nf.marks(a, b)
         marks.append(m)
-        ka = -(-a // BLOCK)  # first whole block
-        kb = min(b // BLOCK, nblocks)  # one past the last whole, summarised block
-        if kb - ka >= 1:
-            lo1, hi1 = _finite_minmax(ys, a, ka * BLOCK, m != 0)
-            lo2, hi2 = _finite_minmax(ys, kb * BLOCK, b, m != 0)
-            lo = min(lo1, lo2, min(blo[ka:kb]))
-            hi = max(hi1, hi2, max(bhi[ka:kb]))
-        else:
-            lo, hi = _finite_minmax(ys, a, b, m != 0)
+        lo, hi = _bucket_minmax(ys, a, b, blo, bhi, nblocks, m != 0)
         if lo == _INF:
             los.append(None)
             his.append(None)

@@ -12,8 +12,6 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from itertools import zip_longest
-from operator import add
 from typing import TYPE_CHECKING, Any
 
 from dltop.tui.core import panels
@@ -96,39 +94,29 @@ def _combine(
     columns: list[_Column], width: int
 ) -> tuple[list[float | None], list[float | None], list[float | None], list[bool]]:
     """Per bucket: the median across ranks (of each rank's bucket mid-point), the lowest
-    minimum and highest maximum of any rank, and whether any rank had a NaN/Inf there.
-
-    Bucket by bucket over the ranks' values transposed (``zip``), so that the work per
-    bucket is a few C-level passes over 64 ranks rather than a Python loop: at 64 ranks
-    this ran for ~4 ms per series and redraw on the event loop. ``min``/``max`` keep the
-    first of equal values and skip nothing, as the comparisons they replace did."""
+    minimum and highest maximum of any rank, and whether any rank had a NaN/Inf there."""
     med: list[float | None] = []
     lows: list[float | None] = []
     highs: list[float | None] = []
-    rows = zip(
-        zip(*(c.lo for c in columns), strict=False),
-        zip(*(c.hi for c in columns), strict=False),
-        strict=False,
-    )
-    for _, (los, his) in zip(range(width), rows, strict=False):
-        if None in los or None in his:  # a rank without a value there: its pair is left out
-            pairs = [
-                (a, b) for a, b in zip(los, his, strict=True) if a is not None and b is not None
-            ]
-            los = tuple(a for a, _ in pairs)
-            his = tuple(b for _, b in pairs)
-        if not los:
-            med.append(None)
-            lows.append(None)
-            highs.append(None)
-            continue
-        med.append(median_of([0.5 * x for x in map(add, los, his)]))
-        lows.append(min(los))
-        highs.append(max(his))
-    # a rank's flags may stop short of the chart's width: missing is "no NaN there"
-    flags = zip_longest(*(c.bad for c in columns), fillvalue=False)
-    bad = [any(f) for _, f in zip(range(width), flags, strict=False)]
-    bad += [False] * (width - len(bad))
+    bad: list[bool] = []
+    for i in range(width):
+        mids: list[float] = []
+        lo: float | None = None
+        hi: float | None = None
+        flag = False
+        for c in columns:
+            if i < len(c.bad) and c.bad[i]:
+                flag = True
+            a, b = c.lo[i], c.hi[i]
+            if a is None or b is None:
+                continue
+            mids.append(0.5 * (a + b))
+            lo = a if lo is None or a < lo else lo
+            hi = b if hi is None or b > hi else hi
+        med.append(median_of(mids))
+        lows.append(lo)
+        highs.append(hi)
+        bad.append(flag)
     return med, lows, highs, bad
 
 
