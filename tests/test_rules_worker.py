@@ -139,8 +139,14 @@ def test_records_appended_during_the_backfill_are_judged_once(log: Path, tmp_pat
 
 
 def test_a_stopped_viewer_takes_its_child_with_it(
-    log: Path, monkeypatch: pytest.MonkeyPatch
+    log: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """The viewer quits while its child still works (here a child that would take a
+    minute): the child is killed, not left behind."""
+    slow = tmp_path / "slow-python"
+    slow.write_text("#!/bin/sh\nexec sleep 60\n")
+    slow.chmod(0o755)
+    monkeypatch.setattr(sys, "executable", str(slow))
     started: list[rules_worker.RulesJob] = []
     real = rules_worker.RulesJob.start
 
@@ -151,11 +157,12 @@ def test_a_stopped_viewer_takes_its_child_with_it(
         return job
 
     monkeypatch.setattr(rules_worker.RulesJob, "start", staticmethod(noting))
-    src, _ = _opened(log, worker=True, follow=True)
+    src, model = _opened(log, worker=True, follow=True)
     src.start()
-    assert wait_for(lambda: bool(started), timeout=30)
-    src.stop()
+    assert wait_for(lambda: bool(started) and model.diagnosing is not None, timeout=30)
     proc = started[0].proc
+    assert proc.poll() is None  # still working when the viewer stops
+    src.stop()
     assert wait_for(lambda: proc.poll() is not None, timeout=10), "the child outlived the viewer"
 
 

@@ -27,7 +27,13 @@ from dltop.tui.core import foreign, gradjoin, ranks, workers
 from dltop.tui.core.alerts import SEVERITY_RANK
 from dltop.tui.core.rules import Config, ConfigError, RuleEngine
 from dltop.tui.core.safetext import visible, visible_lines
-from dltop.tui.core.sourcefiles import SourceError, is_missing, list_rank_files, open_log
+from dltop.tui.core.sourcefiles import (
+    SourceError,
+    is_missing,
+    list_rank_files,
+    open_log,
+    total_size,
+)
 from dltop.tui.core.status import RunState, explain_unrecorded_end, local_pid_alive
 from dltop.tui.core.store import Store
 from dltop.tui.core.stream import is_stream_spec
@@ -229,13 +235,8 @@ MAX_WORKERS = 16  # processes, whatever the machine: a 128-core node need not fo
 def _workers_for(paths: list[str]) -> int:
     """Worker processes for these rank files: one per CPU (at most ``MAX_WORKERS``), or
     1 (none) for a small job."""
-    total = 0
-    for p in paths:
-        try:
-            total += os.stat(p).st_size
-        except OSError:
-            pass  # check_file names the error
-    return min(workers.cpus(), MAX_WORKERS) if total >= PARALLEL_MIN_BYTES else 1
+    big = total_size(paths) >= PARALLEL_MIN_BYTES
+    return min(workers.cpus(), MAX_WORKERS) if big else 1
 
 
 def _fail(message: str, hint: str) -> int:

@@ -4,19 +4,19 @@ Why: a job of 64 ranks of 100 k steps takes a minute, a 1 M-step log ~7 s, and a
 that prints nothing meanwhile looks hung. Only on a terminal (CI logs and pipes get
 nothing: stdout and the exit code are the contract there), only once the check has run
 ``AFTER_S`` (a quick check never flickers), at most ``EVERY_S`` apart, and erased at the
-end so the report starts on a clean line. The file names it shows are the user's own
-paths, still passed through ``visible``.
+end so the report starts on a clean line. It shows sizes and counts only, never a name
+from the files.
 """
 
 from __future__ import annotations
 
-import os
 import sys
 import time
 from typing import TextIO
 
 from dltop.tui.core.fmt import nbytes
 from dltop.tui.core.safetext import visible
+from dltop.tui.core.sourcefiles import total_size
 
 AFTER_S = 1.0  # seconds of checking before the line first shows
 EVERY_S = 0.2  # seconds between two updates of the line
@@ -27,7 +27,7 @@ class Progress:
 
     def __init__(self, paths: list[str], out: TextIO, label: str = "dltop check") -> None:
         self.label = label
-        self.total = sum(_size(p) for p in paths)
+        self.total = total_size(paths)
         self.files = len(paths)
         self.read = 0  # bytes of the files finished
         self.finished = 0
@@ -54,7 +54,7 @@ class Progress:
 
     def file_done(self, path: str) -> None:
         """A file is checked (here or in a worker process)."""
-        self.read += _size(path)
+        self.read += total_size([path])
         self.finished += 1
         self._current = 0
         self._show()
@@ -83,10 +83,3 @@ class Progress:
             self._out.flush()
         except (OSError, ValueError):
             pass  # a closed terminal: the check goes on
-
-
-def _size(path: str) -> int:
-    try:
-        return os.stat(path).st_size
-    except OSError:
-        return 0

@@ -157,9 +157,7 @@ def resolve_source(source: str | None, cwd: Path | None = None) -> Path | str:
         elif (found := newest_log(cwd / RUNS_DIR)) is not None:
             hint = f" (hint: the newest log here is {os.path.relpath(found, cwd)})"
         else:
-            hint = (
-                " (hint: `dltop ls` lists the runs on this machine; `dltop` alone opens the newest)"
-            )
+            hint = " (hint: `dltop ls` lists the live runs and the logs under ./dltop-runs)"
         raise SourceError(f"{source}: no such file{hint}")
     from dltop.tui.core.sources import SourceError as CoreSourceError
     from dltop.tui.core.sources import check_log_file

@@ -55,9 +55,9 @@ class ForeignSource(ReaderThread):
 
         try:
             # read already when the command line checked it (view_cmd), else now
-            log = foreign.take_preloaded(self.path, self.format) or foreign.load(
-                self.path, self.format
-            )
+            log = foreign.take_preloaded(self.path, self.format)
+            if log is None:
+                log = foreign.load(self.path, self.format)
             records = log.records
             for i in range(0, len(records), SLICE):
                 if self._stop.is_set():

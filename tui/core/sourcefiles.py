@@ -83,6 +83,18 @@ def stat_log(path: str) -> os.stat_result:
         raise SourceError(f"cannot read {path}: {exc.strerror or exc}") from None
 
 
+def total_size(paths: list[str]) -> int:
+    """The bytes of these files now; one that cannot be stat'ed counts 0 (whoever opens
+    it names the error)."""
+    total = 0
+    for p in paths:
+        try:
+            total += os.stat(p).st_size
+        except (OSError, ValueError):
+            pass
+    return total
+
+
 def is_missing(path: str) -> bool:
     """True when nothing is at ``path`` (or a symlink there points nowhere); False for a
     path that exists or fails for another reason (a loop, no permission): those are named
