@@ -261,11 +261,11 @@ def test_the_same_checklist_is_printed_once_for_a_run_that_met_the_same_nan_agai
 # a `dltop check` whose reading is stopped by Ctrl-C: each check of a file says "ready",
 # then blocks (in worker processes too: forked, they have the same check_file)
 _INTERRUPTED = """
-import sys, time
+import os, sys, time
 from dltop.tui import check_cmd, cli
 
 def slow(*args, **kwargs):
-    print("ready", flush=True)
+    os.write(1, b"ready\\n")  # one write: the job's workers say it at once on one pipe
     time.sleep(60)
 
 check_cmd.check_file = slow
