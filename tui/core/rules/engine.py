@@ -23,9 +23,8 @@ from dltop.tui.core.rules.base import Rule
 from dltop.tui.core.rules.config import Config
 from dltop.tui.core.rules.evals import eval_losses, eval_step
 from dltop.tui.core.rules.figures import Figures
-from dltop.tui.core.rules.numeric import grad_before
 from dltop.tui.core.rules.segments import Segments
-from dltop.tui.core.rules.steploop import feed_steps
+from dltop.tui.core.rules.steploop import feed_steps, on_step
 from dltop.tui.core.rules.window import Block, present
 
 if TYPE_CHECKING:
@@ -212,7 +211,7 @@ class RuleEngine:
         else:
             t = None
         if kind == "step":
-            self._on_step(record, t)
+            on_step(self, record, t)
         elif kind == "heartbeat":
             if t is not None:
                 for h in self._time_hooks:
@@ -261,122 +260,6 @@ class RuleEngine:
         elif state == "end":
             self.phase = None
             self.phase_ended = True
-
-    def _on_step(self, rec: dict[str, Any], t: float | None) -> None:
-        """The per-step hot path: parse, judge the on-the-step conditions inline, buffer the rest.
-
-        NaN/Inf, spikes and explosions must be flagged on their step, so they are compared
-        here against thresholds refreshed at each block end. Everything windowed runs once
-        per block (``block_size`` steps, or one second of record time when steps are slow).
-        """
-        step = rec.get("step")
-        if type(step) is not int:
-            step = 0 if self.last_step is None else self.last_step + 1
-        if self.last_step is not None:
-            went_back = step < self.last_step
-            seg = self.segments
-            if seg.watching and seg.on_step(went_back):
-                seg.raise_mixed(self, step)
-            if seg.mixed is not None:  # two writers: count, judge nothing
-                self.steps += 1
-                self.last_step = step
-                if t is not None:
-                    self.last_step_t = t
-                return
-            if went_back:  # a rewind to a checkpoint: judge the new part on its own
-                self._new_segment(step, "the steps went back (a checkpoint was reloaded)")
-        self.steps += 1
-        self.step = step
-        if self.first_step is None:
-            self.first_step = step
-        self.rec = rec
-        self.t = t
-        loss: Any = rec.get("loss")  # JSON: anything, until as_float says
-        if type(loss) is not float:
-            loss = as_float(loss)
-        self.loss = loss
-        gn: Any = rec.get("grad_norm")
-        if type(gn) is not float:
-            gn = as_float(gn)
-        self.gn = gn
-        lr: Any = rec.get("lr")
-        if type(lr) is not float:
-            lr = as_float(lr)
-        prev = self.lr
-        if lr is not None and lr != prev:
-            if self.lr_initial is None:
-                self.lr_initial = lr
-            new_max = self.lr_max is None or lr > self.lr_max
-            if new_max:
-                self.lr_max = lr
-            if prev is not None:
-                r = self.lr_jump_ratio
-                if (prev <= 0.0 < lr) or (
-                    lr > 0 and prev > 0 and (lr >= prev * r or lr * r <= prev)
-                ):
-                    self.lr_jump_step = step
-                    self.in_grace = True
-                    self.grace_critical = not new_max
-        self.lr_prev = prev
-        self.lr = lr
-        jumped = self.lr_jump_step
-        if self.in_grace and jumped is not None and step - jumped >= self.lr_grace_steps:
-            self.in_grace = False
-
-        lf = loss is not None and loss - loss == 0.0
-        gf = gn is not None and gn - gn == 0.0
-        self.loss_finite, self.gn_finite = lf, gf
-        if (loss is not None and not lf) or (gn is not None and not gf):
-            self._nonfinite(step, loss, gn, lf, gf)
-        if lf and loss is not None:
-            if loss >= self.loss_hi and not self.in_grace:
-                self.spike_rule.spike(self)
-            # not while a second run in the file may be a second writer: two interleaved
-            # trainings at different levels look like a blow-up on every switch
-            if self.divergence_rule.early_open and not self.segments.watching:
-                self.divergence_rule.early(self, step, loss)
-        if gf and gn is not None:
-            if gn >= self.gn_warn and (
-                not self.in_grace or (gn >= self.gn_hi and not self.grace_critical)
-            ):
-                self.explosion_rule.above(self)
-            self.last_finite_gn = gn
-        elif gn is not None:
-            self.nonfinite_rule.on_grad_nonfinite(self)
-        if self.nonfinite_rule.watching and (lf or gf):
-            self.nonfinite_rule.finite(self, lf, gf)
-
-        b = self.blk
-        if not b.steps:
-            b.t0 = t
-        b.steps.append(step)
-        b.t.append(t)
-        b.loss.append(loss if lf else None)
-        b.gn.append(gn if gf else None)
-        b.recs.append(rec)
-        b.timing.append(self.phase is None and not self.phase_ended)
-        self.phase_ended = False
-        self.last_step = step
-        if t is not None:
-            self.last_step_t = t
-        # a block is block_size steps (not records: a log written every 50 steps closes one
-        # per record), or one second of record time when steps are slow
-        if (
-            len(b.steps) >= self.block_size
-            or step - b.steps[0] >= self.block_size
-            or (t is not None and b.t0 is not None and t - b.t0 >= 1.0)
-        ):
-            self._close_block()
-
-    def _nonfinite(
-        self, step: int, loss: float | None, gn: float | None, lf: bool, gf: bool
-    ) -> None:
-        if self.first_nonfinite_step is None:
-            self.first_nonfinite_step = step
-            self.lr_at_first_nonfinite = self.lr
-            self.gn_before_nonfinite, self.gn_before_nonfinite_ratio = grad_before(self)
-        if loss is not None and not lf:
-            self.nonfinite_rule.on_loss_nonfinite(self)
 
     def finish(self) -> None:
         """Judge the steps still buffered: call once no more steps will come.

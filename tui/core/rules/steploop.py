@@ -1,16 +1,18 @@
-"""The engine's per-step path for a run of plain step records, with its state in locals.
+"""The engine's per-step path: one step at a time (``on_step``, what ``feed`` calls), and
+runs of plain steps with the engine's state in locals (``feed_steps``, what ``feed_many``
+uses). Side by side, so the two can be read against each other.
 
-Why: ``RuleEngine.feed`` -> ``_on_step`` reads and writes some thirty engine attributes
-per step, about 1.3 us, more than msgspec takes to decode the record (0.9 us this way). Most steps of a
+Why two: ``on_step`` reads and writes some thirty engine attributes per step, about
+1.3 us, more than msgspec takes to decode the record (0.9 us this way). Most steps of a
 long run are plain: every field a finite float of the usual type, the learning rate
 unchanged, no inline threshold crossed, no watch open; for those the only work is to
-append the step to the block. This loop does that work for consecutive plain steps with
+append the step to the block. ``feed_steps`` does that work for consecutive plain steps with
 the engine's per-step state held in local variables, written back to the engine before
 anything can read it: a block end (the rules' hooks), a record that is not a plain step
 (fed the engine's own way), the end of the batch.
 
-The answers are the engine's: a step goes this way only when ``_on_step`` would change
-exactly what this loop changes (see the conditions in :func:`feed_steps`), so the
+The answers are the engine's: a step goes the fast way only when ``on_step`` would change
+exactly what that loop changes (see the conditions in :func:`feed_steps`), so the
 record-by-record path (``feed``) and this one give the same alerts, facts and status
 (``tests/test_step_loop.py`` holds them to the same state after every batch: synthetic
 faults, runs with odd steps of sixteen kinds, the fault suite's quick logs).
@@ -20,13 +22,130 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from dltop.probe.schema import as_float
+from dltop.tui.core.rules.numeric import grad_before
+
 if TYPE_CHECKING:
     from dltop.tui.core.rules.engine import RuleEngine
 
 
+def on_step(e: RuleEngine, rec: dict[str, Any], t: float | None) -> None:
+    """The per-step hot path: parse, judge the on-the-step conditions inline, buffer the rest.
+
+    NaN/Inf, spikes and explosions must be flagged on their step, so they are compared
+    here against thresholds refreshed at each block end. Everything windowed runs once
+    per block (``block_size`` steps, or one second of record time when steps are slow).
+    """
+    step = rec.get("step")
+    if type(step) is not int:
+        step = 0 if e.last_step is None else e.last_step + 1
+    if e.last_step is not None:
+        went_back = step < e.last_step
+        seg = e.segments
+        if seg.watching and seg.on_step(went_back):
+            seg.raise_mixed(e, step)
+        if seg.mixed is not None:  # two writers: count, judge nothing
+            e.steps += 1
+            e.last_step = step
+            if t is not None:
+                e.last_step_t = t
+            return
+        if went_back:  # a rewind to a checkpoint: judge the new part on its own
+            e._new_segment(step, "the steps went back (a checkpoint was reloaded)")
+    e.steps += 1
+    e.step = step
+    if e.first_step is None:
+        e.first_step = step
+    e.rec = rec
+    e.t = t
+    loss: Any = rec.get("loss")  # JSON: anything, until as_float says
+    if type(loss) is not float:
+        loss = as_float(loss)
+    e.loss = loss
+    gn: Any = rec.get("grad_norm")
+    if type(gn) is not float:
+        gn = as_float(gn)
+    e.gn = gn
+    lr: Any = rec.get("lr")
+    if type(lr) is not float:
+        lr = as_float(lr)
+    prev = e.lr
+    if lr is not None and lr != prev:
+        if e.lr_initial is None:
+            e.lr_initial = lr
+        new_max = e.lr_max is None or lr > e.lr_max
+        if new_max:
+            e.lr_max = lr
+        if prev is not None:
+            r = e.lr_jump_ratio
+            if (prev <= 0.0 < lr) or (lr > 0 and prev > 0 and (lr >= prev * r or lr * r <= prev)):
+                e.lr_jump_step = step
+                e.in_grace = True
+                e.grace_critical = not new_max
+    e.lr_prev = prev
+    e.lr = lr
+    jumped = e.lr_jump_step
+    if e.in_grace and jumped is not None and step - jumped >= e.lr_grace_steps:
+        e.in_grace = False
+
+    lf = loss is not None and loss - loss == 0.0
+    gf = gn is not None and gn - gn == 0.0
+    e.loss_finite, e.gn_finite = lf, gf
+    if (loss is not None and not lf) or (gn is not None and not gf):
+        _nonfinite(e, step, loss, gn, lf, gf)
+    if lf and loss is not None:
+        if loss >= e.loss_hi and not e.in_grace:
+            e.spike_rule.spike(e)
+        # not while a second run in the file may be a second writer: two interleaved
+        # trainings at different levels look like a blow-up on every switch
+        if e.divergence_rule.early_open and not e.segments.watching:
+            e.divergence_rule.early(e, step, loss)
+    if gf and gn is not None:
+        if gn >= e.gn_warn and (not e.in_grace or (gn >= e.gn_hi and not e.grace_critical)):
+            e.explosion_rule.above(e)
+        e.last_finite_gn = gn
+    elif gn is not None:
+        e.nonfinite_rule.on_grad_nonfinite(e)
+    if e.nonfinite_rule.watching and (lf or gf):
+        e.nonfinite_rule.finite(e, lf, gf)
+
+    b = e.blk
+    if not b.steps:
+        b.t0 = t
+    b.steps.append(step)
+    b.t.append(t)
+    b.loss.append(loss if lf else None)
+    b.gn.append(gn if gf else None)
+    b.recs.append(rec)
+    b.timing.append(e.phase is None and not e.phase_ended)
+    e.phase_ended = False
+    e.last_step = step
+    if t is not None:
+        e.last_step_t = t
+    # a block is block_size steps (not records: a log written every 50 steps closes one
+    # per record), or one second of record time when steps are slow
+    if (
+        len(b.steps) >= e.block_size
+        or step - b.steps[0] >= e.block_size
+        or (t is not None and b.t0 is not None and t - b.t0 >= 1.0)
+    ):
+        e._close_block()
+
+
+def _nonfinite(
+    e: RuleEngine, step: int, loss: float | None, gn: float | None, lf: bool, gf: bool
+) -> None:
+    if e.first_nonfinite_step is None:
+        e.first_nonfinite_step = step
+        e.lr_at_first_nonfinite = e.lr
+        e.gn_before_nonfinite, e.gn_before_nonfinite_ratio = grad_before(e)
+    if loss is not None and not lf:
+        e.nonfinite_rule.on_loss_nonfinite(e)
+
+
 def _plain_ok(e: RuleEngine) -> bool:
     """No per-step watch open: the schedule grace, the early blow-up watch, a NaN episode,
-    a second writer; and a first step seen (its segment bookkeeping is ``_on_step``'s)."""
+    a second writer; and a first step seen (its segment bookkeeping is ``on_step``'s)."""
     return not (
         e.last_step is None
         or e.first_step is None
@@ -108,7 +227,7 @@ def feed_steps(e: RuleEngine, recs: list[dict[str, Any]], i: int, n: int) -> int
             first_t = tt
         if last_t is None or tt > last_t:
             last_t = tt
-        # _on_step() for a plain step: the lr did not change, no threshold was crossed
+        # on_step() for a plain step: the lr did not change, no threshold was crossed
         steps += 1
         step, rec, t, loss, gn = s, r, tt, x, g
         lr_prev = lr
