@@ -22,30 +22,36 @@ from time import perf_counter
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from dltop.probe.cudastep import CudaStep, cuda_step_for
-from dltop.probe.filesink import FileSink, Sink
-from dltop.probe.gradnorm import GradNormTracker, trainable_params
+from dltop.probe.filesink import Sink
+from dltop.probe.gradnorm import GradNormTracker
 from dltop.probe.jobpath import AUTO, default_run_id, nowhere_to_write
 from dltop.probe.jobpath import RUNS_DIR as RUNS_DIR  # re-exported: the default folder
 from dltop.probe.jobpath import default_path as default_path
+from dltop.probe.lifecycle import (
+    exit_record,
+    exit_status,
+    hook_gradients,
+    install_crash,
+    open_sinks,
+    start_sampler,
+)
 from dltop.probe.loader import TimedLoader
-from dltop.probe.readback import DeviceBatch
 from dltop.probe.records import (
     StepRecords,
     build_layers,
     build_lazy,
     convert_values,
+    eval_item,
+    event,
     needs_conversion,
-    scalar,
 )
 from dltop.probe.schema import (
     EV_EXCEPTION,
-    EV_EXIT,
     EV_NOTE,
     EV_OOM,
     EV_PHASE,
     EV_SIGNAL,
     EV_WARNING,
-    EVAL,
     EVENT,
     GRAD_SQ_LOCAL,
 )
@@ -165,31 +171,7 @@ class Probe:
         if self._started:
             return self
         self._started = True
-        sinks: list[Sink] = []
-        if self.path is not None:
-            try:
-                sinks.append(FileSink(self.path))
-            except OSError as e:
-                sys.stderr.write(
-                    f"dltop: warning: cannot open {self.path} ({e}); the training goes on without a log\n"
-                )
-        meta: dict[str, Any] | None = None
-        try:
-            from dltop.probe.meta import build_meta
-
-            meta = build_meta(self.run_id, self.path)
-        except Exception as e:
-            self._error("meta", e)
-        if self.socket or self.tcp:
-            try:
-                from dltop.probe.live import LiveSink
-
-                key = f"{self.run_id}.{os.getpid()}"
-                sinks.append(LiveSink(key, meta or {}, tcp=self.tcp, unix=self.socket))
-            except Exception as e:
-                sys.stderr.write(
-                    f"dltop: warning: no live socket for this run ({e}); the log file still works\n"
-                )
+        sinks, meta = open_sinks(self.path, self.run_id, self.socket, self.tcp, self._error)
         sinks.extend(self._extra_sinks)
         self._writer = w = Writer(
             sinks, heartbeat=self._heartbeat, heartbeat_every=self.heartbeat_every
@@ -200,24 +182,16 @@ class Probe:
         self._lazy_builder = w.register(build_lazy)
         if meta is not None:
             w.emit(meta)
-        self._hook_gradients()
+        self._grad = hook_gradients(
+            self.model, self.optimizer, self.scaler, self.layers_every > 0, self._error
+        )
         w.start()
         if self._use_system:
-            try:
-                from dltop.probe.system import SystemSampler
-
-                self._sampler = SystemSampler(self._emit, interval=self._system_interval)
-                self._sampler.start()
-            except Exception as e:
-                self._error("system sampler", e)
+            self._sampler = start_sampler(self._emit, self._system_interval, self._error)
         if self._use_crash:
-            try:
-                from dltop.probe.crash import CrashRecorder
-
-                self._crash = CrashRecorder(self._emit, self._flush, lambda: self._last_step)
-                self._crash.install()
-            except Exception as e:
-                self._error("crash capture", e)
+            self._crash = install_crash(
+                self._emit, self._flush, lambda: self._last_step, self._error
+            )
         atexit.register(self._at_exit)
         self._prev_end = perf_counter()
         return self
@@ -242,16 +216,7 @@ class Probe:
         w = self._writer
         if w is None:
             return
-        exit_rec = {
-            "kind": EVENT,
-            "type": EV_EXIT,
-            "t": time.time(),
-            "status": status,
-            "step": self._last_step,
-            "steps": self._steps,
-        }
-        if w.dropped:  # the run's total, beside the per-gap ``dropped`` events
-            exit_rec["dropped"] = w.dropped
+        exit_rec = exit_record(status, self._last_step, self._steps, w.dropped)
         w.emit(exit_rec)
         w.close()
 
@@ -259,20 +224,11 @@ class Probe:
         return self.start()
 
     def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> Literal[False]:
-        if exc is None:
-            self.close("ok")
-        elif isinstance(exc, KeyboardInterrupt):
-            if self._crash is not None:  # on record, marked interrupted: not a crash
-                with contextlib.suppress(Exception):
-                    self._crash.record(exc)
-            self.close("interrupted")
-        elif isinstance(exc, SystemExit) and (self._signal or exc.code in (None, 0)):
-            self.close("signal" if self._signal else "ok")
-        else:
-            if self._crash is not None:
-                with contextlib.suppress(Exception):
-                    self._crash.record(exc)
-            self.close("signal" if self._signal else "exception")
+        status, on_record = exit_status(exc, self._signal)
+        if on_record and exc is not None and self._crash is not None:
+            with contextlib.suppress(Exception):
+                self._crash.record(exc)
+        self.close(status)
         return False  # the exception, if any, goes on unchanged
 
     def _at_exit(self) -> None:
@@ -396,20 +352,7 @@ class Probe:
         if put is None:
             return
         try:
-            keys: list[Any] = []
-            tensors: list[Any] = []
-            rec: dict[str, Any] = {"kind": EVAL, "step": self._last_step, "t": time.time()}
-            for k, v in metrics.items():
-                if type(v) is not float and type(v) is not int:
-                    v = scalar(k, v, k, keys, tensors, self._error)
-                if v is not None:
-                    rec[k] = v
-            batch = None
-            if tensors:
-                try:
-                    batch = DeviceBatch(tensors)
-                except Exception as e:
-                    self._error("device read-back", e)
+            rec, keys, batch = eval_item(metrics, self._last_step, self._error)
             put((self._lazy_builder, rec, keys, batch))
             self._writer.wake()  # type: ignore[union-attr]
         except Exception as e:
@@ -418,33 +361,18 @@ class Probe:
     def note(self, text: str, **fields: Any) -> None:
         """Free text on record (an ``event`` of type ``note``), with any extra fields."""
         try:
-            self._emit(
-                {
-                    **fields,
-                    "kind": EVENT,
-                    "type": EV_NOTE,
-                    "t": time.time(),
-                    "step": self._last_step,
-                    "text": str(text),
-                }
-            )
+            self._emit({**fields, **event(EV_NOTE, self._last_step, text=str(text))})
         except Exception as e:
             self._error("note", e)
 
     @contextlib.contextmanager
     def phase(self, name: str) -> Iterator[None]:
         """Declare a phase (eval, checkpoint...): the viewer pauses its stall watch meanwhile."""
-        self._emit(
-            {"kind": EVENT, "type": EV_PHASE, "t": time.time(), "step": self._last_step}
-            | {"name": name, "state": "begin"}
-        )
+        self._emit(event(EV_PHASE, self._last_step, name=name, state="begin"))
         try:
             yield
         finally:
-            self._emit(
-                {"kind": EVENT, "type": EV_PHASE, "t": time.time(), "step": self._last_step}
-                | {"name": name, "state": "end"}
-            )
+            self._emit(event(EV_PHASE, self._last_step, name=name, state="end"))
             # the phase (and any data it loaded) is not part of the next step's time
             self._prev_end = perf_counter()
             self._data_wait = 0.0
@@ -497,20 +425,6 @@ class Probe:
         """The crash path's flush: bounded, and read-backs stuck on a hung device are given
         up within the same bound (see ``Writer.flush``), so the event gets written."""
         self.flush(fsync, timeout=3.0)
-
-    def _hook_gradients(self) -> None:
-        try:
-            params = trainable_params(self.model, self.optimizer)
-        except Exception as e:
-            self._error("model parameters", e)
-            return
-        if not params:
-            return
-        try:
-            self._grad = GradNormTracker(params, scaler=self.scaler)
-            self._grad.want_layers = self.layers_every > 0
-        except Exception as e:
-            self._error("grad norm hooks", e)
 
     def _error(self, where: str, err: BaseException) -> None:
         """The probe's own failure: reported once per place, never raised."""

@@ -10,12 +10,13 @@ force) -> dict | None``, ``None`` meaning "not ready yet".
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from typing import Any
 
 from dltop.probe.gradnorm import layers_record
 from dltop.probe.readback import Deadline, DeviceBatch, elapsed_s, host_scalar, is_device
-from dltop.probe.schema import STEP
+from dltop.probe.schema import EVAL, EVENT, STEP
 
 OnError = Callable[[str, BaseException], None]
 
@@ -128,6 +129,33 @@ def scalar(
         tensors.append(v)
         return None
     return v
+
+
+def event(kind: str, step: int | None, **fields: Any) -> dict[str, Any]:
+    """An ``event`` record of type ``kind`` at ``step``, now, with its own fields after."""
+    return {"kind": EVENT, "type": kind, "t": time.time(), "step": step, **fields}
+
+
+def eval_item(
+    metrics: dict[str, Any], step: int | None, on_error: OnError
+) -> tuple[dict[str, Any], list[Any], DeviceBatch | None]:
+    """An ``eval`` record on the training thread: numbers kept, host tensors made numbers,
+    device scalars gathered for one read-back (``build_lazy`` fills them in later)."""
+    keys: list[Any] = []
+    tensors: list[Any] = []
+    rec: dict[str, Any] = {"kind": EVAL, "step": step, "t": time.time()}
+    for k, v in metrics.items():
+        if type(v) is not float and type(v) is not int:
+            v = scalar(k, v, k, keys, tensors, on_error)
+        if v is not None:
+            rec[k] = v
+    batch = None
+    if tensors:
+        try:
+            batch = DeviceBatch(tensors)
+        except Exception as e:
+            on_error("device read-back", e)
+    return rec, keys, batch
 
 
 def num(v: Any) -> Any:

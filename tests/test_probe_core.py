@@ -555,3 +555,26 @@ def test_no_per_layer_pass_before_it_is_asked_for() -> None:
         assert tracker.take_layers() is not None
     finally:
         tracker.remove()
+
+
+@pytest.mark.parametrize(
+    ("exc", "signal", "expected"),
+    [
+        (None, None, ("ok", False)),
+        (KeyboardInterrupt(), None, ("interrupted", True)),
+        (SystemExit(0), None, ("ok", False)),
+        (SystemExit(None), None, ("ok", False)),
+        (SystemExit(143), "SIGTERM", ("signal", False)),  # our own handler's exit
+        (SystemExit(2), None, ("exception", True)),  # sys.exit(2): the script failed
+        (RuntimeError("boom"), None, ("exception", True)),
+        (RuntimeError("boom"), "SIGTERM", ("signal", True)),
+    ],
+)
+def test_how_a_with_block_ended_goes_on_record(
+    exc: BaseException | None, signal: str | None, expected: tuple[str, bool]
+) -> None:
+    """The ``exit`` status and whether a crash event is written first: Ctrl-C is on record
+    but no crash, a clean ``sys.exit`` records nothing, a failing one is a crash."""
+    from dltop.probe.lifecycle import exit_status
+
+    assert exit_status(exc, signal) == expected

@@ -1,0 +1,145 @@
+"""What ``Probe.start()`` opens and how a run's end is put on record, apart from the class.
+
+Why: each part the probe starts (the log file, the live socket, the system sampler,
+the crash hooks) can fail on its own, and its failure must cost only that part: a log
+that cannot be opened still leaves the socket, a socket that cannot be bound still
+leaves the log, and neither stops the training. Here each part is one function that
+says what it could not do and returns what it could.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from dltop.probe.filesink import FileSink, Sink
+from dltop.probe.gradnorm import GradNormTracker, trainable_params
+from dltop.probe.schema import EV_EXIT, EVENT
+
+if TYPE_CHECKING:
+    from dltop.probe.crash import CrashRecorder
+    from dltop.probe.system import SystemSampler
+
+OnError = Callable[[str, BaseException], None]
+Emit = Callable[[dict[str, Any]], None]
+
+
+def open_sinks(
+    path: str | None, run_id: str, unix: bool, tcp: str | None, on_error: OnError
+) -> tuple[list[Sink], dict[str, Any] | None]:
+    """The log file and the live socket that can be opened, and the ``meta`` record
+    (``None`` when it could not be built: the probe's error, reported once)."""
+    sinks: list[Sink] = []
+    if path is not None:
+        try:
+            sinks.append(FileSink(path))
+        except OSError as e:
+            sys.stderr.write(
+                f"dltop: warning: cannot open {path} ({e}); the training goes on without a log\n"
+            )
+    meta: dict[str, Any] | None = None
+    try:
+        from dltop.probe.meta import build_meta  # noqa: PLC0415 - only once started
+
+        meta = build_meta(run_id, path)
+    except Exception as e:
+        on_error("meta", e)
+    if unix or tcp:
+        try:
+            from dltop.probe.live import LiveSink  # noqa: PLC0415 - sockets only when asked
+
+            key = f"{run_id}.{os.getpid()}"
+            sinks.append(LiveSink(key, meta or {}, tcp=tcp, unix=unix))
+        except Exception as e:
+            sys.stderr.write(
+                f"dltop: warning: no live socket for this run ({e}); the log file still works\n"
+            )
+    return sinks, meta
+
+
+def hook_gradients(
+    model: Any, optimizer: Any, scaler: Any, want_layers: bool, on_error: OnError
+) -> GradNormTracker | None:
+    """The backward hooks that measure the grad norm (and per-layer figures), or ``None``
+    when there is nothing to watch or the hooks could not be set."""
+    try:
+        params = trainable_params(model, optimizer)
+    except Exception as e:
+        on_error("model parameters", e)
+        return None
+    if not params:
+        return None
+    try:
+        tracker = GradNormTracker(params, scaler=scaler)
+        tracker.want_layers = want_layers
+        return tracker
+    except Exception as e:
+        on_error("grad norm hooks", e)
+        return None
+
+
+def start_sampler(emit: Emit, interval: float, on_error: OnError) -> SystemSampler | None:
+    """The ~1 Hz system sampler thread (RSS, CPU, NVML GPUs), or ``None`` if it failed."""
+    try:
+        from dltop.probe.system import SystemSampler  # noqa: PLC0415 - psutil/NVML lazily
+
+        sampler = SystemSampler(emit, interval=interval)
+        sampler.start()
+        return sampler
+    except Exception as e:
+        on_error("system sampler", e)
+        return None
+
+
+def install_crash(
+    emit: Emit,
+    flush: Callable[[bool], None],
+    last_step: Callable[[], int | None],
+    on_error: OnError,
+) -> CrashRecorder | None:
+    """The exception and signal hooks that put a crash on record, or ``None`` if they failed."""
+    try:
+        from dltop.probe.crash import CrashRecorder  # noqa: PLC0415
+
+        recorder = CrashRecorder(emit, flush, last_step)
+        recorder.install()
+        return recorder
+    except Exception as e:
+        on_error("crash capture", e)
+        return None
+
+
+def exit_status(exc: BaseException | None, signal: str | None) -> tuple[str, bool]:
+    """How a ``with Probe(...)`` block ended, as the ``exit`` record's status, and whether
+    the exception goes on record as a crash event first.
+
+    Ctrl-C is on record (marked interrupted by the crash recorder) but is no crash; a
+    ``SystemExit`` raised by our own signal handler, or ``sys.exit(0)``, records nothing.
+    """
+    if exc is None:
+        return "ok", False
+    if isinstance(exc, KeyboardInterrupt):
+        return "interrupted", True
+    if isinstance(exc, SystemExit) and (signal or exc.code in (None, 0)):
+        return ("signal" if signal else "ok"), False
+    return ("signal" if signal else "exception"), True
+
+
+def exit_record(status: str, last_step: int | None, steps: int, dropped: int) -> dict[str, Any]:
+    """The ``exit`` event, the log's last record: how the run ended and its step count,
+    with the run's total of records dropped under overload when there were any (beside
+    the per-gap ``dropped`` events)."""
+    rec: dict[str, Any] = {
+        "kind": EVENT,
+        "type": EV_EXIT,
+        "t": time.time(),
+        "status": status,
+        "step": last_step,
+        "steps": steps,
+    }
+    if dropped:
+        rec["dropped"] = dropped
+    return rec
