@@ -447,7 +447,7 @@ def test_a_refused_field_costs_no_column(monkeypatch: pytest.MonkeyPatch) -> Non
     assert len(store.names()) >= MAX_SERIES
     refused = store.budget.refused
     dense, sparse = [], []
-    real_dense, real_sparse = store_module._dense, Store._sparse
+    real_dense, real_sparse = store_module.dense, Store._sparse
 
     def counting_dense(col: list[Any]) -> Any:
         dense.append(1)
@@ -457,7 +457,7 @@ def test_a_refused_field_costs_no_column(monkeypatch: pytest.MonkeyPatch) -> Non
         sparse.append(1)
         real_sparse(self, *args)
 
-    monkeypatch.setattr(store_module, "_dense", counting_dense)
+    monkeypatch.setattr(store_module, "dense", counting_dense)
     monkeypatch.setattr(Store, "_sparse", counting_sparse)
     store.ingest([{"kind": "step", "step": i, "loss": 0.5, f"new{i}": 1.0} for i in range(1, 501)])
     assert len(dense) == 1  # the loss column only
@@ -523,13 +523,13 @@ def test_a_list_field_refused_whole_is_not_read_again(monkeypatch: pytest.Monkey
     charted = [j for j in range(300) if store.series(f"l{j}.0") is not None]
     assert len(charted) == 1 and store.series(f"l{charted[0]}.1") is None
     reads: list[int] = []
-    real_dense = store_module._dense
+    real_dense = store_module.dense
 
     def counting_dense(col: list[Any]) -> Any:
         reads.append(1)
         return real_dense(col)
 
-    monkeypatch.setattr(store_module, "_dense", counting_dense)
+    monkeypatch.setattr(store_module, "dense", counting_dense)
     store.ingest([{"kind": "step", "step": 2, **lists}])
     assert len(reads) == 1
     assert [x for x, _ in store.series(f"l{charted[0]}.0").points()] == [1, 2]

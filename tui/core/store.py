@@ -33,29 +33,14 @@ from typing import Any
 
 from dltop.probe import schema
 from dltop.tui.core.decimate import Decimated
+from dltop.tui.core.ema import update_ema
+from dltop.tui.core.fieldnames import STEP_NOT_SERIES, dense, flatten, num
 from dltop.tui.core.series import Series
 from dltop.tui.core.serieslimit import RESERVED, SeriesBudget
 
 __all__ = ["Store", "Series", "Decimated", "DEFAULT_EMA"]
 
 DEFAULT_EMA = {"loss": 0.02}  # series -> EMA alpha (0.02: ~50-step memory)
-_SKIP = frozenset(("kind", "step"))  # step-record keys that are not series
-_NOT_SERIES = frozenset(("kind", "step", "t"))  # eval / sys keys that are not series
-
-
-def _dense(col: list[Any]) -> array | None:
-    """``col`` as float64 when every entry is a plain int/float (no None, str, bool)."""
-    try:
-        arr = array("d", col)
-    except (TypeError, OverflowError):
-        return None
-    # bools pass array('d') but are not numbers (schema.as_float); one C-level pass finds them
-    if bool in set(map(type, col)):
-        return None
-    return arr
-
-
-_num = schema.as_float  # int/float -> float; None for bools, strings, containers
 
 
 class Store:
@@ -189,7 +174,7 @@ class Store:
         self.kinds[schema.STEP] += nsteps
         for s in self._changed:
             s.summarize()
-        self._update_ema(v)
+        update_ema(self._series, self._ema, self._ema_acc, v)
         return v
 
     def _step_column(self, batch: list[dict[str, Any]]) -> array:
@@ -278,7 +263,7 @@ class Store:
         t = schema.as_float(batch[-1].get("t"))
         if t is not None and math.isfinite(t):
             self.last_t = t
-        keys = set().union(*batch) - _SKIP
+        keys = set().union(*batch) - STEP_NOT_SERIES
         full = not self.budget.admits(len(self._series))
         for k in keys:
             if not isinstance(k, str):
@@ -287,7 +272,7 @@ class Store:
                 self.budget.refuse(k)  # before reading its column: refused names cost nothing
                 continue
             col = list(map(dict.get, batch, repeat(k)))
-            vals = _dense(col)
+            vals = dense(col)
             if vals is not None:
                 self._extend_dense(k, vals, steps, base, v)
             else:
@@ -329,7 +314,7 @@ class Store:
                 # read again past the limit only as the parent of a series it has
                 self._parents.add(key)
                 sub = [x[i] if isinstance(x, list) and len(x) > i else None for x in col]
-                self._sparse(f"{key}.{i}", [_num(x) for x in sub], steps, base, v)
+                self._sparse(f"{key}.{i}", [num(x) for x in sub], steps, base, v)
         elif isinstance(first, dict):
             subkeys: dict[str, None] = {}
             for x in col:
@@ -340,9 +325,9 @@ class Store:
                     continue
                 self._parents.add(key)
                 sub = [x.get(sk) if isinstance(x, dict) else None for x in col]
-                self._sparse(f"{key}.{sk}", [_num(x) for x in sub], steps, base, v)
+                self._sparse(f"{key}.{sk}", [num(x) for x in sub], steps, base, v)
         else:
-            self._sparse(key, [_num(x) for x in col], steps, base, v)
+            self._sparse(key, [num(x) for x in col], steps, base, v)
 
     def _sparse(self, name: str, vals: list[float | None], steps: array, base: int, v: int) -> None:
         present = [i for i, x in enumerate(vals) if x is not None]
@@ -376,7 +361,7 @@ class Store:
                 x = last_step
             if x is None:  # before the first step record: pin to the first step we know
                 x = self._first_step_hint if self._first_step_hint is not None else 0
-            for name, val in _flatten(kind, rec):
+            for name, val in flatten(kind, rec):
                 self._append_point(name, kind, x, val, v)
         elif kind == schema.EVENT:
             self.events.append(rec)
@@ -408,56 +393,3 @@ class Store:
             s.cut_from(x, v)
         s.extend(array("d", (val,)), array("q", (x,)), v)
         self._changed.add(s)
-
-    def _update_ema(self, v: int) -> None:
-        for name, alpha in self._ema.items():
-            src = self._series.get(name)
-            if src is None:
-                continue
-            ema_name = name + ".ema"
-            e = self._series.get(ema_name)
-            if e is None:
-                e = Series(ema_name, "derived", version=v)
-                e.follow_x(src)
-                self._series[ema_name] = e
-            if len(e) == len(src):
-                continue
-            acc = self._ema_acc.get(name)
-            out = array("d")
-            append = out.append
-            for x in src.ys[len(e) :]:
-                if x - x == 0:  # finite; NaN/Inf are marked on the raw series, not smoothed
-                    acc = x if acc is None else acc + alpha * (x - acc)
-                append(acc if acc is not None else float("nan"))
-            if acc is not None:
-                self._ema_acc[name] = acc
-            e.extend(out, None, v)
-            e.summarize()
-
-
-def _flatten(kind: str, rec: dict[str, Any]) -> list[tuple[str, float]]:
-    """Numeric fields of an eval/sys record as (series name, value), one nesting level deep
-    (``{"gpus": [{"index": 0, "util": 97}]}`` -> ``sys.gpus.0.util``)."""
-    out: list[tuple[str, float]] = []
-    for k, val in rec.items():
-        if k in _NOT_SERIES:
-            continue
-        f = _num(val)
-        if f is not None:
-            out.append((f"{kind}.{k}", f))
-        elif isinstance(val, dict):
-            out.extend(
-                (f"{kind}.{k}.{sk}", f2) for sk, sv in val.items() if (f2 := _num(sv)) is not None
-            )
-        elif isinstance(val, list):
-            for i, item in enumerate(val):
-                if isinstance(item, dict):
-                    idx = item.get("index", i)
-                    out.extend(
-                        (f"{kind}.{k}.{idx}.{sk}", f2)
-                        for sk, sv in item.items()
-                        if sk != "index" and (f2 := _num(sv)) is not None
-                    )
-                elif (f2 := _num(item)) is not None:
-                    out.append((f"{kind}.{k}.{i}", f2))
-    return out
