@@ -51,7 +51,7 @@ def test_adam_at_a_too_high_lr_kills_every_relu(tmp_path: Path) -> None:
     dead = by_id["dead_units"]
     assert dead["severity"] == "critical" and dead["title"] == "Dead network"
     assert "exactly zero" in dead["message"] and "no gradient" not in dead["message"]
-    progress = {s["id"]: s for s in dead["checklist_steps"]}["progress"]
+    progress = {s["id"]: s for s in dead["checklist"]}["progress"]
     assert progress["mark"] == "yes", progress  # measured from before the blow-up
 
 

@@ -74,9 +74,11 @@ def test_critical_json_shape(tmp_path: Path) -> None:
         "evidence",
         "message",
         "active",
-        "checklist_steps",
+        "checklist",
+        "checklist_id",
     } <= set(a)
-    steps: list[dict[str, Any]] = a["checklist_steps"]
+    assert a["checklist_id"] == "nan_loss"
+    steps: list[dict[str, Any]] = a["checklist"]  # the contract's list of steps
     assert steps and all(set(s) == {"id", "text", "mark", "evidence", "why", "how"} for s in steps)
     assert any(s["mark"] in ("yes", "no") for s in steps)  # the log answers some of them
     lr = next(s for s in steps if s["id"] == "lr_high")
@@ -254,7 +256,7 @@ def test_the_same_checklist_is_printed_once_for_a_run_that_met_the_same_nan_agai
     assert out.count("  checklist:\n") == 1
     assert out.count("  checklist: as for nan_loss at step 30 above") == 2
     full = json.loads(check(str(log), "--json").stdout)
-    steps = [a["checklist_steps"] for a in full["alerts"] if a["id"] == "nan_loss"]
+    steps = [a["checklist"] for a in full["alerts"] if a["id"] == "nan_loss"]
     assert len(steps) == 3 and steps[0] and steps[0] == steps[1] == steps[2]  # JSON: whole
 
 

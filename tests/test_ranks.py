@@ -81,7 +81,7 @@ def test_the_first_failure_is_named_on_every_rank(tmp_path: Path) -> None:
     for a in crashes:
         if a is not first:
             assert a["evidence"]["secondary"] is True and a["message"].startswith("secondary:")
-            assert a["checklist"] == first["checklist"] or first["checklist"] is None
+            assert a["checklist_id"] == first["checklist_id"] or first["checklist_id"] is None
     assert "broke on purpose" in out["reason"], out["reason"]
 
 

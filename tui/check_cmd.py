@@ -21,9 +21,9 @@ from typing import Any
 from dltop.probe.decoding import LineDecoder
 from dltop.probe.encoding import sanitize
 from dltop.tui import thresholds_args
-from dltop.tui.check_output import as_json, text_report
+from dltop.tui.check_output import as_json, checklists, text_report
 from dltop.tui.check_progress import Progress
-from dltop.tui.core import foreign, gradjoin, ranks, workers
+from dltop.tui.core import foreign, gradjoin, ranks, rules_worker, workers
 from dltop.tui.core.alerts import SEVERITY_RANK
 from dltop.tui.core.rules import Config, ConfigError, RuleEngine
 from dltop.tui.core.safetext import visible, visible_lines
@@ -37,6 +37,7 @@ from dltop.tui.core.sourcefiles import (
 from dltop.tui.core.status import RunState, explain_unrecorded_end, local_pid_alive
 from dltop.tui.core.store import Store
 from dltop.tui.core.stream import is_stream_spec
+from dltop.tui.report_read import store_then_engine
 
 EXIT_OK, EXIT_WARN, EXIT_CRIT, EXIT_UNREADABLE = 0, 1, 2, 3
 SOURCE_HINT = "pass a .jsonl log written by dltop.probe, or a directory of them"
@@ -104,7 +105,7 @@ def run(args: argparse.Namespace) -> int:
     except CheckError as exc:
         return _fail(str(exc), SOURCE_HINT)
     for r in results:
-        r.checklists = _checklists(r, args.lang)
+        r.checklists = checklists(r, args.lang)
     alerts = [(r, a) for r in results for a in r.engine.alerts()]
     worst = max((SEVERITY_RANK[a.severity] for _, a in alerts), default=0)
     code = {0: EXIT_OK, 1: EXIT_WARN, 2: EXIT_CRIT}[worst]
@@ -158,7 +159,9 @@ def collect(
             outcome.take(results, timings, skipped)
             if shown is not None:
                 shown.file_done(task.path)
-        first = _RankTask(files[0], config, with_store, many)
+        # a report on one big log: its rules in a child while its store is built here
+        beside = rules_worker.MIN_BYTES if with_store and not many else None
+        first = _RankTask(files[0], config, with_store, many, beside)
         on_bytes = shown.reading if shown is not None else None
         _check_rank(first, primary_of=join, on_bytes=on_bytes).take(results, timings, skipped)
     finally:
@@ -183,6 +186,7 @@ class _RankTask:
     config: Config
     with_store: bool
     many: bool  # one rank of several: its step timings are kept for the straggler rule
+    beside: int | None = None  # check_file's: the rules in a child from this many bytes
 
 
 @dataclass
@@ -220,7 +224,15 @@ def _check_rank(
     times = ranks.RankTimes() if task.many else None
     store = Store() if task.with_store else None
     try:
-        result = check_file(task.path, task.config, times, store, shares=shares, on_bytes=on_bytes)
+        result = check_file(
+            task.path,
+            task.config,
+            times,
+            store,
+            shares=shares,
+            on_bytes=on_bytes,
+            beside=task.beside,
+        )
     except CheckError as exc:
         return _RankOutcome(None, str(exc), None, shares)
     return _RankOutcome(result, None, times, shares)
@@ -301,20 +313,30 @@ def check_file(
     *,
     shares: gradjoin.RankShares | None = None,
     on_bytes: Callable[[int], None] | None = None,
+    beside: int | None = None,
 ) -> FileResult:
     """Feed one log through a fresh engine in chunks (bounded memory for any log size);
     ``times`` (one rank of a job) gets the step timings the ranks are compared by, ``store``
     the records for charts, ``shares`` its sharded grad-norm shares (the first rank's steps
     get the joined norm before the engine and the store see them), ``on_bytes`` the bytes
-    read so far after each chunk (a progress line)."""
+    read so far after each chunk (a progress line). ``beside``: with a store, the bytes
+    from which the rules run in a child process meanwhile (``report_read.py``)."""
     fmt = foreign.detect(path)
     if fmt is not None:
         return check_foreign(path, fmt, config, store)
     dec = LineDecoder()
     engine = RuleEngine(config)
+    job: rules_worker.RulesJob | None = None
     try:
         with os.fdopen(_open_log(path), "rb") as f:
             done = 0
+            if beside is not None and store is not None:  # dltop report: rules in a child
+                job = rules_worker.start_beside(f.fileno(), config, beside, shares is not None)
+            if job is not None and store is not None:
+                engine = store_then_engine(
+                    f, job, dec, store, config, times, shares, on_bytes, READ_CHUNK
+                )
+                done = f.tell()
             while chunk := f.read(READ_CHUNK):
                 recs = dec.feed(chunk)
                 if on_bytes is not None:
@@ -331,6 +353,9 @@ def check_file(
         raise CheckError(f"{path} is a directory") from None
     except OSError as exc:
         raise CheckError(f"cannot read {path}: {exc.strerror or exc}") from None
+    finally:
+        if job is not None:
+            job.kill()  # ended (reaped) already, or abandoned by an error or a Ctrl-C
     tail = dec.finish()
     if shares is not None:
         shares.feed(tail)
@@ -350,40 +375,3 @@ def check_file(
     rank = (engine.meta or {}).get("rank")
     rank_ = rank if isinstance(rank, int) else None
     return FileResult(path, engine, state, dec.malformed, rank_, store=store)
-
-
-def _checklists(r: FileResult, lang: str) -> dict[int, list[dict[str, Any]]]:
-    """Checklist steps with automatic marks, per alert (by id()); empty without the checklist module."""
-    try:
-        from dltop.tui.core.checklist_eval import evaluate  # noqa: PLC0415
-        from dltop.tui.core.checklists import checklist_for  # noqa: PLC0415
-    except ImportError:
-        return {}
-    facts = r.engine.facts()
-    out: dict[int, list[dict[str, Any]]] = {}
-    for a in r.engine.alerts():
-        try:
-            cl = checklist_for(a, lang)
-            out[id(a)] = [
-                {
-                    "id": c.step.id,
-                    "text": c.step.text,
-                    "mark": c.mark,
-                    "evidence": c.evidence,
-                    "why": c.step.why,
-                    "how": c.step.how,
-                }
-                for c in evaluate(cl, facts, a)
-            ]
-        except Exception as exc:  # a damaged data file must not hide the diagnosis
-            out[id(a)] = [
-                {
-                    "id": "unavailable",
-                    "text": f"(checklist unavailable: {exc})",
-                    "mark": None,
-                    "evidence": None,
-                    "why": None,
-                    "how": None,
-                }
-            ]
-    return out

@@ -38,7 +38,9 @@ def _combined_status(results: list[FileResult]) -> RunState:
 
 def _alert_json(r: FileResult, a: Alert, multi: bool) -> dict[str, Any]:
     d = a.to_json()
-    d["checklist_steps"] = [dict(s) for s in r.checklists.get(id(a), [])]
+    # the contract's `checklist` is the list of steps; which checklist it is goes beside it
+    d["checklist_id"] = d.pop("checklist")
+    d["checklist"] = [dict(s) for s in r.checklists.get(id(a), [])]
     if multi:
         d["file"] = r.path
         d["rank"] = r.rank
@@ -146,4 +148,42 @@ def _checklist_lines(steps: list[dict[str, Any]]) -> list[str]:
         out.append(f"    {_MARKS.get(s['mark'], '[ ? ]')} {s['text']}{tail}")
         for n, line in enumerate((s.get("how") or "").splitlines()):
             out.append(f"          {'fix: ' if n == 0 else '     '}{line}")
+    return out
+
+
+def checklists(r: FileResult, lang: str) -> dict[int, list[dict[str, Any]]]:
+    """Checklist steps with automatic marks, per alert (by id()): the ``checklist`` of each
+    alert in ``--json``; empty without the checklist module."""
+    try:
+        from dltop.tui.core.checklist_eval import evaluate  # noqa: PLC0415
+        from dltop.tui.core.checklists import checklist_for  # noqa: PLC0415
+    except ImportError:
+        return {}
+    facts = r.engine.facts()
+    out: dict[int, list[dict[str, Any]]] = {}
+    for a in r.engine.alerts():
+        try:
+            cl = checklist_for(a, lang)
+            out[id(a)] = [
+                {
+                    "id": c.step.id,
+                    "text": c.step.text,
+                    "mark": c.mark,
+                    "evidence": c.evidence,
+                    "why": c.step.why,
+                    "how": c.step.how,
+                }
+                for c in evaluate(cl, facts, a)
+            ]
+        except Exception as exc:  # a damaged data file must not hide the diagnosis
+            out[id(a)] = [
+                {
+                    "id": "unavailable",
+                    "text": f"(checklist unavailable: {exc})",
+                    "mark": None,
+                    "evidence": None,
+                    "why": None,
+                    "how": None,
+                }
+            ]
     return out

@@ -28,6 +28,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from dltop.tui.core import workers
@@ -39,6 +40,7 @@ MIN_BYTES = 8 << 20  # below this the engine takes about as long as the child's 
 PROGRESS = 0.2  # seconds between the child's progress lines
 READ = 4 << 20  # bytes per read in the child (few reads: see sources.READ_BLOCK)
 RESULT_MAX = 256 << 20  # bytes of pickled engine accepted back: an engine is bounded
+TAIL = 1 << 20  # bytes looked at for the last line end (start_beside)
 
 # Children running now, from every source of this viewer: a job's folder opens a source per
 # rank, and 64 huge rank logs must not start 64 interpreters on a 2-CPU machine. At most
@@ -76,13 +78,17 @@ class RulesJob:
         self._failed = False
 
     @classmethod
-    def start(cls, fd: int, upto: int, config: Config | None) -> RulesJob | None:
+    def start(
+        cls, fd: int, upto: int, config: Config | None, join: bool = False
+    ) -> RulesJob | None:
         """The child, started; ``None`` when it cannot be, or when as many children as
-        the machine has spare CPUs already run (the caller runs the rules)."""
+        the machine has spare CPUs already run (the caller runs the rules). ``join``: the
+        log is a job's only file, so its own ``grad_sq_local`` shares become its
+        ``grad_norm`` before the engine sees a step, as ``dltop check`` reads it."""
         if not _take_slot():
             return None
         try:
-            job = pickle.dumps((fd, upto, config))
+            job = pickle.dumps((fd, upto, config, join))
             proc = subprocess.Popen(
                 [sys.executable, "-m", "dltop.tui.core.rules_worker"],
                 stdin=subprocess.PIPE,
@@ -173,6 +179,37 @@ class RulesJob:
         self._release()
 
 
+def start_beside(fd: int, config: Config | None, least: int, join: bool) -> RulesJob | None:
+    """A child for the rules over the complete lines of the file as it is now, beside a
+    reader that builds something else from them (``dltop report``'s charts); ``None`` for
+    a file under ``least`` bytes, a machine without a spare CPU, or a child that will not
+    start."""
+    if workers.cpus() < 2:
+        return None
+    size = os.fstat(fd).st_size
+    if size < max(1, least):
+        return None
+    span = min(size, TAIL)
+    cut = os.pread(fd, span, size - span).rfind(b"\n")
+    if cut < 0:
+        return None  # no line ends in the last TAIL bytes: nothing to split cleanly
+    return RulesJob.start(fd, size - span + cut + 1, config, join)
+
+
+def wait_engine(
+    job: RulesJob, on_reached: Callable[[int], None] | None = None
+) -> tuple[RuleEngine | None, str | None] | None:
+    """The child's engine and error once it ends (``on_reached``: its offset meanwhile),
+    ``None`` when it failed; the child is never left running."""
+    try:
+        while not job.poll(PROGRESS):
+            if on_reached is not None:
+                on_reached(job.reached)
+        return job.result()
+    finally:
+        job.kill()
+
+
 def _kill(proc: subprocess.Popen[bytes]) -> None:
     with contextlib.suppress(OSError):
         proc.kill()
@@ -185,11 +222,13 @@ def _kill(proc: subprocess.Popen[bytes]) -> None:
 
 
 def _main() -> int:
-    """The child: (fd, upto, config) on stdin; (engine, error, offset reached) on stdout."""
+    """The child: (fd, upto, config, join) on stdin; (engine, error, offset reached) on stdout."""
     from dltop.probe.decoding import LineDecoder
+    from dltop.tui.core.gradjoin import GradNormJoin
     from dltop.tui.core.run import feed_engine, make_engine
 
-    fd, upto, config = pickle.load(sys.stdin.buffer)
+    fd, upto, config, join = pickle.load(sys.stdin.buffer)
+    shares = GradNormJoin().primary() if join else None
     engine, error = make_engine(config)
     dec = LineDecoder()
     off = 0
@@ -199,7 +238,10 @@ def _main() -> int:
         if not piece:
             break  # the file is shorter than it was: the result says where it stopped
         off += len(piece)
-        error = feed_engine(engine, dec.feed(piece))
+        recs = dec.feed(piece)
+        if shares is not None:
+            shares.feed(recs)
+        error = feed_engine(engine, recs)
         now = time.monotonic()
         if now - last >= PROGRESS:
             last = now
