@@ -49,6 +49,14 @@ def test_bad_source_is_one_line_and_exit_3(
     assert first.startswith("dltop: ")
 
 
+def test_the_start_hint_reads_as_lines(tmp_path: Path) -> None:
+    """The first thing a new user sees: the probe snippet on lines of its own, not
+    escaped into one line of literal backslash-n."""
+    done = _dltop(cwd=tmp_path)
+    assert "\\n" not in done.stderr
+    assert "  from dltop.probe import Probe" in done.stderr.splitlines()
+
+
 def test_unreadable_and_non_log_files(tmp_path: Path) -> None:
     bad = tmp_path / "bin.jsonl"
     bad.write_bytes(b"\0\1\2\n")

@@ -175,6 +175,26 @@ def test_unknown_demo_is_one_line_naming_the_valid_ones() -> None:
     assert all(name in err[0] for name in DEMOS)
 
 
+def test_a_demo_name_is_shown_escaped() -> None:
+    proc = _dltop("demo", "n\x1b[31m", "--no-ui")
+    assert proc.returncode == 2 and "\x1b" not in proc.stderr
+    assert "unknown demo 'n\\x1b[31m'" in proc.stderr
+
+
+def test_an_out_that_cannot_be_written_stops_before_training(tmp_path: Path) -> None:
+    """`--out` naming a folder used to train a whole demo with no log, then say "done"."""
+    started = time.monotonic()
+    proc = _dltop("demo", "healthy", "--no-ui", "--fast", "--out", str(tmp_path))
+    assert proc.returncode == 2 and proc.stdout == ""
+    err = proc.stderr.strip().splitlines()
+    assert len(err) == 1 and "is a directory" in err[0] and "hint:" in err[0], err
+    assert time.monotonic() - started < 30  # no training ran
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    proc = _dltop("demo", "healthy", "--no-ui", "--fast", "--out", str(blocker / "x.jsonl"))
+    assert proc.returncode == 2 and "cannot create the folder" in proc.stderr
+
+
 def test_missing_torch_is_one_line_with_the_install_hint(tmp_path: Path) -> None:
     # sys.modules["torch"] = None makes importlib report torch as absent, as on a viewer-only install
     code = (

@@ -250,3 +250,20 @@ def test_a_live_job_is_one_line_and_bare_dltop_opens_its_folder(
     rows = [json.loads(line) for line in done.stdout.splitlines()]
     assert len(rows) == 1, rows  # the live job, and its files not again as recent logs
     assert rows[0]["live"] and rows[0]["source"] == str(job) and rows[0]["extra"]["ranks"] == 2
+
+
+def test_ls_names_its_folder_as_given_and_refuses_a_missing_one(
+    short_dir: Path, tmp_path: Path
+) -> None:
+    logs = tmp_path / "elsewhere"
+    good = {"kind": "meta", "v": 1, "run_id": "good", "t": time.time() - 100, "pid": 4242}
+    write_lines(logs / "good.jsonl", [encode_record(good)])
+    done = dltop("ls", "--dir", str(logs), cwd=tmp_path, env_dir=short_dir)
+    assert done.returncode == 0 and f"recent logs in {logs}\n" in done.stdout, done.stdout
+    done = dltop("ls", "--dir", "elsewhere", cwd=tmp_path, env_dir=short_dir)
+    assert "recent logs in ./elsewhere\n" in done.stdout, done.stdout
+    done = dltop("ls", "--dir", str(tmp_path / "missing"), cwd=tmp_path, env_dir=short_dir)
+    assert done.returncode == 3 and done.stdout == ""
+    assert len(done.stderr.splitlines()) == 1 and "no folder" in done.stderr, done.stderr
+    done = dltop("ls", "-n", "-1", cwd=tmp_path, env_dir=short_dir)
+    assert done.returncode != 0 and "negative" in done.stderr and "Traceback" not in done.stderr

@@ -24,6 +24,7 @@ import time
 from pathlib import Path
 
 from dltop.demos._common import DEMOS, default_log_path, missing_framework
+from dltop.tui.core.safetext import visible
 
 EXIT_USAGE = 2
 TORCH_HINT = "pip install torch==2.13.0"
@@ -71,7 +72,7 @@ def run(args: argparse.Namespace) -> int:
             f"give a demo NAME, one of: {names} (`dltop demo --list` says what each breaks)"
         )
     if args.name not in DEMOS:
-        return _error(f"unknown demo '{args.name}'; choose one of: {names}")
+        return _error(f"unknown demo '{visible(args.name)}'; choose one of: {names}")
     # Looked up, never imported: the viewer stays torch-free; only the demo process loads it.
     if importlib.util.find_spec("torch") is None:
         return _error(f"the demos train with PyTorch, which is not installed here ({TORCH_HINT})")
@@ -80,7 +81,9 @@ def run(args: argparse.Namespace) -> int:
         return _error(missing)
 
     log = Path(args.out or default_log_path(args.name))
-    log.parent.mkdir(parents=True, exist_ok=True)
+    unusable = _unwritable(log)
+    if unusable is not None:  # said now, not after a training that wrote nowhere
+        return _error(unusable)
     cmd = [sys.executable, "-m", f"dltop.demos.{args.name}", "--out", str(log)]
     cmd += ["--device", args.device] + (["--fast"] if args.fast else [])
     if args.no_ui:
@@ -89,6 +92,21 @@ def run(args: argparse.Namespace) -> int:
         print("dltop demo: not a terminal, so no viewer; running headless", file=sys.stderr)
         return _run_headless(args.name, cmd, log)
     return _run_with_viewer(args.name, cmd, log)
+
+
+def _unwritable(log: Path) -> str | None:
+    """Why the demo could not write its log at ``log`` (its folder is created), or None."""
+    shown = visible(str(log))
+    if log.is_dir():
+        return f"--out {shown} is a directory (hint: name a file, e.g. {shown}/demo.jsonl)"
+    try:
+        log.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        return f"cannot create the folder of {shown}: {exc.strerror or exc}"
+    target = log if log.exists() else log.parent
+    if not os.access(target, os.W_OK):
+        return f"cannot write {shown}: permission denied (hint: pick another --out)"
+    return None
 
 
 def _expects_crash(name: str) -> bool:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -34,7 +35,23 @@ RANKS_READ = 256  # rank files of one job read for its line (the first by name)
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--dir", default=DEFAULT_LOG_DIR, help="where to look for logs")
     parser.add_argument("--json", action="store_true", help="one JSON object per line")
-    parser.add_argument("-n", type=int, default=10, help="how many recent logs (default 10)")
+    parser.add_argument("-n", type=_count, default=10, help="how many recent logs (default 10)")
+
+
+def _count(text: str) -> int:
+    try:
+        n = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+    if n < 0:
+        raise argparse.ArgumentTypeError(f"{n} is negative (hint: 0 lists live runs only)")
+    return n
+
+
+def _where(folder: str) -> str:
+    """The folder as the user would type it: ``./dltop-runs``, ``/abs/path``, ``../x``."""
+    shown = visible(folder)
+    return shown if os.path.isabs(folder) or folder.startswith(".") else f"./{shown}"
 
 
 def _age(t: object) -> str:
@@ -56,6 +73,13 @@ def _age(t: object) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.dir != DEFAULT_LOG_DIR and not os.path.isdir(args.dir):
+        print(
+            f"dltop ls: error: no folder {_where(args.dir)} (hint: --dir names the folder "
+            f"the logs are in; by default ./{DEFAULT_LOG_DIR})",
+            file=sys.stderr,
+        )
+        return 3
     runs: list[RunInfo] = []
     for entry in live_runs():
         try:
@@ -71,7 +95,7 @@ def run(args: argparse.Namespace) -> int:
     hidden = live_logs | live_jobs  # listed above as live runs
     shown = 0
     for path in group_sources(recent_logs(args.dir, limit=1 << 30)):
-        if shown >= max(0, args.n):
+        if shown >= args.n:
             break
         if str(path.resolve()) in hidden or str(path) in hidden:
             continue
@@ -85,7 +109,7 @@ def run(args: argparse.Namespace) -> int:
             print(json.dumps(info.__dict__, default=str, ensure_ascii=True))
         return 0
     if not runs and not logs:
-        print(f"no live runs, and no logs under ./{args.dir}")
+        print(f"no live runs, and no logs under {_where(args.dir)}")
         print("start a training with the probe (see README.md), then run `dltop`")
         return 0
     header = f"{'RUN':<28} {'PID':>7} {'STARTED':>10} {'STEP':>8} {'STATUS':<9} SOURCE"
@@ -97,7 +121,7 @@ def run(args: argparse.Namespace) -> int:
     if logs:
         if runs:
             print()
-        print(f"recent logs in ./{args.dir}")
+        print(f"recent logs in {_where(args.dir)}")
         print(header)
         for r in logs:
             _print_row(r)

@@ -190,7 +190,9 @@ def run(args: argparse.Namespace) -> int:
             )
         paths = [resolve_source(s) for s in sources] if sources else [resolve_source(None)]
     except SourceError as e:
-        print(f"dltop: {visible(e)}", file=sys.stderr)  # it may quote a crafted file name
+        # it may quote a crafted file name; only our own start hint keeps its line breaks
+        text = str(e) if str(e) == START_HINT else visible(e)
+        print(f"dltop: {text}", file=sys.stderr)
         return EXIT_NO_SOURCE
     from dltop.tui.app.app import DltopApp  # Textual loads only when the UI starts
     from dltop.tui.core import foreign
