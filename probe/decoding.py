@@ -9,8 +9,10 @@ the record enters. Standard library only at import time; ``msgspec`` lazily.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
+import re
 from collections.abc import Callable, Iterable, Iterator
 from itertools import repeat
 from typing import Any
@@ -21,6 +23,28 @@ from dltop.probe.schema import EVENT, MAX_LINE, META, NONFINITE_IN, as_float, as
 # lower-case keys never hold: a block without that letter (memchr, ~50x faster than the
 # marker's own search) cannot hold the marker
 _MARKER_GATES = ((b"N", b'"NaN"'), (b"I", b'Infinity"'))
+
+
+# A bare NaN / Infinity / -Infinity token where a JSON value stands: what Python's own
+# json.dumps writes for a non-finite float, and what a hand-written logger produces.
+# Strict JSON (msgspec) rejects the line; quoting the token makes it our marker. Strings
+# are matched whole first, so a token's look inside a text ("loss: NaN, ...") is kept.
+_BARE_NONFINITE = re.compile(rb'("(?:[^"\\]|\\.)*")|([:\[,]\s*)(-?Infinity|NaN)(?=\s*[,\]}])')
+
+
+def _quote_token(m: re.Match[bytes]) -> bytes:
+    if m.group(1) is not None:
+        return m.group(1)  # a string, left as it is
+    return m.group(2) + b'"' + m.group(3) + b'"'
+
+
+def _quote_bare_nonfinite(line: bytes) -> bytes | None:
+    """The line with its bare non-finite tokens quoted as markers, or ``None`` when it has
+    none (only tried on a line strict decoding rejected: the common line pays nothing)."""
+    if b"N" not in line and b"I" not in line:
+        return None
+    fixed = _BARE_NONFINITE.sub(_quote_token, line)
+    return fixed if fixed != line else None
 
 
 def has_nonfinite_marker(data: bytes) -> bool:
@@ -179,7 +203,14 @@ def decode_line(line: bytes | str) -> dict[str, Any] | None:
     try:
         obj = _get_decoder()(line)
     except Exception:
-        return None
+        quoted = _quote_bare_nonfinite(line)
+        if quoted is None:
+            return None
+        try:
+            obj = _get_decoder()(quoted)
+        except Exception:
+            return None
+        line = quoted
     if not isinstance(obj, dict) or not isinstance(obj.get("kind"), str):
         return None
     if has_nonfinite_marker(line):
@@ -275,15 +306,23 @@ class LineDecoder:
             if len(line) > MAX_LINE:
                 self.malformed += 1
                 continue
+            repaired = False
             try:
                 obj = decode(line)
             except Exception:
-                self.malformed += 1
-                continue
+                quoted = _quote_bare_nonfinite(line)
+                obj = None
+                if quoted is not None:
+                    with contextlib.suppress(Exception):
+                        obj = decode(quoted)
+                if obj is None or quoted is None:
+                    self.malformed += 1
+                    continue
+                line, repaired = quoted, True
             if type(obj) is not dict or type(obj.get("kind")) is not str:
                 self.malformed += 1
                 continue
-            if fix and has_nonfinite_marker(line):
+            if (fix or repaired) and has_nonfinite_marker(line):
                 obj = restore(obj)
             if obj["kind"] in _NORMALIZED:
                 normalize(obj)

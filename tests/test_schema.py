@@ -124,6 +124,10 @@ ODD_BLOCKS = (
     b'{"kind": "step", "step": 5, "loss": "NaN"}\n',  # a marker to restore
     b'{"kind": "event", "type": "note", "message": "No Infinity here"}\n',  # gate letters only
     b'{"kind": "step", "step": 6, "loss": 1.5}\r\n',  # a CRLF record
+    b'{"kind": "step", "step": 7, "loss": NaN, "grad_norm": -Infinity}\n',  # json.dumps's tokens
+    b'{"kind": "event", "type": "note", "text": "a:NaN,"}\n',  # a token's look in a text
+    b'{"kind": "event", "type": "note", "text": "a:NaN," , "x": NaN }\n',  # ... and a real one
+    b'{"kind": "step", "step": 8, "loss": NaNa}\n',  # no token: stays malformed
 )
 
 
@@ -271,6 +275,28 @@ def test_a_file_without_newlines_is_read_in_bounded_memory(tmp_path: Path) -> No
         f.write(b"\n" + encode_record({"kind": "step", "step": 7}))
     recs, dec = read_records(str(path), chunk_size=1 << 20)
     assert [r["step"] for r in recs] == [7] and dec.malformed == 1
+
+
+def test_bare_non_finite_tokens_are_read_as_numbers() -> None:
+    """Python's json.dumps writes a NaN loss as a bare ``NaN``: strict JSON rejects the
+    line, and with it the one step that mattered. Such lines are read, the tokens as the
+    floats they stand for; a token's look inside a string is left alone."""
+    data = (
+        json.dumps({"kind": "step", "step": 1, "loss": math.nan, "grad_norm": math.inf}).encode()
+        + b"\n"
+        + b'{"kind":"step","step":2,"loss":[NaN, -Infinity],"lr":0.1}\n'
+        + b'{"kind":"event","type":"note","text":"loss: NaN, then more","v":NaN}\n'
+        + b'{"kind":"step","step":3,"loss":"NaN"}\n'
+    )
+    dec = LineDecoder()
+    recs = dec.feed(data)
+    assert dec.malformed == 0 and len(recs) == 4
+    assert math.isnan(recs[0]["loss"]) and recs[0]["grad_norm"] == math.inf
+    assert math.isnan(recs[1]["loss"][0]) and recs[1]["loss"][1] == -math.inf
+    assert recs[2]["text"] == "loss: NaN, then more" and math.isnan(recs[2]["v"])
+    assert math.isnan(recs[3]["loss"])
+    one = decode_line(b'{"kind":"step","step":1,"loss":NaN}')
+    assert one is not None and math.isnan(one["loss"])
 
 
 def test_text_fields_keep_their_nan_strings() -> None:
