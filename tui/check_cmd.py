@@ -32,6 +32,9 @@ from dltop.tui.core.sourcefiles import (
     is_missing,
     list_rank_files,
     open_log,
+    pick_rank_file,
+    separate_note,
+    separate_runs,
     total_size,
 )
 from dltop.tui.core.status import RunState, explain_unrecorded_end, local_pid_alive
@@ -141,7 +144,8 @@ def collect(
     Raises :class:`CheckError` when nothing could be read, ``foreign.MissingExtra`` when
     another tool's log needs an optional package."""
     skipped: list[str] = []  # in a directory, one bad rank file must not hide the others
-    files = _log_files(source, skipped)
+    aside: list[str] = []  # the other runs of a folder of separate runs: said after
+    files = _log_files(source, skipped, aside)
     results: list[FileResult] = []
     timings: dict[str, ranks.RankTimes] = {}
     # sharded gradients: the other ranks' grad_sq_local first, then the first rank's file
@@ -169,6 +173,7 @@ def collect(
             shown.done()  # the report starts on a clean line
     if not results:
         raise CheckError(skipped[0])
+    skipped.extend(aside)
     order = {path: i for i, path in enumerate(files)}
     results.sort(key=lambda r: order[r.path])  # back to rank order
     if join.summary is not None and results[0].path == files[0]:
@@ -256,9 +261,10 @@ def _fail(message: str, hint: str) -> int:
     return EXIT_UNREADABLE
 
 
-def _log_files(source: str, skipped: list[str]) -> list[str]:
+def _log_files(source: str, skipped: list[str], aside: list[str]) -> list[str]:
     """The log, or a directory's rank files in rank order (the viewer's own list:
-    ``sourcefiles.list_rank_files``); special files there are left out with a note."""
+    ``sourcefiles.list_rank_files``); special files there are left out with a note. A
+    folder of separate runs gives its newest, and ``aside`` says so."""
     if is_stream_spec(source):
         raise CheckError(f"{source} is a live socket; `dltop check` reads log files")
     if foreign.detect(source) is not None:  # another tool's log (a file or a folder)
@@ -266,13 +272,17 @@ def _log_files(source: str, skipped: list[str]) -> list[str]:
     if os.path.isdir(source):
         notes: list[str] = []
         try:
-            files = [r.path for r in list_rank_files(source, notes)]
+            found = list_rank_files(source, notes)
         except SourceError as exc:
             raise CheckError(str(exc)) from None
         skipped.extend(n.removeprefix("skipped ") for n in notes)
-        if not files:
+        if not found:
             raise CheckError(skipped[0] if skipped else f"directory {source} holds no .jsonl log")
-        return files
+        if separate_runs(found):  # not a job: the newest run, as the viewer opens it
+            newest = pick_rank_file(found)
+            aside.append(separate_note(source, found, newest))
+            return [newest.path]
+        return [r.path for r in found]
     if is_missing(source):
         raise CheckError(f"{source}: no such file or directory")
     return [source]

@@ -16,7 +16,14 @@ from typing import Any
 from dltop.tui.core.peers import PeerJoin, has_shares
 from dltop.tui.core.ranklog import RankLog
 from dltop.tui.core.run import RunModel
-from dltop.tui.core.sourcefiles import RankFile, SourceError, list_rank_files, pick_rank_file
+from dltop.tui.core.sourcefiles import (
+    RankFile,
+    SourceError,
+    list_rank_files,
+    pick_rank_file,
+    separate_note,
+    separate_runs,
+)
 from dltop.tui.core.sources import FileSource, OnUpdate
 
 
@@ -48,6 +55,11 @@ class DirectorySource(FileSource):
         if not self.files:
             raise SourceError(f"no .jsonl logs in {self.directory}")
         self.chosen = pick_rank_file(self.files)
+        # a folder of separate runs (./dltop-runs) is no job: its newest run alone
+        self.separate = separate_runs(self.files)
+        if self.separate:
+            self.skipped.append(separate_note(self.directory, self.files, self.chosen))
+            self.files = [self.chosen]
         self._since_refresh = 0.0
         self._kwargs = kwargs  # follow, poll_interval...: the same for every rank
         super().__init__(self.chosen.path, model, on_update, **kwargs)
@@ -151,6 +163,8 @@ class DirectorySource(FileSource):
         self._since_refresh += self.poll_interval
         if self._since_refresh >= self.REFRESH:
             self._since_refresh = 0.0
+            if self.separate:
+                return  # the run chosen stays the one shown: the others are other runs
             with contextlib.suppress(SourceError):  # the directory went away: keep the old list
                 self.files = list_rank_files(self.directory)
                 self._add_ranks(self.files)

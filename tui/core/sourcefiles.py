@@ -157,15 +157,19 @@ def check_log_file(path: str) -> None:
 
 @dataclass(frozen=True)
 class RankFile:
-    """One log in a run directory; ``rank`` from its meta record, else from its name."""
+    """One log in a run directory; ``rank`` from its meta record, else from its name;
+    ``job``: the log says it is one rank of a multi-process job (its meta's world size is
+    over 1, or its name is a rank's, ``rank<R>.jsonl``)."""
 
     path: str
     rank: int | None
     size: int
     mtime: float
+    job: bool = False
 
 
-def _rank_of(path: str) -> int | None:
+def _rank_of(path: str) -> tuple[int | None, bool]:
+    """The log's rank (its meta's, else its name's) and whether it is one of a job's ranks."""
     try:
         fd = open_log(path)
         try:
@@ -173,13 +177,33 @@ def _rank_of(path: str) -> int | None:
         finally:
             os.close(fd)
     except (OSError, SourceError):
-        return None
+        return None, False
     nl = head.find(b"\n")
     rec = decode_line(head[:nl]) if nl >= 0 else None
-    if rec is not None and rec.get("kind") == META and type(rec.get("rank")) is int:
-        return rec["rank"]
     m = _RANK_RE.search(os.path.basename(path))
-    return int(m.group(1)) if m else None
+    if rec is not None and rec.get("kind") == META:
+        world = rec.get("world_size")
+        job = (type(world) is int and world > 1) or m is not None
+        if type(rec.get("rank")) is int:
+            return rec["rank"], job
+    return (int(m.group(1)), True) if m else (None, False)
+
+
+def separate_runs(files: list[RankFile]) -> bool:
+    """Several logs none of which says it is a rank of a multi-process job: a folder of
+    separate runs (``./dltop-runs`` holds every run of a project), not one job to judge
+    rank by rank (their alerts would be read as one run's)."""
+    return len(files) > 1 and not any(f.job for f in files)
+
+
+def separate_note(directory: str, files: list[RankFile], chosen: RankFile) -> str:
+    """What is said when a folder of separate runs is opened at its newest."""
+    others = len(files) - 1
+    return (
+        f"{others} other log{'s' if others != 1 else ''} in {directory}: separate runs, not "
+        f"the ranks of one job; this is the newest, {os.path.basename(chosen.path)} (hint: "
+        "pass a log file to open another)"
+    )
 
 
 def list_rank_files(directory: str, skipped: list[str] | None = None) -> list[RankFile]:
@@ -207,13 +231,17 @@ def list_rank_files(directory: str, skipped: list[str] | None = None) -> list[Ra
             if skipped is not None:
                 skipped.append(f"skipped {exc}")
             continue
-        out.append(RankFile(path, _rank_of(path), st.st_size, st.st_mtime))
+        rank, job = _rank_of(path)
+        out.append(RankFile(path, rank, st.st_size, st.st_mtime, job))
     out.sort(key=lambda r: (r.rank is None, r.rank if r.rank is not None else 0, -r.mtime))
     return out
 
 
 def pick_rank_file(files: list[RankFile]) -> RankFile:
-    """Rank 0 when a file says so, else the most recently written file."""
+    """Rank 0 when a file says so, else the most recently written file (also for a
+    folder of separate runs, which all say rank 0)."""
+    if separate_runs(files):
+        return max(files, key=lambda f: f.mtime)
     for f in files:
         if f.rank == 0:
             return f

@@ -1,0 +1,87 @@
+"""A folder of separate runs (``./dltop-runs`` holds every run of a project) is not a job:
+``dltop check DIR``, ``dltop report DIR`` and ``dltop DIR`` take its newest run and say
+so, instead of judging every run as a rank of one job (their alerts read as one run's,
+three copies of a log tripled every alert). A folder of a job's rank files is still one
+job, whatever its files are called when their metas say so.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from dltop.probe.encoding import encode_record
+from dltop.tui.core.rules.config import Config
+from dltop.tui.core.run import RunModel
+from dltop.tui.core.sources import open_source
+from rulekit import Run
+
+
+def _log(path: Path, run: Run, mtime: float, **meta: Any) -> Path:
+    recs = list(run.records())
+    recs[0].update(meta)
+    path.write_bytes(b"".join(encode_record(r) for r in recs))
+    os.utime(path, (mtime, mtime))
+    return path
+
+
+def _nan(i: int, loss: float) -> float:
+    return math.nan if i >= 300 else loss
+
+
+def _check(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "dltop.tui", "check", *args],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+
+
+def test_check_takes_the_newest_of_separate_runs_and_says_so(tmp_path: Path) -> None:
+    runs = tmp_path / "dltop-runs"
+    runs.mkdir()
+    _log(runs / "exp_nan.jsonl", Run(steps=500, loss_at=_nan), 1_000, run_id="exp_nan")
+    _log(runs / "exp_ok.jsonl", Run(steps=500, seed=3), 2_000, run_id="exp_ok")
+    done = _check(str(runs))
+    assert done.returncode == 0, done.stdout + done.stderr  # the newest run is healthy
+    assert "1 other log in" in done.stdout and "newest, exp_ok.jsonl" in done.stdout
+    assert "nan_loss" not in done.stdout and "(rank 0)" not in done.stdout
+    done = _check(str(runs), "--json")
+    out = json.loads(done.stdout)
+    assert out["alerts"] == [] and "files" not in out  # one run, not a job of two
+    assert any("separate runs" in s for s in out["skipped_files"])
+    os.utime(runs / "exp_nan.jsonl", (3_000, 3_000))  # now the NaN run is the newest
+    done = _check(str(runs))
+    assert done.returncode == 2 and "nan_loss" in done.stdout
+
+
+def test_a_jobs_rank_files_are_still_one_job(tmp_path: Path) -> None:
+    """Rank files by their metas (world size 2), whatever their names."""
+    job = tmp_path / "job"
+    job.mkdir()
+    _log(job / "a.jsonl", Run(steps=500, loss_at=_nan), 1_000, rank=0, world_size=2)
+    _log(job / "b.jsonl", Run(steps=500, seed=3), 2_000, rank=1, world_size=2)
+    out = json.loads(_check(str(job), "--json").stdout)
+    assert [f["rank"] for f in out["files"]] == [0, 1]
+    assert "nan_loss" in {a["id"] for a in out["alerts"]}
+
+
+def test_the_viewer_opens_the_newest_of_separate_runs(tmp_path: Path) -> None:
+    runs = tmp_path / "dltop-runs"
+    runs.mkdir()
+    _log(runs / "old.jsonl", Run(steps=50), 1_000, run_id="old")
+    newest = _log(runs / "new.jsonl", Run(steps=80), 2_000, run_id="new")
+    _log(runs / "mid.jsonl", Run(steps=60), 1_500, run_id="mid")
+    model = RunModel("dir", Config())
+    src = open_source(str(runs), model, follow=False)
+    try:
+        assert [r.path for r in src.ranks] == [str(newest)]  # type: ignore[attr-defined]
+        assert any("2 other logs" in s for s in src.skipped)  # type: ignore[attr-defined]
+        src.run()
+    finally:
+        src.stop()
+    assert model.store.steps == 80
