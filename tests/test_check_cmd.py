@@ -85,6 +85,14 @@ def test_critical_json_shape(tmp_path: Path) -> None:
     assert lr["why"].startswith("Too large a step") and "lr=1e-4" in lr["how"]
 
 
+def test_an_unknown_checklist_language_is_a_usage_error(tmp_path: Path) -> None:
+    """`--lang fr` gave English checklists and exit 0 as if all was well."""
+    p = check(str(write_log(tmp_path / "ok.jsonl", Run())), "--lang", "fr")
+    assert p.returncode == 3 and p.stdout == ""
+    assert "no checklists in 'fr'" in p.stderr and "en, zh" in p.stderr
+    assert len(p.stderr.splitlines()) == 1
+
+
 def test_info_alerts_do_not_fail_the_check(tmp_path: Path) -> None:
     p = check(str(write_log(tmp_path / "conv.jsonl", Run(steps=1500, tau=60))), "--json")
     out = json.loads(p.stdout)

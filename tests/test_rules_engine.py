@@ -142,6 +142,21 @@ def test_a_quoted_number_in_a_config_file_is_rejected(
     assert "without quotes" in str(info.value)
 
 
+@pytest.mark.parametrize(
+    ("override", "needle"),
+    [
+        ({"data_bound.warn": "nan"}, "must be a finite number"),  # NaN: every compare false
+        ({"data_bound.warn": "1e400"}, "must be a finite number"),
+        ({"loss_spike.window": "-5"}, "it must be 0 or more"),
+    ],
+)
+def test_a_threshold_no_rule_can_use_is_refused(override: dict[str, str], needle: str) -> None:
+    with pytest.raises(ConfigError, match=needle):
+        Config.load(None, override)
+    cfg = Config.load(None, {"oscillation.autocorr": "-0.7"})  # a negative float may be meant
+    assert cfg.section("oscillation")["autocorr"] == -0.7
+
+
 def test_set_flags_are_still_parsed_from_text() -> None:
     cfg = Config.load(None, {"data_bound.warn": "0.15", "plateau.enabled": "false"})
     assert cfg.section("data_bound")["warn"] == 0.15 and cfg.enabled("plateau") is False

@@ -82,7 +82,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "--json", action="store_true", help="print one JSON object instead of the report"
     )
     thresholds_args.add_arguments(parser)
-    parser.add_argument("--lang", default="en", help="checklist language (en, zh)")
+    thresholds_args.add_lang(parser)
     parser.add_argument(
         "--print-config",
         action="store_true",

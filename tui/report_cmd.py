@@ -42,7 +42,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
         help="the Markdown file to write (default: <SOURCE>.report.md next to the log); "
         "the charts go in the folder of the same name without .md",
     )
-    parser.add_argument("--lang", default="en", help="checklist language (en, zh)")
+    thresholds_args.add_lang(parser)
     thresholds_args.add_arguments(parser)
 
 

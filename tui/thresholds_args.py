@@ -1,5 +1,6 @@
 """The ``--config FILE`` / ``--set SECTION.KEY=VALUE`` flags, shared by ``dltop check`` and
-the viewer so that a threshold set for CI gives the same alerts on screen."""
+the viewer so that a threshold set for CI gives the same alerts on screen; and ``--lang``,
+shared by them and ``dltop report``."""
 
 from __future__ import annotations
 
@@ -23,6 +24,24 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=[],
         help="override one threshold, e.g. --set data_bound.warn=0.15 (repeatable)",
     )
+
+
+def add_lang(parser: argparse.ArgumentParser, default: str = "en") -> None:
+    parser.add_argument(
+        "--lang", default=default, type=_lang, help="checklist language (en, zh; default en)"
+    )
+
+
+def _lang(text: str) -> str:
+    """A language the checklists ship in: any other was English with no word of it."""
+    from dltop.tui.core.checklists import languages  # noqa: PLC0415 - `--help` stays instant
+
+    known = languages()
+    if text not in known:
+        raise argparse.ArgumentTypeError(
+            f"no checklists in {text!r} (choose one of: {', '.join(known)})"
+        )
+    return text
 
 
 def load(args: argparse.Namespace) -> Config:

@@ -60,7 +60,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
         help="redraws per second, 2-4 (default 3); data is ingested continuously",
     )
     parser.add_argument("--replay", action="store_true", help="read the log once, do not follow it")
-    parser.add_argument("--lang", default="en", help="checklist language (default en)")
+    thresholds_args.add_lang(parser)
     thresholds_args.add_arguments(parser)
 
 

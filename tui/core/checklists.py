@@ -107,6 +107,15 @@ def clear_cache() -> None:
     _CACHE.clear()
 
 
+def languages(*, root: Root | None = None) -> list[str]:
+    """The languages checklists ship in (one folder each under ``checklists/``), sorted."""
+    folder = (data_root() if root is None else root) / "checklists"
+    try:
+        return sorted(p.name for p in folder.iterdir() if p.is_dir() and _ID_RE.match(p.name))
+    except OSError:
+        return [BASE_LANG]
+
+
 def available_checklists(lang: str = BASE_LANG, *, root: Root | None = None) -> list[str]:
     """Ids of the checklists that have a file in ``lang`` (sorted)."""
     folder = (data_root() if root is None else root) / "checklists" / lang

@@ -9,6 +9,7 @@ leave the user believing they had tuned the rule.
 from __future__ import annotations
 
 import copy
+import math
 import tomllib
 from typing import Any
 
@@ -265,10 +266,14 @@ def _coerce(dotted: str, value: Any, default: Any) -> Any:
     if isinstance(default, int):
         if isinstance(value, bool) or not isinstance(value, int):
             raise ConfigError(f"{dotted} must be an integer, got {value!r}")
+        if value < 0:  # every integer threshold is a count: of steps, values, evaluations
+            raise ConfigError(f"{dotted} is a count: it must be 0 or more, got {value!r}")
         return value
     if isinstance(default, float):
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise ConfigError(f"{dotted} must be a number, got {value!r}")
+        if not math.isfinite(value):  # NaN compares false with everything: a rule gone silent
+            raise ConfigError(f"{dotted} must be a finite number, got {value!r}")
         return float(value)
     return value
 
