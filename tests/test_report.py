@@ -274,6 +274,7 @@ def test_report_of_a_directory_of_ranks(tmp_path: Path) -> None:
         (["{log}", "-o", "{log}"], "is the log itself"),
         (["{log}", "--set", "nope.key=1"], ""),
         (["{tmp}/empty.jsonl"], "is empty"),
+        (["{log}", "-o", "{tmp}/fifo"], "not a regular file"),  # renamed over: a file there
     ],
 )
 def test_bad_input_is_one_line_with_a_hint_and_exit_3(
@@ -281,12 +282,14 @@ def test_bad_input_is_one_line_with_a_hint_and_exit_3(
 ) -> None:
     log = nan_log(tmp_path / "nan.jsonl")
     (tmp_path / "empty.jsonl").write_bytes(b"")
+    os.mkfifo(tmp_path / "fifo")  # what -o /dev/null is: not a file to replace
     p = dltop("report", *(a.format(log=log, tmp=tmp_path) for a in args), cwd=tmp_path)
     assert p.returncode == 3, p.stdout + p.stderr
     assert p.stdout == "" and "Traceback" not in p.stderr
     assert len(p.stderr.strip().splitlines()) == 1 and "hint" in p.stderr, p.stderr
     assert needle in p.stderr
     assert not (tmp_path / "nan.jsonl.report.md").exists() or "-o" in args
+    assert (tmp_path / "fifo").is_fifo() and not (tmp_path / "fifo.files").exists()
 
 
 # --------------------------------------------------------------------------- the viewer
@@ -356,3 +359,22 @@ def test_report_of_every_demo_log(name: str, tmp_path: Path) -> None:
     if demo.alert in ("crash", "oom"):
         ending = text.split("## How the run ended")[1]
         assert "**CRASHED at step" in ending and "```pytb" in ending and "Diagnosis: **" in ending
+
+
+def test_last_values_say_what_is_not_listed_and_what_was_not_read() -> None:
+    """A log naming a new field each step: the report counted the store's kept series as
+    "more metrics in the log" and said nothing of the thousands refused past its limit."""
+    from dltop.tui.core.report_sections import MAX_VALUES, last_values
+    from dltop.tui.core.serieslimit import MAX_SERIES
+    from dltop.tui.core.store import Store
+
+    store = Store()
+    n = MAX_SERIES + 500
+    store.ingest([{"kind": "step", "step": i, "loss": 1.0, f"m{i}": 1.0} for i in range(n)])
+    text = last_values(store)
+    listed = re.findall(r"^\| (m\d+) \|", text, re.MULTILINE)
+    assert listed == sorted(listed) and len(listed) < MAX_VALUES  # by name, not at random
+    kept = len(store.names("", "step"))  # loss and the m<i> the store took
+    assert f"{kept - MAX_VALUES} more metrics are in the log, not listed here" in text
+    refused = n - (kept - 1)
+    assert re.search(rf"Left out of this report and the charts: {refused}\+? fields", text), text

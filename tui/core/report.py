@@ -21,7 +21,9 @@ pair can be moved or zipped together.
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
+import stat
 import tempfile
 import time
 from dataclasses import dataclass, field
@@ -143,6 +145,11 @@ def _write_files(path: str, folder: str, text: str, charts: dict[str, str]) -> W
     parent = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(parent):
         raise FileNotFoundError(2, "no such directory", parent)
+    with contextlib.suppress(FileNotFoundError):
+        # the file is replaced by a rename: onto /dev/null, a FIFO or a socket that would
+        # put a regular file in place of the device (as root, in /dev itself)
+        if not stat.S_ISREG(os.stat(path).st_mode):
+            raise OSError(errno.EINVAL, "not a regular file", path)
     if charts:
         os.makedirs(folder, exist_ok=True)
     written: list[str] = []

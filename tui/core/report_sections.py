@@ -220,9 +220,9 @@ def _style(name: str) -> str:
 
 def last_values(store: Store) -> str:
     names = [n for n in FIRST_VALUES if store.series(n) is not None]
-    names += [
+    names += sorted(
         n for n in store.names("", "step") + store.names("eval.") if n not in names and n != "t"
-    ]
+    )
     lines = ["## Last values", ""]
     if not names:
         lines.append("The log holds no values yet.")
@@ -239,7 +239,10 @@ def last_values(store: Store) -> str:
             f"{bad[0] if bad else ''} |"
         )
     if len(names) > MAX_VALUES:
-        lines += ["", f"{len(names) - MAX_VALUES} more metrics are in the log."]
+        lines += ["", f"{len(names) - MAX_VALUES} more metrics are in the log, not listed here."]
+    refused = store.budget.note()  # fields past the store's limit: neither charted nor listed
+    if refused:
+        lines += ["", f"Left out of this report and the charts: {refused}."]
     return "\n".join(lines)
 
 
