@@ -122,6 +122,9 @@ HOSTILE: list[tuple[str, bytes, str | None]] = [
     ("not_an_object", b'{"log_history": 5', "corrupt"),
     ("deep", b'{"log_history": ' + b"[" * 100000 + b"]" * 100000 + b"}", None),
     ("array.json", b"[1, 2, 3]", "not a dltop log"),
+    ("list", b"[1, 2, 3]", "not a trainer_state.json (not a JSON object)"),  # by its name
+    ("garbage", b"garbage{{", "corrupt trainer_state.json"),
+    ("empty", b"", "corrupt trainer_state.json"),
     ("objects", b'{"log_history": [' + b"{}," * 3_000_000 + b"{}]}", "over dltop's limit"),
 ]
 
@@ -136,6 +139,30 @@ def test_corrupt_states_are_one_line(
     assert done.returncode in (0, 1, 2, 3) and "Traceback" not in done.stderr
     if needle is not None:
         assert needle in one_line_error(done)
+
+
+@pytest.mark.parametrize(
+    ("name", "blob", "needle"),
+    [
+        ("trainer_state.json", b"garbage{{", "corrupt trainer_state.json"),
+        ("trainer_state.json", b"", "corrupt trainer_state.json"),
+        ("trainer_state.json", b"[1]", "not a JSON object"),
+        ("metrics.csv", b"a;b;c\n1;2;3\n", "no 'step' column"),  # Lightning's, damaged
+    ],
+)
+def test_a_checkpoint_folder_with_a_damaged_log_says_so(
+    tmp_path: Path, name: str, blob: bytes, needle: str
+) -> None:
+    """It said "directory X holds no .jsonl log" of a checkpoint folder whose state is
+    damaged; a folder of our logs beside such a file is still read as ours."""
+    ckpt = tmp_path / "checkpoint-500"
+    ckpt.mkdir()
+    (ckpt / name).write_bytes(blob)
+    done = dltop("check", str(ckpt))
+    assert needle in one_line_error(done) and "no .jsonl" not in done.stderr
+    (ckpt / "run.jsonl").write_bytes(b'{"kind": "step", "step": 1, "loss": 1.0}\n')
+    done = dltop("check", str(ckpt))
+    assert done.returncode == 0 and "steps:   1" in done.stdout, done.stdout + done.stderr
 
 
 def test_bad_values_are_dropped_and_counted(tmp_path: Path, capsys: Any) -> None:

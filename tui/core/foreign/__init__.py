@@ -45,6 +45,7 @@ __all__ = [
 _HEAD = 1 << 16
 # a folder holding one of these files is read as that tool's log, in this order
 FOLDER_FILES = ((HF, "trainer_state.json"), (LIGHTNING, "metrics.csv"))
+_BY_NAME = {name: fmt for fmt, name in FOLDER_FILES}
 
 
 def _head(path: str) -> bytes | None:
@@ -60,8 +61,17 @@ def _head(path: str) -> bytes | None:
         os.close(fd)
 
 
-def _detect_file(path: str) -> str | None:
+def _detect_file(path: str, by_name: bool = True) -> str | None:
     head = _head(path)
+    if by_name and (
+        head is None or not head.strip() or decode_line(head.split(b"\n", 1)[0]) is None
+    ):
+        # not one of our records: a file by the name another tool gives its log is that
+        # log, damaged or not, so its reader says what is wrong with it ("not valid JSON",
+        # "no step column", "permission denied") instead of "not a dltop log"
+        named = _BY_NAME.get(os.path.basename(path))
+        if named is not None:
+            return named
     if not head:
         return None
     if tboard.framed(head):
@@ -76,11 +86,12 @@ def _detect_file(path: str) -> str | None:
     return None
 
 
-def _folder_file(directory: str) -> tuple[str, str] | None:
-    """(format, file) for a folder holding another tool's log, else None."""
+def _folder_file(directory: str, by_name: bool = False) -> tuple[str, str] | None:
+    """(format, file) for a folder holding another tool's log, else None; ``by_name``:
+    also a file of that name whose content is not recognised (a damaged one)."""
     for fmt, name in FOLDER_FILES:
         f = os.path.join(directory, name)
-        if os.path.isfile(f) and _detect_file(f) == fmt:
+        if os.path.isfile(f) and _detect_file(f, by_name) == fmt:
             return fmt, f
     return None
 
@@ -97,7 +108,10 @@ def detect(path: str) -> str | None:
             if any(n.endswith(".jsonl") for n in _names(path)):
                 return None  # a folder of our rank files
             files, _ = tboard.find_event_files(path)
-            return TENSORBOARD if files else None
+            if files:
+                return TENSORBOARD
+            damaged = _folder_file(path, by_name=True)  # said damaged, not "no .jsonl log"
+            return damaged[0] if damaged is not None else None
         return _detect_file(path)
     except (OSError, ValueError):
         return None
@@ -145,7 +159,7 @@ def load(path: str, fmt: str | None = None) -> ForeignLog:
         raise SourceError(f"{path}: not a log dltop can read")
     target = path
     if os.path.isdir(path) and fmt != TENSORBOARD:
-        found = _folder_file(path)
+        found = _folder_file(path) or _folder_file(path, by_name=True)
         if found is None:
             raise SourceError(f"{path}: no trainer_state.json or metrics.csv in the folder")
         target = found[1]
