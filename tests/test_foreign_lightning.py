@@ -5,6 +5,7 @@ loss from its sparse rows. Odd headers and corrupt files end in one line."""
 from __future__ import annotations
 
 import csv
+import json
 from pathlib import Path
 from typing import Any
 
@@ -124,6 +125,15 @@ def test_corrupt_csvs_are_one_line(tmp_path: Path) -> None:
     huge.parent.mkdir()
     huge.write_text('step,train_loss\n1,"' + "x" * 200_000 + '"\n')
     assert "corrupt metrics.csv" in one_line_error(dltop("check", str(huge)))
+    # among good rows, a damaged line costs itself, counted: not the file, not the rest
+    for name, bad in (("long", '1,"' + "x" * 200_000 + '"'), ("quote", '1,"2.0')):
+        p = tmp_path / name / "metrics.csv"
+        p.parent.mkdir()
+        p.write_text("step,train_loss\n" + bad + "\n" + "".join(f"{s},2.0\n" for s in range(2, 51)))
+        done = dltop("check", str(p), "--json")
+        out = json.loads(done.stdout)
+        assert out["steps"] == 49 + (name == "quote"), (name, out)
+        assert out["skipped_lines"] == (name == "long"), (name, out)
     noloss = tmp_path / "noloss.csv"
     noloss.write_text("step,acc\n1,0.5\n")
     assert "not a dltop log" in one_line_error(dltop("check", str(noloss)))

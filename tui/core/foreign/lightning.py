@@ -10,7 +10,6 @@ column with the most values. Rows of one step merge into one record. No wall tim
 from __future__ import annotations
 
 import csv
-import io
 from collections import Counter
 
 from dltop.tui.core.foreign import names
@@ -32,38 +31,59 @@ MAX_COLUMNS = 1024
 MAX_CELL = 1 << 16  # characters in one cell: a longer one is a blob, not a metric
 
 
-def _rows(blob: bytes, path: str) -> tuple[list[str], list[list[str]]]:
+def _rows(blob: bytes, path: str) -> tuple[list[str], list[list[str]], int]:
+    """The header, the rows, and how many lines could not be read as a row.
+
+    Line by line: a CSVLogger writes one row per line and never quotes a newline, so one
+    damaged line (an unterminated quote, a cell over ``MAX_CELL``) costs that row alone,
+    counted, instead of the rest of the file (a quote left open swallowed every later
+    row into one cell) or the whole file (a long cell raised for the file)."""
     if b"\0" in blob:
         raise SourceError(f"{path}: not a metrics.csv (binary data) — pass a CSVLogger's file")
-    text = blob.decode("utf-8", errors="replace")
-    reader = csv.reader(io.StringIO(text, newline=""))
+    lines = blob.decode("utf-8", errors="replace").splitlines()
     old = csv.field_size_limit()
     csv.field_size_limit(MAX_CELL)
     try:
-        header = next(reader, None)
+        header = _row(lines[0]) if lines else None
+        if header is None:
+            raise SourceError(f"{path}: corrupt metrics.csv (line 1: not a CSV header)")
         if not header:
             raise SourceError(f"{path}: empty metrics.csv")
-        rows = []
-        for row in reader:
+        rows: list[list[str]] = []
+        bad = 0
+        for line in lines[1:]:
+            if not line.strip():
+                continue
+            row = _row(line)
+            if row is None:
+                bad += 1
+                continue
             rows.append(row)
             if len(rows) > MAX_ENTRIES:
                 break
-    except csv.Error as exc:
-        raise SourceError(
-            f"{path}: corrupt metrics.csv (line {reader.line_num}: {exc})"
-            " — pass a CSVLogger's metrics.csv"
-        ) from None
     finally:
         csv.field_size_limit(old)
-    return header[:MAX_COLUMNS], rows
+    return header[:MAX_COLUMNS], rows, bad
+
+
+def _row(line: str) -> list[str] | None:
+    try:
+        return next(csv.reader((line,)), [])
+    except csv.Error:  # a cell over MAX_CELL characters
+        return None
 
 
 def load(path: str, shown: str | None = None) -> ForeignLog:
-    header, rows = _rows(read_capped(path, "metrics.csv"), path)
+    header, rows, bad = _rows(read_capped(path, "metrics.csv"), path)
     log = ForeignLog(LIGHTNING, shown or path, [path])
     cols = {h.strip(): i for i, h in enumerate(header)}
     if "step" not in cols:
         raise SourceError(f"{path}: not a Lightning metrics.csv (no 'step' column)")
+    if bad and not rows:
+        raise SourceError(
+            f"{path}: corrupt metrics.csv (no row could be read: {bad} damaged lines)"
+            " — pass a CSVLogger's metrics.csv"
+        )
     over = max(0, len(rows) - MAX_ENTRIES)
     rows = rows[:MAX_ENTRIES]
     counts: Counter[str] = Counter()
@@ -77,7 +97,7 @@ def load(path: str, shown: str | None = None) -> ForeignLog:
     step_col = cols["step"]
     wanted = [(cols[name], role) for name, role in chosen.items() if role != names.END]
     merged = Merger()
-    skipped = 0
+    skipped = bad
     for row in rows:
         step = step_of(row[step_col]) if step_col < len(row) else None
         if step is None:
