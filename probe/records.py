@@ -93,12 +93,8 @@ def convert_values(
                 v = scalar(k, v, k, keys, tensors, on_error)
                 if v is not None:
                     out[k] = v
-    dev = None
-    if tensors:
-        try:
-            dev = (DeviceBatch(tensors, timing=True), keys)
-        except Exception as e:  # the step is still recorded, without its device scalars
-            on_error("device read-back", e)
+    batch = device_batch(tensors, on_error, timing=True)  # the step is recorded either way
+    dev = (batch, keys) if batch is not None else None
     return loss, grad_norm, out, dev, lr, lrs
 
 
@@ -149,13 +145,19 @@ def eval_item(
             v = scalar(k, v, k, keys, tensors, on_error)
         if v is not None:
             rec[k] = v
-    batch = None
-    if tensors:
-        try:
-            batch = DeviceBatch(tensors)
-        except Exception as e:
-            on_error("device read-back", e)
-    return rec, keys, batch
+    return rec, keys, device_batch(tensors, on_error)
+
+
+def device_batch(tensors: list[Any], on_error: OnError, timing: bool = False) -> DeviceBatch | None:
+    """One read-back of these device scalars, ``None`` without any, or when it cannot be
+    set up (the record goes without them, the probe's error said once)."""
+    if not tensors:
+        return None
+    try:
+        return DeviceBatch(tensors, timing=timing)
+    except Exception as e:
+        on_error("device read-back", e)
+        return None
 
 
 def num(v: Any) -> Any:

@@ -27,6 +27,23 @@ SETTLE_S = 0.3
 Answer = list[tuple[str, str, Any, Any]]
 
 
+def child_results(monkeypatch: Any) -> list[Any]:
+    """What each rules child gave back (``None``: it failed), as its reader took it
+    (``rules_worker.RulesJob.result``, noted on its way)."""
+    from dltop.tui.core import rules_worker
+
+    got: list[Any] = []
+    real = rules_worker.RulesJob.result
+
+    def noting(self: rules_worker.RulesJob) -> Any:
+        out = real(self)
+        got.append(out)
+        return out
+
+    monkeypatch.setattr(rules_worker.RulesJob, "result", noting)
+    return got
+
+
 def answer(alerts: list[Any]) -> Answer:
     """What must match: each alert's id, severity, first and last step, in order raised."""
     return [(a.id, a.severity, a.step, a.last_step) for a in alerts]

@@ -21,6 +21,7 @@ from dltop.tui import check_cmd
 from dltop.tui.core import rules_worker, workers
 from dltop.tui.core.rules import Config
 from rulekit import Run
+from samepaths import child_results
 
 
 @pytest.fixture(autouse=True)
@@ -94,20 +95,6 @@ def _same(got: str, want: str) -> None:
         )
 
 
-def _children(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
-    """What each child gave back (None: it failed)."""
-    got: list[Any] = []
-    real = rules_worker.RulesJob.result
-
-    def noting(self: rules_worker.RulesJob) -> Any:
-        out = real(self)
-        got.append(out)
-        return out
-
-    monkeypatch.setattr(rules_worker.RulesJob, "result", noting)
-    return got
-
-
 @pytest.mark.parametrize(
     ("sharded", "junk", "cut"),
     [(False, False, False), (True, False, False), (False, True, True)],
@@ -119,7 +106,7 @@ def test_the_report_is_the_same_with_the_rules_in_a_child(
     log = _write(tmp_path / "run.jsonl", _records(sharded), junk, cut)
     monkeypatch.setattr(rules_worker, "MIN_BYTES", 1 << 60)
     alone = _report(log)
-    got = _children(monkeypatch)
+    got = child_results(monkeypatch)
     monkeypatch.setattr(rules_worker, "MIN_BYTES", 1)
     beside = _report(log)
     assert len(got) == 1 and got[0] is not None and got[0][1] is None  # the child's engine
@@ -135,7 +122,7 @@ def test_a_failed_child_leaves_the_rules_here(
     log = _write(tmp_path / "run.jsonl", _records(True), junk=True, cut=False)
     monkeypatch.setattr(rules_worker, "MIN_BYTES", 1 << 60)
     alone = _report(log)
-    got = _children(monkeypatch)
+    got = child_results(monkeypatch)
     monkeypatch.setattr(rules_worker, "MIN_BYTES", 1)
     monkeypatch.setattr(sys, "executable", "/bin/false")  # the child exits at once
     _same(_report(log), alone)

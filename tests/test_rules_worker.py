@@ -24,7 +24,7 @@ from dltop.tui.core.rules.config import Config
 from dltop.tui.core.run import RunModel
 from dltop.tui.core.sources import FileSource
 from rulekit import Run
-from samepaths import replayed
+from samepaths import child_results, replayed
 from waiting import wait_for
 
 
@@ -61,24 +61,10 @@ def _opened(log: Path, worker: bool, follow: bool = False) -> tuple[FileSource, 
     return src, model
 
 
-def _results(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
-    """What each child gave back (None: it failed), as the viewer read it."""
-    got: list[Any] = []
-    real = rules_worker.RulesJob.result
-
-    def noting(self: rules_worker.RulesJob) -> Any:
-        out = real(self)
-        got.append(out)
-        return out
-
-    monkeypatch.setattr(rules_worker.RulesJob, "result", noting)
-    return got
-
-
 def test_the_childs_engine_gives_the_viewers_answers(
     log: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    results = _results(monkeypatch)
+    results = child_results(monkeypatch)
     src, here = _opened(log, worker=False)
     src.run()
     src, there = _opened(log, worker=True)
@@ -93,7 +79,7 @@ def test_a_failing_child_leaves_the_rules_to_the_viewer(
 ) -> None:
     src, here = _opened(log, worker=False)
     src.run()
-    results = _results(monkeypatch)
+    results = child_results(monkeypatch)
     monkeypatch.setattr(sys, "executable", "/bin/false")  # the child exits 1 at once
     src, there = _opened(log, worker=True)
     src.run()
