@@ -167,3 +167,14 @@ def test_panels_of_another_tools_log_say_what_it_lacks(tmp_path: Path) -> None:
     assert store_chart(ours, "grad_norm", ViewState(), 40).empty_text.startswith(
         "no grad norm (pass model="
     )
+
+
+def test_values_repeating_a_step_are_said_to_be_left_out(tmp_path: Path) -> None:
+    """Fifty rows at one step with different losses became one step and no word of the
+    other 49; a value repeated unchanged (an `epoch` column on every row) loses nothing."""
+    p = tmp_path / "metrics.csv"
+    rows = "".join(f"0,5,{2.0 + i / 100}\n" for i in range(50))
+    rows += "".join(f"0,{s},1.5\n0,{s},1.5\n" for s in range(6, 30))
+    p.write_text("epoch,step,train_loss\n" + rows)
+    done = dltop("check", str(p))
+    assert "warning: 49 values left out" in done.stdout, done.stdout

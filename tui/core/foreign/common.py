@@ -151,6 +151,7 @@ class Merger:
     def __init__(self) -> None:
         self._by_key: dict[tuple[str, int], dict[str, Any]] = {}
         self.order: list[dict[str, Any]] = []
+        self.repeated = 0  # other values of a field a step already had: left out, said
 
     def put(self, kind: str, step: int, name: str, value: float) -> None:
         key = (kind, step)
@@ -161,9 +162,21 @@ class Merger:
             self.order.append(rec)
         if name not in rec:
             rec[name] = value
+        elif name != "t" and rec[name] != value:  # a time, or the same value again: no loss
+            self.repeated += 1
 
     def records(self) -> list[dict[str, Any]]:
         return self.order
+
+    def note(self) -> str | None:
+        """What was left out of steps logged more than once (a resumed run, a loop that
+        logs twice per step), or None."""
+        if not self.repeated:
+            return None
+        return (
+            f"warning: {self.repeated} values left out: their step already had another value "
+            "of that field (the first of each is kept)"
+        )
 
 
 def skipped_note(skipped: int, what: str) -> str:

@@ -122,6 +122,8 @@ def load(path: str, shown: str | None = None) -> ForeignLog:
     ]
     if skipped:
         notes.append(skipped_note(skipped, "rows or cells"))
+    if (repeated := merged.note()) is not None:
+        notes.append(repeated)
     log.records.append(meta_record(LIGHTNING, log.path, notes, columns=sorted(chosen)))
     log.records.extend(merged.records())
     log.skipped = skipped

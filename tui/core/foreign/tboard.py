@@ -322,6 +322,8 @@ def load(path: str, shown: str | None = None) -> ForeignLog:
     notes += [f"warning: {e}" for e in errors[:5]]
     if skipped:
         notes.append(skipped_note(skipped, "events or values"))
+    if (repeated := merged.note()) is not None:
+        notes.append(repeated)
     log.records.append(
         meta_record(TENSORBOARD, log.path, notes, t=first_t, tags=sorted(chosen)[:64])
     )
