@@ -118,6 +118,8 @@ def test_ls_survives_malformed_entries_and_logs(
     assert "running" in rows["oddstart"]
     assert "good" in rows and "finished" in rows["good"] and " 7 " in rows["good"]
     assert "oddmeta" in rows, "a log with a malformed meta is listed under its file name"
+    assert "binary" not in rows, "a file that is no log is not listed as a run"
+    assert "binary.jsonl: not a dltop log" in done.stderr, done.stderr
 
     done = dltop("ls", "--json", cwd=tmp_path, env_dir=short_dir)
     assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr

@@ -140,6 +140,8 @@ def describe_log(path: Path, tail_bytes: int = 1 << 16) -> RunInfo:
     meta = meta_recs[0] if meta_recs and meta_recs[0].get("kind") == "meta" else {}
     dec = LineDecoder()
     records = dec.feed(blob) + dec.finish()
+    if size and not meta_recs and not records:  # what `dltop check` calls "not a dltop log"
+        raise ValueError('not a dltop log (no JSON record with a "kind")')
     step, status = _step_and_status(records, now=time.time(), alive=None, mtime=mtime)
     run_id = meta.get("run_id")
     return RunInfo(
