@@ -123,3 +123,20 @@ def test_an_evaluation_set_name_from_the_log_is_cut() -> None:
 
     ((name, value),) = eval_losses({"kind": "eval", "x" * 100_000 + "_loss": 0.5})
     assert len(name) == MAX_SET_NAME and value == 0.5
+
+
+def test_the_overfitting_rules_centred_medians_are_the_slices_medians() -> None:
+    """Written out for speed (an eval every step paid a sort per evaluation), they must
+    be the floats ``median_of`` of each slice gives, signed zeros included."""
+    import random
+
+    from dltop.tui.core.rules.overfitting import _centred_medians
+    from dltop.tui.core.rules.window import median_of
+
+    r = random.Random(3)
+    pool_of = (0.0, -0.0, 1.0, 2.5, 1e-300, 1e300, -1e300, 5e-324)
+    for _ in range(20000):
+        n = r.randint(0, 70)
+        raw = [r.choice((*pool_of, r.gauss(0, 1), r.random())) for _ in range(n)]
+        want = [median_of(raw[max(0, i - 1) : i + 2]) or 0.0 for i in range(n)]
+        assert list(map(repr, _centred_medians(raw))) == list(map(repr, want)), raw

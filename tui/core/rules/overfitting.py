@@ -11,6 +11,7 @@ times an epoch or once an epoch rarely reach the second stage (3 to 5 evaluation
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from dltop.tui.core.alerts import INFO, WARNING
@@ -139,15 +140,23 @@ class Overfitting(Rule):
         if early and n >= 2 and raw[-1] <= min(raw[:-1]):
             tr.retract()  # a new best: the run was not past its best after all
             return
+        memo: list[float] = []
+
+        def noise() -> float:  # both stages read the same evaluations: measured once
+            if not memo:
+                memo.append(eval_noise(raw))
+            return memo[0]
+
         if n >= self.patience + 2:
-            self._warn(e, es, tr)
-        self._early(e, es, tr)  # does nothing once a warning was raised
+            self._warn(e, es, tr, noise)
+        self._early(e, es, tr, noise)  # does nothing once a warning was raised
 
     def _early(
         self,
         e: RuleEngine,
         es: _EvalSet,
         tr: Tracker,
+        eval_noise_of: Callable[[], float],
     ) -> None:
         """The first stage: the last ``EARLY_EVALS`` evaluations all above the best one by
         the tolerance and by sqrt(2 ln n) noise sigmas (when there are enough evaluations to
@@ -164,7 +173,9 @@ class Overfitting(Rule):
         later = n - 1 - b
         bstep, bloss, btrain = ev_all[b]
         step, loss, train = ev_all[-1]
-        noise = eval_noise(raw)
+        # the noise only once the best is old enough to ask (an eval every step of a
+        # falling loss must not pay for it on each)
+        noise = eval_noise_of() if later >= EARLY_EVALS else 0.0
         margin = max(self.tol * abs(bloss), noise * _luck(n))
         if (
             later < EARLY_EVALS
@@ -205,6 +216,7 @@ class Overfitting(Rule):
         e: RuleEngine,
         es: _EvalSet,
         tr: Tracker,
+        eval_noise_of: Callable[[], float],
     ) -> None:
         """The second stage: a warning (raised over an early information, which it replaces)."""
         ev_all, raw = es.recent()
@@ -214,8 +226,7 @@ class Overfitting(Rule):
         # which a steady trend does not inflate)
         # the best level: the median of each evaluation and its two neighbours (centred, so
         # the best sits where the evaluations were best, not one or two evaluations later)
-        sm = [median_of(raw[max(0, i - 1) : i + 2]) or 0.0 for i in range(n)]
-        noise = eval_noise(raw)
+        sm = _centred_medians(raw)
         b = min(range(n), key=lambda i: (sm[i], -i))  # the latest of equal bests
         bstep, _, btrain = ev_all[b]
         bloss = sm[b]
@@ -224,6 +235,7 @@ class Overfitting(Rule):
             if tr.active and tr.alert is not None and tr.alert.severity == WARNING:
                 tr.clear(ev_all[-1][0])
             return
+        noise = eval_noise_of()
         # the level now: the median of the last `patience` evaluations, whose noise is about
         # 1.25 / sqrt(patience) of one evaluation's
         level = median_of(raw[-self.patience :]) or 0.0
@@ -275,6 +287,27 @@ class Overfitting(Rule):
 
 
 EARLY_EVALS = 2  # evaluations in a row above the best for the early stage
+
+
+def _centred_medians(raw: list[float]) -> list[float]:
+    """Each evaluation's median with its two neighbours (one at either end), written out:
+    the same floats as ``median_of`` of each slice, without a sort per evaluation (this
+    runs on every evaluation, over the last RECENT of them)."""
+    n = len(raw)
+    if n < 2:
+        return [raw[0] or 0.0] if n else []
+    # ``or 0.0``: as the slices' medians were taken (``median_of(...) or 0.0``), a -0.0 is 0.0
+    out = [0.5 * (raw[0] + raw[1]) or 0.0]
+    for x, y, z in zip(raw, raw[1:], raw[2:], strict=False):
+        # the middle of a stable sort of three (equal values keep their order, as in
+        # sorted(): 0.0 and -0.0 are equal and must come out as sorted() leaves them)
+        if y < x:
+            x, y = y, x
+        if z < y:
+            y = x if z < x else z
+        out.append(y or 0.0)
+    out.append(0.5 * (raw[-2] + raw[-1]) or 0.0)
+    return out
 
 
 def _luck(n: int) -> float:
