@@ -23,8 +23,9 @@ from rulekit import Run
 
 
 def _log(path: Path, run: Run, mtime: float, **meta: Any) -> Path:
+    """A log as the probe writes one: its meta says rank 0 of 1 unless told otherwise."""
     recs = list(run.records())
-    recs[0].update(meta)
+    recs[0].update({"rank": 0, "world_size": 1, **meta})
     path.write_bytes(b"".join(encode_record(r) for r in recs))
     os.utime(path, (mtime, mtime))
     return path
@@ -68,6 +69,18 @@ def test_a_jobs_rank_files_are_still_one_job(tmp_path: Path) -> None:
     out = json.loads(_check(str(job), "--json").stdout)
     assert [f["rank"] for f in out["files"]] == [0, 1]
     assert "nan_loss" in {a["id"] for a in out["alerts"]}
+
+
+def test_a_log_that_cannot_tell_keeps_the_folder_a_job(tmp_path: Path) -> None:
+    """A rank that has just opened its file has no meta yet: the folder is not called
+    separate runs on the others' word alone (a job seen at its start stays a job)."""
+    job = tmp_path / "job"
+    job.mkdir()
+    _log(job / "a.jsonl", Run(steps=100), 1_000)
+    (job / "b.jsonl").write_bytes(b"")
+    _log(job / "c.jsonl", Run(steps=100), 2_000)
+    done = _check(str(job))
+    assert "separate runs" not in done.stdout and "a.jsonl" in done.stdout, done.stdout
 
 
 def test_the_viewer_opens_the_newest_of_separate_runs(tmp_path: Path) -> None:

@@ -158,18 +158,21 @@ def check_log_file(path: str) -> None:
 @dataclass(frozen=True)
 class RankFile:
     """One log in a run directory; ``rank`` from its meta record, else from its name;
-    ``job``: the log says it is one rank of a multi-process job (its meta's world size is
-    over 1, or its name is a rank's, ``rank<R>.jsonl``)."""
+    ``job``: True when the log says it is one rank of a multi-process job (its meta's world
+    size is over 1, or its name is a rank's, ``rank<R>.jsonl``), False when its meta says it
+    is a run of one process, None when it cannot tell (no meta yet: a rank that has just
+    opened its file)."""
 
     path: str
     rank: int | None
     size: int
     mtime: float
-    job: bool = False
+    job: bool | None = None
 
 
-def _rank_of(path: str) -> tuple[int | None, bool]:
-    """The log's rank (its meta's, else its name's) and whether it is one of a job's ranks."""
+def _rank_of(path: str) -> tuple[int | None, bool | None]:
+    """The log's rank (its meta's, else its name's) and whether it is one of a job's ranks
+    (``RankFile.job``)."""
     try:
         fd = open_log(path)
         try:
@@ -177,23 +180,28 @@ def _rank_of(path: str) -> tuple[int | None, bool]:
         finally:
             os.close(fd)
     except (OSError, SourceError):
-        return None, False
+        return None, None
     nl = head.find(b"\n")
     rec = decode_line(head[:nl]) if nl >= 0 else None
     m = _RANK_RE.search(os.path.basename(path))
-    if rec is not None and rec.get("kind") == META:
-        world = rec.get("world_size")
-        job = (type(world) is int and world > 1) or m is not None
-        if type(rec.get("rank")) is int:
-            return rec["rank"], job
-    return (int(m.group(1)), True) if m else (None, False)
+    if m is not None:
+        named = int(m.group(1))
+        if rec is not None and rec.get("kind") == META and type(rec.get("rank")) is int:
+            return rec["rank"], True
+        return named, True
+    if rec is None or rec.get("kind") != META:
+        return None, None  # no meta (yet): cannot tell
+    world = rec.get("world_size")
+    rank = rec["rank"] if type(rec.get("rank")) is int else None
+    return rank, (world > 1) if type(world) is int else None
 
 
 def separate_runs(files: list[RankFile]) -> bool:
-    """Several logs none of which says it is a rank of a multi-process job: a folder of
-    separate runs (``./dltop-runs`` holds every run of a project), not one job to judge
-    rank by rank (their alerts would be read as one run's)."""
-    return len(files) > 1 and not any(f.job for f in files)
+    """Several logs each of which says it is a run of one process: a folder of separate
+    runs (``./dltop-runs`` holds every run of a project), not one job to judge rank by rank
+    (their alerts would be read as one run's). A log that cannot tell (no meta yet) keeps
+    the folder a job, as it always was."""
+    return len(files) > 1 and all(f.job is False for f in files)
 
 
 def separate_note(directory: str, files: list[RankFile], chosen: RankFile) -> str:
