@@ -31,6 +31,25 @@ if TYPE_CHECKING:
     from dltop.tui.core.status import RunState
 
 _HOOKS = ("on_block", "on_eval", "on_layers", "on_event", "on_sys", "on_time")
+_HOOK_TABLES: dict[tuple[type, ...], tuple[tuple[str, tuple[int, ...]], ...]] = {}
+
+
+def _hook_table(rules: list[Rule]) -> tuple[tuple[str, tuple[int, ...]], ...]:
+    """Per hook, the positions of the rules that define it: a property of the rules'
+    classes, worked out once (a log rewinding at every step builds an engine per step)."""
+    kinds = tuple(type(r) for r in rules)
+    table = _HOOK_TABLES.get(kinds)
+    if table is None:
+        table = _HOOK_TABLES[kinds] = tuple(
+            (
+                name,
+                tuple(
+                    i for i, k in enumerate(kinds) if getattr(k, name) is not getattr(Rule, name)
+                ),
+            )
+            for name in _HOOKS
+        )
+    return table
 
 
 class RuleEngine:
@@ -166,13 +185,8 @@ class RuleEngine:
             self.crash_rule,
             self.dropped_rule,
         ]
-        hooks: dict[str, list[Any]] = {}
-        for name in _HOOKS:
-            hooks[name] = [
-                getattr(r, name)
-                for r in self.rules
-                if getattr(type(r), name) is not getattr(Rule, name)
-            ]
+        rules = self.rules
+        hooks = {name: [getattr(rules[i], name) for i in at] for name, at in _hook_table(rules)}
         self._block_hooks = hooks["on_block"]
         self._eval_hooks = hooks["on_eval"]
         self._layers_hooks = hooks["on_layers"]
