@@ -181,3 +181,14 @@ def test_event_and_value_budget(tmp_path: Path, monkeypatch: Any) -> None:
     w.close()
     log = foreign.load(str(tmp_path / "wide"))
     assert any("only the first 10 events or values" in n for n in log.notes)
+
+
+def test_scalars_with_no_usable_step_are_said_to_be_left_out(tmp_path: Path) -> None:
+    """Steps past dltop's range: "no scalars in the event file" sent the user looking for
+    a file without scalars; the line now says they were there and left out, and why."""
+    w = SummaryWriter(log_dir=str(tmp_path))
+    for i in range(5):
+        w.add_scalar("train/loss", 1.0 + i, global_step=2**62 + i)
+    w.close()
+    line = one_line_error(dltop("check", str(tmp_path)))
+    assert "no scalars" in line and "5 scalar values left out: no step in range" in line

@@ -297,7 +297,10 @@ def load(path: str, shown: str | None = None) -> ForeignLog:
         if root is path:
             more = f" and {len(files) - 1} more" if len(files) > 1 else ""
             which += f" found below it ({os.path.relpath(files[0], path)}{more})"
-        raise SourceError(f"{path}: no scalars in {which}" + (f" ({errors[0]})" if errors else ""))
+        why = f" ({errors[0]})" if errors else ""
+        if skipped and not why:  # scalars there were, none usable: say so, not "none"
+            why = f" ({skipped} scalar values left out: no step in range, or not a number)"
+        raise SourceError(f"{path}: no scalars in {which}{why}")
     chosen = names.choose(counts, MAX_EXTRAS)
     merged = Merger()
     ended: tuple[int, float | None] | None = None
