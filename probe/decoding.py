@@ -47,6 +47,21 @@ def _quote_bare_nonfinite(line: bytes) -> bytes | None:
     return fixed if fixed != line else None
 
 
+# A UTF-8 byte-order mark: what Windows editors and PowerShell put before the first line.
+_BOM = b"\xef\xbb\xbf"
+
+
+def _repair(line: bytes) -> bytes | None:
+    """The line made strict JSON where a known writer's habit broke it, or ``None`` when
+    none applies: a byte-order mark before it, bare non-finite tokens in it. Only tried on
+    a line strict decoding rejected, so the common line pays nothing."""
+    fixed = line[len(_BOM) :].lstrip() if line.startswith(_BOM) else line
+    quoted = _quote_bare_nonfinite(fixed)
+    if quoted is not None:
+        return quoted
+    return fixed if fixed is not line else None
+
+
 def has_nonfinite_marker(data: bytes) -> bool:
     """Whether ``data`` may hold a non-finite marker to restore (exact: the marker itself)."""
     return any(gate in data and marker in data for gate, marker in _MARKER_GATES)
@@ -203,7 +218,7 @@ def decode_line(line: bytes | str) -> dict[str, Any] | None:
     try:
         obj = _get_decoder()(line)
     except Exception:
-        quoted = _quote_bare_nonfinite(line)
+        quoted = _repair(line)
         if quoted is None:
             return None
         try:
@@ -310,7 +325,7 @@ class LineDecoder:
             try:
                 obj = decode(line)
             except Exception:
-                quoted = _quote_bare_nonfinite(line)
+                quoted = _repair(line)
                 obj = None
                 if quoted is not None:
                     with contextlib.suppress(Exception):

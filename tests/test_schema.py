@@ -299,6 +299,29 @@ def test_bare_non_finite_tokens_are_read_as_numbers() -> None:
     assert one is not None and math.isnan(one["loss"])
 
 
+def test_a_byte_order_mark_costs_no_line() -> None:
+    """Saved by a Windows editor or PowerShell, a log starts with a UTF-8 byte-order mark:
+    strict JSON rejects that line, and with it the run's meta. The mark is dropped, at the
+    file's start and where `cat` joined two such files; a bad line after it stays bad."""
+    bom = b"\xef\xbb\xbf"
+    data = (
+        bom
+        + b'{"kind":"meta","v":1,"run_id":"r"}\n'
+        + b'{"kind":"step","step":1,"loss":NaN}\n'
+        + bom
+        + b'{"kind":"step","step":2,"loss":1.5}\n'
+        + bom
+        + b"not json\n"
+    )
+    dec = LineDecoder()
+    recs = dec.feed(data)
+    assert [r["kind"] for r in recs] == ["meta", "step", "step"] and dec.malformed == 1
+    assert recs[0]["run_id"] == "r" and math.isnan(recs[1]["loss"]) and recs[2]["loss"] == 1.5
+    one = decode_line(bom + b'{"kind":"step","step":1,"loss":NaN}')
+    assert one is not None and math.isnan(one["loss"])
+    assert decode_line(bom) is None
+
+
 def test_text_fields_keep_their_nan_strings() -> None:
     """Markers are numbers only where a number can stand: not in argv, notes or messages."""
     meta = {"kind": "meta", "v": 1, "argv": ["train.py", "NaN", "Infinity"], "notes": ["NaN"]}
