@@ -149,6 +149,22 @@ def test_unreadable_sources_exit_3_with_one_line(tmp_path: Path, make: Any, need
     assert needle in p.stderr and "hint:" in p.stderr
     assert p.stderr.count("\n") == 1 and "Traceback" not in p.stderr
     assert p.stdout == ""
+    # a script reading `--json` gets its one object, with the error, not an empty stdout
+    js = check(str(make(tmp_path)), "--json")
+    assert js.returncode == 3 and js.stderr == p.stderr
+    out = json.loads(js.stdout)
+    assert out["status"] == "unknown" and out["steps"] == 0 and out["alerts"] == []
+    assert needle in out["error"] and out["hint"] and out["source"] == str(make(tmp_path))
+
+
+def test_a_bad_setting_under_json_is_an_object_too(tmp_path: Path) -> None:
+    log = str(write_log(tmp_path / "ok.jsonl", Run(steps=10)))
+    p = check(log, "--json", "--set", "data_bound.wran=1")
+    assert p.returncode == 3 and "unknown threshold" in json.loads(p.stdout)["error"]
+    assert (
+        check("--json").returncode == 3
+        and "no SOURCE" in json.loads(check("--json").stdout)["error"]
+    )
 
 
 def test_report_prints_how_to_fix_under_each_step(tmp_path: Path) -> None:

@@ -94,19 +94,20 @@ def run(args: argparse.Namespace) -> int:
     try:
         config = thresholds_args.load(args)
     except ConfigError as exc:
-        return _fail(str(exc), thresholds_args.HINT)
+        return _fail(str(exc), thresholds_args.HINT, args)
     if args.print_config:
         sys.stdout.write(config.to_toml())
         return EXIT_OK
     if not args.source:
-        return _fail("no SOURCE given", "usage: dltop check RUN.jsonl [--json]")
+        return _fail("no SOURCE given", "usage: dltop check RUN.jsonl [--json]", args)
     try:
         results, skipped = collect(args.source, config, progress="dltop check")
     except foreign.MissingExtra as exc:  # the whole line says what to install
         sys.stderr.write(f"dltop: {visible(str(exc))}\n")
+        _json_error(args, str(exc), "")
         return EXIT_UNREADABLE
     except CheckError as exc:
-        return _fail(str(exc), SOURCE_HINT)
+        return _fail(str(exc), SOURCE_HINT, args)
     for r in results:
         r.checklists = checklists(r, args.lang)
     alerts = [(r, a) for r in results for a in r.engine.alerts()]
@@ -117,8 +118,7 @@ def run(args: argparse.Namespace) -> int:
             out = as_json(args.source, results)
             if skipped:
                 out["skipped_files"] = skipped
-            # exact text, JSON-escaped; ensure_ascii: no control or bidi char reaches a terminal
-            sys.stdout.write(json.dumps(sanitize(out), indent=2, ensure_ascii=True) + "\n")
+            _print_json(out)
         else:
             # the report quotes the log (run ids, messages, file names): one boundary
             sys.stdout.write(visible_lines(text_report(args.source, results, skipped)))
@@ -256,9 +256,32 @@ def _workers_for(paths: list[str]) -> int:
     return min(workers.cpus(), MAX_WORKERS) if big else 1
 
 
-def _fail(message: str, hint: str) -> int:
+def _print_json(out: dict[str, Any]) -> None:
+    # exact text, JSON-escaped; ensure_ascii: no control or bidi char reaches a terminal
+    sys.stdout.write(json.dumps(sanitize(out), indent=2, ensure_ascii=True) + "\n")
+
+
+def _fail(message: str, hint: str, args: argparse.Namespace | None = None) -> int:
     sys.stderr.write(f"dltop check: error: {visible(message)} (hint: {hint})\n")
+    _json_error(args, message, hint)
     return EXIT_UNREADABLE
+
+
+def _json_error(args: argparse.Namespace | None, message: str, hint: str) -> None:
+    """Under ``--json``, a check that could not run still prints its one object: a script
+    piping stdout to ``jq`` gets ``error`` to read instead of an empty input to choke on.
+    The line on stderr stays for the person at the terminal."""
+    if args is None or not getattr(args, "json", False):
+        return
+    out: dict[str, Any] = {"source": args.source, "status": "unknown", "steps": 0, "alerts": []}
+    out["error"] = message
+    if hint:
+        out["hint"] = hint
+    try:
+        _print_json(out)
+        sys.stdout.flush()
+    except BrokenPipeError:
+        pass
 
 
 def _log_files(source: str, skipped: list[str], aside: list[str]) -> list[str]:
