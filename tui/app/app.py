@@ -16,7 +16,7 @@ each of them an ``App`` to the type checker.
 from __future__ import annotations
 
 import os
-from functools import partial
+import sys
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from dltop.tui.app.alert_pane import AlertPane
@@ -29,6 +29,7 @@ from dltop.tui.app.exports import Exports
 from dltop.tui.app.header import Header
 from dltop.tui.app.help import HelpScreen
 from dltop.tui.app.messages import Ingested, SourceEnded, SourceFailed
+from dltop.tui.app.offloop import OffLoop
 from dltop.tui.app.rank_focus import RankFocus
 from dltop.tui.app.rank_table import RankTable
 from dltop.tui.app.view_keys import ViewKeys
@@ -54,9 +55,12 @@ if TYPE_CHECKING:
 COMPACT_WIDTH, COMPACT_HEIGHT = 110, 32
 # fits 80 columns (the smallest supported terminal); the rest (e: svg) is in the help
 HINT = "q quit ? help 1-7 zoom l log s ema p pause ←→ cursor g goto a alerts c list"
-# ranks (or overlaid runs) from which a tick's changed panels are painted one after the
-# other rather than in one pass (see DltopApp._update_panels)
-STAGGER_RANKS = 8
+# ranks (or overlaid runs) from which the charts' data are worked out beside the event
+# loop (see DltopApp._update_panels)
+OFFLOOP_RANKS = 8
+# seconds between GIL hand-overs while the dashboard runs (Python's: 5 ms): with a reader
+# thread per rank and the charts' thread busy, the loop waited intervals for it at each key
+SWITCH_INTERVAL = 0.001
 FIXED_NOW_ENV = "DLTOP_FIXED_NOW"  # Unix seconds: freeze "now" (ages) for snapshots and demos
 
 
@@ -108,6 +112,8 @@ class DltopApp(RankFocus, ViewKeys, AlertPane, Exports, App[int]):
     ) -> None:
         super().__init__()
         self.config = config
+        self.offloop = OffLoop()  # the charts' data across many ranks (_update_panels)
+        self._switch_was = sys.getswitchinterval()
         # ``dltop A B [C...]``: the runs overlaid (``source`` is then run A)
         self.overlay = list(overlay) if overlay and len(overlay) > 1 else None
         if self.overlay is not None:
@@ -170,6 +176,7 @@ class DltopApp(RankFocus, ViewKeys, AlertPane, Exports, App[int]):
         yield Static(HINT, id="hint", markup=False)
 
     def on_mount(self) -> None:
+        sys.setswitchinterval(min(self._switch_was, SWITCH_INTERVAL))  # given back on unmount
         self._apply_size_classes()
         if self.source is not None and self.reader is None:
             self._start_source(self.source)
@@ -180,6 +187,8 @@ class DltopApp(RankFocus, ViewKeys, AlertPane, Exports, App[int]):
         self.redraw()
 
     def on_unmount(self) -> None:
+        sys.setswitchinterval(self._switch_was)
+        self.offloop.close()
         self.job.stop()
         if self.reader is not None:
             self.reader.stop()
@@ -349,22 +358,19 @@ class DltopApp(RankFocus, ViewKeys, AlertPane, Exports, App[int]):
         self._drawn["state"] = self.state
 
     def _update_panels(self, due: list[Chart | GpuPanel]) -> None:
-        """Repaint the panels whose data changed: all at once, or one after the other
-        across the tick when each costs a decimation per rank.
+        """Repaint the panels whose data changed; across many ranks, with their data
+        worked out beside the event loop.
 
         Why: a chart pulls its data when painted, and Textual paints every dirty widget
         in one pass of the event loop. Across 64 ranks one panel is ~130 decimations
-        (~20-30 ms), so seven panels in one pass blocked the keys for ~200 ms a tick
-        (``benchmarks/ranks.py --only app``). Spread over the tick, a pass paints one
-        panel; every panel is still as fresh as the tick."""
-        if len(due) < 2 or not self.job.across or len(self.job.ranks()) < STAGGER_RANKS:
-            for widget in due:
-                widget.update()
-            return
-        gap = 1.0 / (self.refresh_hz * len(due))
-        due[0].update()
-        for i, widget in enumerate(due[1:], 1):
-            self.set_timer(gap * i, partial(_update_if_mounted, widget))
+        (20-60 ms), so seven panels in one pass blocked the keys for ~200 ms a tick, and
+        one panel per pass still for 60-130 ms (``benchmarks/ranks.py --only app``). On
+        :mod:`offloop`'s thread the loop gets the GIL back every 5 ms meanwhile."""
+        offloop = None
+        if self.job.across and len(self.job.ranks()) >= OFFLOOP_RANKS:
+            offloop = self.offloop
+        for widget in due:
+            widget.update(offloop)
 
     def set_state(self, **changes: Any) -> None:
         self.state = vm.replace_state(self.state, **changes)
@@ -387,11 +393,6 @@ class DltopApp(RankFocus, ViewKeys, AlertPane, Exports, App[int]):
     @on(StepList.Ticked)
     def _ticked(self, event: StepList.Ticked) -> None:
         self._tick(event.step_id)
-
-
-def _update_if_mounted(widget: Chart | GpuPanel) -> None:
-    if widget.is_mounted:  # the screen may have closed since the tick
-        widget.update()
 
 
 def _env_float(name: str) -> float | None:

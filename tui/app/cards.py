@@ -4,6 +4,7 @@ has no NVML readings (a CPU run, no driver), saying why instead of drawing an em
 from __future__ import annotations
 
 from dltop.tui.app.chart import Chart, Provider
+from dltop.tui.app.offloop import OffLoop
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.containers import Vertical
@@ -42,9 +43,9 @@ class GpuPanel(Vertical):
         if reason is None:
             self.chart.update()
 
-    def update(self) -> None:
+    def update(self, offloop: OffLoop | None = None) -> None:
         if self.reason is None:
-            self.chart.update()
+            self.chart.update(offloop)
 
 
 def na_text(reason: str | None) -> Text:

@@ -23,6 +23,7 @@ import textwrap
 from collections.abc import Callable
 from typing import ClassVar
 
+from dltop.tui.app.offloop import OffLoop
 from dltop.tui.core.chartdata import (
     ChartData,
     column_to_step,
@@ -35,6 +36,7 @@ from dltop.tui.core.overlay import RUN_COLOURS, RUN_STYLES
 from rich.segment import Segment
 from rich.style import Style
 from textual.geometry import Size
+from textual.message import Message
 from textual.strip import Strip
 from textual.widget import Widget
 
@@ -50,6 +52,17 @@ class Chart(Widget):
     """A chart fed by a provider ``f(buckets) -> ChartData``; redrawn only on ``update()``."""
 
     can_focus = True
+
+    class Computed(Message):
+        """Data worked out off the event loop (:mod:`offloop`), for ``buckets`` buckets;
+        ``error``: the provider's exception, raised here on the event loop as it would
+        have been by a paint."""
+
+        def __init__(
+            self, data: ChartData | None, buckets: int, error: BaseException | None
+        ) -> None:
+            super().__init__()
+            self.data, self.buckets, self.error = data, buckets, error
 
     COMPONENT_CLASSES: ClassVar[set[str]] = {
         "chart--axis",
@@ -101,13 +114,29 @@ class Chart(Widget):
         """Character columns of the plot area (the provider gets twice that many buckets)."""
         return max(1, self.size.width - GUTTER)
 
-    def update(self) -> None:
+    def update(self, offloop: OffLoop | None = None) -> None:
         """Mark the data stale and repaint; call only when the data changed.
 
         The provider is asked lazily, on the next paint, when the widget has its real size:
         a hidden panel (small terminal, N/A card) costs nothing, and a panel that becomes
         visible later still pulls data for the width it actually has.
+
+        With ``offloop`` (a job of many ranks), a shown chart's provider is asked on that
+        thread instead, and the chart keeps its picture until :class:`Computed` arrives.
         """
+        provider = self.provider
+        if offloop is not None and provider is not None and self._built_for is not None:
+            buckets = self.plot_columns * 2
+
+            def work() -> None:
+                try:
+                    data, error = provider(buckets), None
+                except Exception as exc:  # raised on the event loop, as a paint would
+                    data, error = None, exc
+                self.post_message(self.Computed(data, buckets, error))
+
+            if offloop.submit(self, work):
+                return
         self._stale = True
         self._built_for = None
         self.refresh()
@@ -116,6 +145,16 @@ class Chart(Widget):
         """Draw given data (tests, or a chart without a provider)."""
         self.data = data
         self._stale = False
+        self._built_for = None
+        self.refresh()
+
+    def on_chart_computed(self, message: Computed) -> None:
+        message.stop()
+        if message.error is not None:
+            raise message.error
+        if message.data is None or message.buckets != self.plot_columns * 2:
+            return  # resized meanwhile: on_resize asked again for the new width
+        self.data = message.data
         self._built_for = None
         self.refresh()
 
