@@ -51,15 +51,33 @@ def _quote_bare_nonfinite(line: bytes) -> bytes | None:
 _BOM = b"\xef\xbb\xbf"
 
 
+# A JSON escape of a lone UTF-16 surrogate, as Python's json.dumps writes an undecodable
+# file-name byte ("\\udce9"): strict decoders reject the line. Escaped backslashes are
+# matched first, so the scan stays in step; a high+low pair is a real character and kept.
+_LONE_SURROGATE = re.compile(
+    rb"(\\\\)|\\u([dD][89abAB][0-9a-fA-F]{2})(\\u[dD][c-fC-F][0-9a-fA-F]{2})?"
+    rb"|\\u([dD][c-fC-F][0-9a-fA-F]{2})"
+)
+
+
+def _text_surrogate(m: re.Match[bytes]) -> bytes:
+    if m.group(1) is not None or m.group(3) is not None:
+        return m.group(0)  # an escaped backslash, or a surrogate pair
+    return b"\\\\u" + (m.group(2) or m.group(4))  # the escape, kept as its text
+
+
 def _repair(line: bytes) -> bytes | None:
     """The line made strict JSON where a known writer's habit broke it, or ``None`` when
-    none applies: a byte-order mark before it, bare non-finite tokens in it. Only tried on
-    a line strict decoding rejected, so the common line pays nothing."""
+    none applies: a byte-order mark before it, bare non-finite tokens in it, a lone
+    surrogate's escape (kept as the text ``\\udce9``, as the probe writes one). Only tried
+    on a line strict decoding rejected, so the common line pays nothing."""
     fixed = line[len(_BOM) :].lstrip() if line.startswith(_BOM) else line
+    if b"\\u" in fixed:
+        fixed = _LONE_SURROGATE.sub(_text_surrogate, fixed)
     quoted = _quote_bare_nonfinite(fixed)
     if quoted is not None:
         return quoted
-    return fixed if fixed is not line else None
+    return fixed if fixed != line else None
 
 
 def has_nonfinite_marker(data: bytes) -> bool:

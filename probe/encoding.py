@@ -114,4 +114,21 @@ def _get_encoder() -> Callable[[Any], bytes]:
 
 def encode_record(record: dict[str, Any]) -> bytes:
     """One record as one line of bytes, newline included, non-finite floats as strings."""
-    return _get_encoder()(sanitize(record)) + b"\n"
+    try:
+        return _get_encoder()(sanitize(record)) + b"\n"
+    except UnicodeEncodeError:  # a lone surrogate (below): rare, so paid only here
+        return _get_encoder()(sanitize(_encodable(record))) + b"\n"
+
+
+def _encodable(v: Any) -> Any:
+    """``v`` with every text made valid UTF-8. Python holds an undecodable file-name byte
+    as a lone surrogate (``os.fsdecode(b"caf\\xe9.jpg")``), which UTF-8 cannot carry: an
+    exception message naming such a file lost the crash's record. It is written as the
+    text ``\\udce9``, so the byte can still be told."""
+    if isinstance(v, str):
+        return v.encode("utf-8", "backslashreplace").decode("utf-8")
+    if isinstance(v, dict):
+        return {_encodable(k): _encodable(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [_encodable(x) for x in v]
+    return v

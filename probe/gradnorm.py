@@ -64,7 +64,11 @@ class GradNormTracker:
         self._torch = torch
         self.names = [n for n, _ in named_params]
         self.params = [p for _, p in named_params]
-        self.compute_total = True  # False once the user passes grad_norm= explicitly
+        # False while the user passes grad_norm= at every step (from the second such step
+        # in a row: their value wins, our work would be thrown away); a step without it
+        # turns measuring back on from the next backward
+        self.compute_total = True
+        self._given_in_a_row = 0
         # set by the probe before the backward of a layers step (and at start when step 0 is
         # one); off by default so that no per-layer pass runs on backwards nobody asked for
         self.want_layers = False
@@ -192,12 +196,17 @@ class GradNormTracker:
 
     def on_step(self, given: Any, want_layers: bool | None) -> tuple[Any, BaseException | None]:
         """At ``probe.step()``: the norm measured since the last step, or the user's
-        ``given`` one (after which the hooks stop computing it); whether the next backward
-        measures per-layer figures (``None``: unchanged); the first failure, once."""
+        ``given`` one (given at two steps in a row, the hooks stop computing it until a
+        step comes without); whether the next backward measures per-layer figures
+        (``None``: unchanged); the first failure, once."""
         if given is None:
             given = self.latest
-        elif self.compute_total:
-            self.compute_total = False  # the user's value from now on: no more work for us
+            self._given_in_a_row = 0
+            self.compute_total = True  # given once, or every other step: still measured
+        else:
+            self._given_in_a_row += 1
+            if self._given_in_a_row >= 2:
+                self.compute_total = False  # the user's value at every step: spare the work
         if given is not None:
             self.latest_sq = None  # a norm given (or measured) wins over a local share
         self.latest = None

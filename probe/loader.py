@@ -24,20 +24,22 @@ T = TypeVar("T")
 def batch_size_of(batch: Any) -> int | None:
     """The first dimension of a batch, looking one level into tuples, lists and dicts.
 
-    Only ``.shape`` is read (host metadata, never a device sync).
+    Only ``.shape`` is read (host metadata, never a device sync). Anything that fails on
+    the way (a nested tensor's ``.shape`` raises, a dict subclass's ``values()`` may) means
+    "unknown": the batch reaches the training loop all the same.
     """
-    shape = getattr(batch, "shape", None)
-    if shape is None:
-        if isinstance(batch, (tuple, list)):
-            first = batch[0] if batch else None
-        elif isinstance(batch, dict):
-            first = next(iter(batch.values()), None)
-        else:
-            return None
-        shape = getattr(first, "shape", None)
-        if shape is None:
-            return None
     try:
+        shape = getattr(batch, "shape", None)
+        if shape is None:
+            if isinstance(batch, (tuple, list)):
+                first = batch[0] if batch else None
+            elif isinstance(batch, dict):
+                first = next(iter(batch.values()), None)
+            else:
+                return None
+            shape = getattr(first, "shape", None)
+            if shape is None:
+                return None
         return int(shape[0]) if len(shape) else None
     except Exception:
         return None

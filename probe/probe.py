@@ -62,6 +62,8 @@ if TYPE_CHECKING:
     from dltop.probe.system import SystemSampler
 
 T = TypeVar("T")
+# a Probe records one run: after close(), steps and a new `with` block record nothing
+_CLOSED = "this Probe is closed and records nothing more: make a new Probe for another run"
 
 
 class Probe:
@@ -164,11 +166,14 @@ class Probe:
         self._crash: CrashRecorder | None = None
         self._started = False
         self._closed = False
+        self._depth = 0  # nested `with probe:` blocks open
 
     # --- life cycle -----------------------------------------------------------------
     def start(self) -> Probe:
         """Open the sinks, write ``meta``, start the writer (and sampler) threads, hook backward."""
         if self._started:
+            if self._closed:  # `with probe:` again, after the first block closed it
+                self._error("start", RuntimeError(_CLOSED))
             return self
         self._started = True
         sinks, meta = open_sinks(self.path, self.run_id, self.socket, self.tcp, self._error)
@@ -221,9 +226,13 @@ class Probe:
         w.close()
 
     def __enter__(self) -> Probe:
+        self._depth += 1
         return self.start()
 
     def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> Literal[False]:
+        self._depth -= 1
+        if self._depth > 0:  # a nested `with probe:` (a helper's): the outer block closes
+            return False  # an exception goes on to the outer block, which records it
         status, on_record = exit_status(exc, self._signal)
         if on_record and exc is not None and self._crash is not None:
             with contextlib.suppress(Exception):
@@ -252,11 +261,9 @@ class Probe:
         """
         now = perf_counter()
         put = self._put
-        if put is None:  # closed (ignored), or never started (said once)
-            if not self._started:
-                self._error(
-                    "step", RuntimeError("Probe.step() before start(): use `with Probe(...)`")
-                )
+        if put is None:  # closed, or never started: not recorded (said once)
+            why = _CLOSED if self._closed else "Probe.step() before start(): use `with Probe(...)`"
+            self._error("step", RuntimeError(why))
             return
         try:
             if step is None:

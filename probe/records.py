@@ -21,14 +21,21 @@ from dltop.probe.schema import EVAL, EVENT, STEP
 OnError = Callable[[str, BaseException], None]
 
 # Where a device value goes back to in a step: LOSS, GRAD_NORM, LR, (LRS, group index),
-# or an extra's name (a str that is never empty).
+# or an extra's name (any str, the empty one included: `step(**{"": x})` is legal).
 LOSS: str | None = None
-GRAD_NORM = ""
+GRAD_NORM = ("grad_norm",)
 LR = ("lr",)
 LRS = "lrs"
 Key = str | tuple[str] | tuple[str, int] | None  # one of the above
 
 _NUMBER = (float, int)
+# Fields every step record has: an extra by one of these names would be dropped, and one
+# named for an eval record's own fields would overwrite them ("kind": 2 is no record).
+# Said once, never silently. Other schema names (data_time, mem_*...) fill the field
+# when the probe did not measure it.
+STEP_OWN = frozenset(("kind", "step", "t", "step_time", "compute_time"))
+EVAL_OWN = frozenset(("kind", "step", "t"))
+_OWN_FIELD = "a field of every {} record: this metric is not logged, give it another name"
 
 # The queued step, one flat tuple of plain values (cheap to build on the training
 # thread, untracked by the garbage collector): its layout, in order. Probe.step packs it
@@ -87,7 +94,9 @@ def convert_values(
     if extras:
         out = {}
         for k, v in extras.items():
-            if type(v) is float or type(v) is int or v is None:
+            if k in STEP_OWN:
+                on_error(f"metric {k!r}", ValueError(_OWN_FIELD.format("step")))
+            elif type(v) is float or type(v) is int or v is None:
                 out[k] = v
             else:
                 v = scalar(k, v, k, keys, tensors, on_error)
@@ -141,6 +150,9 @@ def eval_item(
     tensors: list[Any] = []
     rec: dict[str, Any] = {"kind": EVAL, "step": step, "t": time.time()}
     for k, v in metrics.items():
+        if k in EVAL_OWN:
+            on_error(f"eval metric {k!r}", ValueError(_OWN_FIELD.format("eval")))
+            continue
         if type(v) is not float and type(v) is not int:
             v = scalar(k, v, k, keys, tensors, on_error)
         if v is not None:
@@ -197,11 +209,13 @@ class StepRecords:
                     elif type(key) is tuple:
                         if key is LR:
                             lr = val
+                        elif key is GRAD_NORM:
+                            gn = val
                         elif lrs is not None:
                             lrs[key[1]] = val  # the probe's own list, made for this step
-                    elif key == GRAD_NORM:
-                        gn = val
-                    else:
+                    else:  # an extra; every extra a device value: no dict came with the step
+                        if extras is None:
+                            extras = {}
                         extras[key] = val
             ev = batch.timing_event
             if ev is not None:

@@ -53,6 +53,11 @@ HOLD_MAX_S = 5.0  # an item not ready for this long is forced (a hung device mus
 # steps (a loop doing nothing but step()) is kept whole; full, the queue holds ~80 MiB
 # (benchmarks/probe_overhead.py --sustained measures it)
 QUEUE_MAX = 1 << 18
+# bytes of lines written at once while a backlog drains: bounded memory, and a log that
+# grows as it goes rather than all at the end
+WRITE_CHUNK = 1 << 20
+# seconds close() waits for a still-draining writer to write more before giving it up
+CLOSE_PROGRESS_S = 2.0
 WRITE_MARGIN_S = 0.5  # of a flush's timeout, kept for encoding, writing and fsync after the waits
 
 
@@ -228,12 +233,33 @@ class Writer:
         t = self._thread
         if t is not None and t.is_alive() and t is not threading.current_thread():
             t.join(timeout)
+            self._wait_while_writing(t)
         if t is None or not t.is_alive():
             self._drain_locked(force=Deadline(at=self._stop_by), fsync=True, timeout=timeout)
         for sink in self.sinks:
             with contextlib.suppress(Exception):
                 sink.close()
         self.sinks = []
+
+    def _wait_while_writing(self, t: threading.Thread) -> None:
+        """At close, a backlog (a loop that outran the encoder) still being written: wait
+        for it as long as lines keep reaching the log, saying so once; closing the sinks
+        under the writer lost the backlog and the exit record without a word. A writer
+        that stopped making progress is given up on, and what it held is counted."""
+        said = False
+        while t.is_alive():
+            before = self.records_written
+            if not said:
+                said = True
+                _stderr(f"dltop: writing the log's last {self.backlog()} record(s)...")
+            t.join(CLOSE_PROGRESS_S)
+            if t.is_alive() and self.records_written == before:
+                self._warn(f"the log writer is stuck: {self.backlog()} record(s) not written")
+                return
+
+    def backlog(self) -> int:
+        """Records queued or held, not yet written (approximate while the writer runs)."""
+        return len(self._queue) + len(self._held)
 
     # --- the writer thread ------------------------------------------------------------
     def _run(self) -> None:
@@ -280,6 +306,7 @@ class Writer:
         if held and self._held_since is not None and now - self._held_since > HOLD_MAX_S:
             force = force or Deadline()
         lost_at = -1  # index in lines of the first record written without its device values
+        size = 0  # bytes in lines
         if not self.sinks:  # nowhere left to write: do not build lines nobody will read
             held.clear()
             queue.clear()
@@ -319,6 +346,12 @@ class Writer:
                 self._build_errors += 1
                 if self._build_errors == 1:
                     self._warn(f"could not encode a {rec.get('kind')!r} record: {e!r}")
+                continue
+            size += len(lines[-1])
+            if size >= WRITE_CHUNK and lost_at < 0:  # a backlog reaches the log as it goes
+                self._write(b"".join(lines))
+                self.records_written += len(lines)
+                lines, size = [], 0
         if not held:
             self._held_since = None
         if force is not None and force.missed:

@@ -104,16 +104,52 @@ def test_no_backward_means_no_grad_norm_and_explicit_values_win(tmp_path: Path) 
         torch.nn.functional.mse_loss(model(x), y).backward()
         probe.step(loss=2.0, grad_norm=7.5, lr=0.125, batch_size=9, step=100)
         tracker = probe._grad
-        assert tracker is not None and not tracker.compute_total  # our own work stopped
+        assert tracker is not None and tracker.compute_total  # given once: still measured
+        opt.zero_grad()
+        torch.nn.functional.mse_loss(model(x), y).backward()
+        probe.step(loss=3.0, grad_norm=torch.tensor(1.5))
+        assert not tracker.compute_total  # given at every step: our own work stopped
         opt.zero_grad()
         torch.nn.functional.mse_loss(model(x), y).backward()
         assert tracker.latest is None
-        probe.step(loss=3.0, grad_norm=torch.tensor(1.5))
+        probe.step(loss=4.0)  # none given: none measured at this step, measured from the next
+        assert tracker.compute_total
+        opt.zero_grad()
+        torch.nn.functional.mse_loss(model(x), y).backward()
+        want = torch.linalg.vector_norm(
+            torch.stack([torch.linalg.vector_norm(p.grad) for p in model.parameters()])
+        ).item()
+        probe.step(loss=5.0)
     s = _records(log, "step")
     assert "grad_norm" not in s[0] and s[0]["step"] == 0 and s[0]["lr"] == 0.3
     assert (s[1]["step"], s[1]["grad_norm"], s[1]["lr"], s[1]["batch_size"]) == (100, 7.5, 0.125, 9)
     assert s[1]["samples_per_s"] == pytest.approx(9 / s[1]["step_time"])
     assert (s[2]["step"], s[2]["grad_norm"]) == (101, 1.5)
+    assert s[3]["step"] == 102 and "grad_norm" not in s[3]
+    assert s[4]["grad_norm"] == pytest.approx(want, rel=1e-6)
+
+
+def test_a_grad_norm_given_once_or_every_other_step_leaves_the_rest_measured(
+    tmp_path: Path,
+) -> None:
+    """One `grad_norm=` (or one every other step, when the user clips only then) turned
+    the probe's own measure off for the rest of the run: every later step had none."""
+    log = tmp_path / "run.jsonl"
+    model = _model()
+    want: list[float | None] = []
+    with Probe(path=log, model=model, system=False, layers_every=0) as probe:
+        for i in range(6):
+            model.zero_grad()
+            x, y = _batch(i)
+            torch.nn.functional.mse_loss(model(x), y).backward()
+            given = 100.0 + i if i in (0, 2, 4) else None
+            norm = torch.linalg.vector_norm(
+                torch.stack([torch.linalg.vector_norm(p.grad) for p in model.parameters()])
+            ).item()
+            want.append(given if given is not None else norm)
+            probe.step(loss=1.0, grad_norm=given)
+    got = [s.get("grad_norm") for s in _records(log, "step")]
+    assert got == pytest.approx(want, rel=1e-6)
 
 
 def test_loss_as_float_tensor_and_nan(tmp_path: Path) -> None:
@@ -470,6 +506,20 @@ def test_batch_size_inference_reads_only_shapes() -> None:
     assert batch_size_of(torch.tensor(3.0)) is None  # 0-d: no batch dimension
     assert batch_size_of([1, 2, 3]) is None and batch_size_of("text") is None
     assert batch_size_of(()) is None and batch_size_of({}) is None
+
+
+def test_a_batch_whose_shape_raises_reaches_the_loop(tmp_path: Path) -> None:
+    """A nested tensor's ``.shape`` raises: `probe.loader()` raised it into training."""
+    nested = torch.nested.nested_tensor([torch.zeros(2, 3), torch.zeros(5, 3)])
+    batches = [nested, [nested, torch.zeros(2)], {"x": nested}, (torch.zeros(4, 1),)]
+    with Probe(path=tmp_path / "run.jsonl", socket=False, system=False) as probe:
+        seen = []
+        for batch in probe.loader(batches):
+            seen.append(batch)
+            probe.step(loss=1.0)
+    assert len(seen) == 4 and seen[0] is nested
+    sizes = [s.get("batch_size") for s in _records(tmp_path / "run.jsonl", "step")]
+    assert sizes == [None, None, None, 4]
 
 
 def test_step_before_start_says_so_once(tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:

@@ -80,6 +80,7 @@ def test_cuda_tensor_lr_is_read_back_without_a_sync(tmp_path: Path) -> None:
     torch.manual_seed(0)
     model = torch.nn.Linear(16, 4).to(dev)
     opt = torch.optim.Adam(model.parameters(), lr=torch.tensor(0.01, device=dev), capturable=True)
+    new_lr = torch.tensor(0.25, device=dev)  # made before: copying it there is a sync
     with Probe(path=log, model=model, optimizer=opt, system=False) as probe:
         torch.cuda.set_sync_debug_mode("error")
         try:
@@ -88,10 +89,46 @@ def test_cuda_tensor_lr_is_read_back_without_a_sync(tmp_path: Path) -> None:
                 opt.step()
                 opt.zero_grad()
                 probe.step(loss=0.5)
-            probe.step(loss=0.5, lr=torch.tensor(0.25, device=dev))
+            probe.step(loss=0.5, lr=new_lr)
         finally:
             torch.cuda.set_sync_debug_mode(0)
     recs, dec = read_records(str(log))
     steps = [r for r in recs if r["kind"] == "step"]
     assert [s["lr"] for s in steps] == pytest.approx([0.01, 0.01, 0.01, 0.25])
+    assert not [r for r in recs if r.get("type") == "warning"]
+
+
+def test_cuda_only_extras_and_a_grad_norm_given_now_and_then(tmp_path: Path) -> None:
+    """The README's `probe.step(loss=loss, acc=acc)` with CUDA tensors: every extra a
+    device value left no dict for the read-back, and every step was dropped. A grad norm
+    given every other step (clipping only then) must leave the others measured."""
+    log = tmp_path / "run.jsonl"
+    dev = torch.device("cuda")
+    torch.manual_seed(0)
+    model = torch.nn.Linear(16, 1).to(dev)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    accs, norms = [], []
+    with Probe(path=log, model=model, optimizer=opt, system=False) as probe:
+        torch.cuda.set_sync_debug_mode("error")
+        try:
+            for i in range(20):
+                out = model(torch.randn(32, 16, device=dev))
+                loss = out.pow(2).mean()
+                loss.backward()
+                ref = torch.nn.utils.get_total_norm([p.grad for p in model.parameters()])
+                given = ref * 0 + 100.0 + i if i % 2 else None
+                norms.append(given if given is not None else ref)
+                opt.step()
+                opt.zero_grad()
+                acc = (out > 0).float().mean()
+                accs.append(acc)
+                probe.step(loss=loss, acc=acc, grad_norm=given)
+        finally:
+            torch.cuda.set_sync_debug_mode(0)
+    recs, dec = read_records(str(log))
+    assert dec.malformed == 0
+    steps = [r for r in recs if r["kind"] == "step"]
+    assert len(steps) == 20
+    assert [s["acc"] for s in steps] == pytest.approx([float(a) for a in accs])
+    assert [s["grad_norm"] for s in steps] == pytest.approx([float(n) for n in norms], rel=1e-5)
     assert not [r for r in recs if r.get("type") == "warning"]

@@ -267,3 +267,40 @@ def test_close_writes_everything_after_stuck_read_backs_exit_last(tmp_path: Path
     recs = _all_lines_parse(log)
     assert [r["step"] for r in recs if r["kind"] == "step"] == list(range(8))
     assert recs[-1]["type"] == "exit" and w.readbacks_lost == 8
+
+
+def test_a_backlog_at_close_is_written_whole_exit_last(
+    tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """A loop that outran the encoder leaves a backlog that takes longer than close()'s
+    wait: the sinks were closed under the writer, and the backlog and the exit record were
+    lost without a word. Now close() waits while lines keep coming, says so once, and the
+    backlog reaches the log in bounded pieces as it goes."""
+    import time
+
+    from dltop.probe import writer as writer_module
+    from dltop.probe.filesink import FileSink
+    from dltop.probe.writer import Writer
+
+    log = tmp_path / "run.jsonl"
+    sink = ListSink()
+    w = Writer([FileSink(str(log)), sink], heartbeat=None)
+    w.start()
+
+    def slow(item: tuple, force: object) -> dict:  # an encoder slower than the loop
+        time.sleep(0.0005)
+        return {"kind": "step", "step": item[1], "t": 0.0, "pad": "x" * 2000}
+
+    build = w.register(slow)
+    n = 2500  # ~1.3 s of building against a 0.3 s wait, ~5 MB of lines
+    for i in range(n):
+        w.put((build, i))
+    w.put({"kind": "event", "type": "exit", "t": 0.0, "status": "ok"})
+    w.close(timeout=0.3)
+    recs = _all_lines_parse(log)
+    assert [r["step"] for r in recs if r["kind"] == "step"] == list(range(n))
+    assert recs[-1]["type"] == "exit" and sink.closed
+    assert len(sink.batches) > 2  # written in pieces of about WRITE_CHUNK bytes
+    assert max(map(len, sink.batches)) < 2 * writer_module.WRITE_CHUNK
+    err = capfd.readouterr().err
+    assert err.count("writing the log's last") == 1 and "stuck" not in err

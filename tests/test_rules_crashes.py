@@ -74,3 +74,33 @@ def test_a_broken_catalogue_still_reports_the_crash(monkeypatch: pytest.MonkeyPa
     )
     (a,) = alerts_of(eng, "oom")
     assert a.evidence["pattern"] == "unknown"
+
+
+def test_an_exit_record_saying_exception_with_no_record_of_it_is_a_crash() -> None:
+    """`Probe(crash=False)`, or an exception record the writer could not write: the exit
+    record still says how the run ended, and `dltop check` exited 0 on a crashed run."""
+    run = Run(steps=50, end="exception")
+    eng = run_engine(run)
+    (a,) = alerts_of(eng, "crash")
+    assert a.severity == "critical" and a.evidence["exit_status"] == "exception"
+    assert eng.status().status == "crashed"
+    run.end = "signal"
+    (w,) = alerts_of(run_engine(run), "crash")
+    assert w.severity == "warning" and "signal" in w.title
+    assert (
+        alerts_of(run_engine(crash_at(9, exc_type="ValueError", message="bad")), "crash")[
+            0
+        ].evidence["exc_type"]
+        == "ValueError"
+    )  # a recorded exception is named, not doubled
+
+
+def test_a_signal_handled_by_the_run_is_no_crash() -> None:
+    """A preemption handler that checkpoints and carries on: the run finished, the exit
+    record says ok; the SIGTERM warning made `check` exit 1 on a healthy run."""
+    sig = {"kind": "event", "type": "signal", "signal": "SIGTERM", "t": 0.0}
+    run = Run(steps=120, extra_records={99: [sig]})  # 20 more steps, then exit ok
+    eng = run_engine(run)
+    (a,) = alerts_of(eng, "crash")
+    assert a.severity == "info" and not a.active and "handled" in a.title
+    assert eng.status().status == "finished"

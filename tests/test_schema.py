@@ -322,6 +322,27 @@ def test_a_byte_order_mark_costs_no_line() -> None:
     assert decode_line(bom) is None
 
 
+def test_lone_surrogate_escapes_cost_no_line() -> None:
+    """Python's json.dumps writes an undecodable file-name byte as ``\\udce9``, which strict
+    JSON rejects: every such line was skipped. It is read, the escape kept as text (as the
+    probe writes it); escaped backslashes and real surrogate pairs are left alone."""
+    lines = [
+        json.dumps({"kind": "event", "type": "note", "text": "caf\udce9.jpg"}),
+        json.dumps({"kind": "event", "type": "note", "text": "\U0001f600 and \ud800"}),
+        '{"kind":"event","type":"note","text":"a\\\\udce9"}',  # backslash, then "udce9"
+        '{"kind":"step","step":1,"loss":NaN,"tag":"\\udfff"}',
+    ]
+    dec = LineDecoder()
+    recs = dec.feed(("\n".join(lines) + "\n").encode())
+    assert dec.malformed == 0
+    assert [r.get("text") for r in recs[:3]] == [
+        "caf\\udce9.jpg",
+        "\U0001f600 and \\ud800",
+        "a\\udce9",
+    ]
+    assert math.isnan(recs[3]["loss"]) and recs[3]["tag"] == "\\udfff"
+
+
 def test_text_fields_keep_their_nan_strings() -> None:
     """Markers are numbers only where a number can stand: not in argv, notes or messages."""
     meta = {"kind": "meta", "v": 1, "argv": ["train.py", "NaN", "Infinity"], "notes": ["NaN"]}

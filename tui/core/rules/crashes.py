@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from dltop.tui.core.alerts import CRITICAL, WARNING
+from dltop.tui.core.alerts import CRITICAL, INFO, WARNING, Severity
 from dltop.tui.core.ending import Ending, RunEnding, event_ending, is_clean_exit, is_interrupt
 from dltop.tui.core.rules.base import Rule, Tracker
 
@@ -70,6 +70,37 @@ class Crashes(Rule):
             self.exit_t = e.last_t
             if self.exit_status == "interrupted":
                 self.interrupted = True
+            self._unrecorded_end(e)
+
+    def _unrecorded_end(self, e: RuleEngine) -> None:
+        """An exit record that says exception or signal, with no record of either before
+        it (``Probe(crash=False)``, or a record the writer could not write): the run still
+        crashed, and ``dltop check`` must not exit 0 on it. One that says ok after a
+        signal: the signal was handled, and is no crash."""
+        status = self.exit_status
+        signalled = self.trackers["crash"].alert
+        if (
+            status == "ok"
+            and signalled is not None
+            and signalled.evidence.get("pattern") == "signal"
+        ):
+            # a handler took the signal (a preemption checkpoint) and the run ended well
+            signalled.severity, signalled.active = INFO, False
+            signalled.title = f"{self.signal} received and handled: the run went on"
+            signalled.evidence["exit_status"] = status
+            return
+        if not self.crash_on or self.exception is not None or self.system_exit_ok:
+            return
+        severity: Severity
+        if status == "signal" and self.signal is None:
+            title, severity = "Run terminated by a signal", WARNING
+        elif status == "exception":
+            title, severity = "The run crashed: its exception is not in the log", CRITICAL
+        else:
+            return
+        ev = {"pattern": "unknown", "exit_status": status, "last_step": e.last_step}
+        msg = f"the exit record says {status} after step {e.last_step}, with no record of it"
+        self.trackers["crash"].fire(e.last_step, severity, title, msg, ev, t=e.last_t)
 
     def _exception(self, e: RuleEngine, rec: dict[str, Any]) -> None:
         if is_interrupt(rec):
