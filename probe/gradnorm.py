@@ -148,6 +148,14 @@ class GradNormTracker:
                 self.latest = None
                 return
             grads = [g.to_local() if isinstance(g, self._dtensor) else g for g in grads]
+        numels = [g.numel() for g in grads]  # dense sizes, also for a sparse gradient
+        if any(g.layout != torch.strided for g in grads):
+            values = _sparse_values(torch, grads)
+            if values is None:
+                self.latest = None
+                self.error = self.error or RuntimeError(_SPARSE_ON_DEVICE)
+                return
+            grads = values
         with torch.no_grad():
             groups: dict[tuple[Any, Any], list[int]] = {}
             for j, g in enumerate(grads):
@@ -189,7 +197,7 @@ class GradNormTracker:
                 self.layers = (
                     [self.names[i] for i in index],
                     batch,
-                    [g.numel() for g in grads],
+                    numels,
                     [n for i, n in enumerate(self.names) if i not in with_grad],
                     weights is not None,
                 )
@@ -362,3 +370,24 @@ def trainable_params(model: Any, optimizer: Any) -> list[tuple[str, Any]]:
             if p.requires_grad
         ]
     return []
+
+
+_SPARSE_ON_DEVICE = (
+    "sparse gradients on a GPU (nn.Embedding(sparse=True)): their norm needs a coalesce, "
+    "which synchronises; grad_norm not logged (pass grad_norm= to probe.step)"
+)
+
+
+def _sparse_values(torch: Any, grads: list[Any]) -> list[Any] | None:
+    """The gradients with each sparse one as its values, whose norm is the gradient's; a
+    sparse COO one is coalesced first (a backward leaves an index repeated per use). On a
+    GPU that coalesce synchronises: ``None``, the norm is not measured."""
+    out = []
+    for g in grads:
+        if g.layout == torch.strided:
+            out.append(g)
+        elif g.device.type != "cpu":
+            return None
+        else:
+            out.append(g.coalesce().values() if g.layout == torch.sparse_coo else g.values())
+    return out

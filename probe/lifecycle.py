@@ -36,7 +36,7 @@ def open_sinks(
     if path is not None:
         try:
             sinks.append(FileSink(path))
-        except OSError as e:
+        except (OSError, ValueError) as e:  # ValueError: a NUL byte in the path
             sys.stderr.write(
                 f"dltop: warning: cannot open {path} ({e}); the training goes on without a log\n"
             )

@@ -438,7 +438,11 @@ class Probe:
         if where in self._errors:
             return
         self._errors.add(where)
-        message = f"probe error in {where}: {type(err).__name__}: {err}; monitoring degraded, training goes on"
+        text = str(err).strip()  # one line: a torch dispatch error runs to 80
+        text = (text.splitlines() or [""])[0][:300] + (
+            " ..." if "\n" in text or len(text) > 300 else ""
+        )
+        message = f"probe error in {where}: {type(err).__name__}: {text}; monitoring degraded, training goes on"
         with contextlib.suppress(Exception):
             sys.stderr.write(f"dltop: warning: {message}\n")
         w = self._writer

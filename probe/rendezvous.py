@@ -70,6 +70,11 @@ def entry_name(key: str, directory: Path) -> str:
     prefix of it plus a hash of all of it (unique per key, stable, readable at a glance).
     The ``.json`` holds the full run id either way.
     """
+    # a run id is the user's text: "exp/seed1" named a folder that does not exist, and the
+    # run had no socket; a separator or NUL becomes "_" (the .json keeps the real id)
+    key = key.replace("/", "_").replace("\0", "_").replace(os.sep, "_")
+    if key in ("", ".", ".."):
+        key = f"_{key}"
     room = MAX_SOCKET_PATH - len(os.fsencode(directory)) - len(b"/.sock")
     raw = key.encode("utf-8", "surrogateescape")
     if len(raw) <= min(room, 200):

@@ -628,3 +628,29 @@ def test_how_a_with_block_ended_goes_on_record(
     from dltop.probe.lifecycle import exit_status
 
     assert exit_status(exc, signal) == expected
+
+
+def test_sparse_gradients_are_measured(tmp_path: Path) -> None:
+    """`nn.Embedding(sparse=True)`: the norm failed with an 80-line dispatch error in the
+    log and on stderr, and no step had a grad norm. A sparse COO gradient repeats an index
+    per use in the batch, so its norm is taken coalesced."""
+    log = tmp_path / "run.jsonl"
+    torch.manual_seed(0)
+    emb, lin = torch.nn.Embedding(50, 8, sparse=True), torch.nn.Linear(8, 1)
+    model = torch.nn.Sequential(emb, lin)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    refs = []
+    with Probe(path=log, model=model, optimizer=opt, system=False, layers_every=2) as probe:
+        for _ in range(4):
+            loss = model(torch.tensor([[1, 2, 1, 3]])).pow(2).mean()
+            loss.backward()
+            dense = [emb.weight.grad.to_dense(), *(p.grad for p in lin.parameters())]
+            refs.append(float(torch.nn.utils.get_total_norm(dense)))
+            opt.step()
+            opt.zero_grad()
+            probe.step(loss=loss)
+    recs = _records(log)
+    assert [r["grad_norm"] for r in recs if r["kind"] == "step"] == pytest.approx(refs, rel=1e-6)
+    assert not [r for r in recs if r.get("type") == "warning"]
+    layer = next(r for r in recs if r["kind"] == "layers")
+    assert layer["zero_frac"][0] == pytest.approx(1 - 3 / 50)  # 3 of 50 rows used

@@ -132,3 +132,26 @@ def test_cuda_only_extras_and_a_grad_norm_given_now_and_then(tmp_path: Path) -> 
     assert [s["acc"] for s in steps] == pytest.approx([float(a) for a in accs])
     assert [s["grad_norm"] for s in steps] == pytest.approx([float(n) for n in norms], rel=1e-5)
     assert not [r for r in recs if r.get("type") == "warning"]
+
+
+def test_sparse_gradients_on_a_gpu_are_said_in_one_line_never_synced(tmp_path: Path) -> None:
+    log = tmp_path / "run.jsonl"
+    dev = torch.device("cuda")
+    model = torch.nn.Sequential(torch.nn.Embedding(50, 8, sparse=True), torch.nn.Linear(8, 1))
+    model = model.to(dev)
+    idx = torch.tensor([[1, 2, 1, 3]], device=dev)
+    with Probe(path=log, model=model, system=False) as probe:
+        torch.cuda.set_sync_debug_mode("error")
+        try:
+            for _ in range(3):
+                loss = model(idx).pow(2).mean()
+                loss.backward()
+                model.zero_grad()
+                probe.step(loss=loss)
+        finally:
+            torch.cuda.set_sync_debug_mode(0)
+    recs, _ = read_records(str(log))
+    steps = [r for r in recs if r["kind"] == "step"]
+    assert len(steps) == 3 and all("grad_norm" not in s for s in steps)
+    (warning,) = [r["message"] for r in recs if r.get("type") == "warning"]
+    assert "sparse gradients on a GPU" in warning and "\n" not in warning

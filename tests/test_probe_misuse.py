@@ -7,6 +7,7 @@ lost data without a word.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -105,7 +106,6 @@ def test_a_file_name_that_is_not_utf8_loses_no_record(tmp_path: Path) -> None:
     """Python holds an undecodable file-name byte as a lone surrogate; such a name in an
     exception message, a note or a metric's name made the line unencodable, and the crash
     went unrecorded (`dltop check` then exited 0 on a crashed run)."""
-    import os
     import subprocess
     import sys
 
@@ -125,3 +125,39 @@ def test_a_file_name_that_is_not_utf8_loses_no_record(tmp_path: Path) -> None:
         [sys.executable, "-m", "dltop.tui", "check", str(log)], capture_output=True, text=True
     )
     assert done.returncode == 2 and "CRITICAL crash" in done.stdout
+
+
+def test_odd_paths_and_run_ids_cost_only_their_own_part(
+    tmp_path: Path, short_dir: Path, monkeypatch: pytest.MonkeyPatch, capfd: Any
+) -> None:
+    """A NUL byte in `path=` raised ValueError out of `with Probe(...)`; a run id with a
+    `/` ("exp/seed1") silently had no live socket ("No such file or directory")."""
+    from dltop.probe import rendezvous
+
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(short_dir))
+    with Probe(path=str(tmp_path / "a\0b.jsonl"), socket=True, system=False) as probe:
+        probe.step(loss=1.0)  # no log, the socket still serves
+    assert "cannot open" in capfd.readouterr().err
+    log = tmp_path / "run.jsonl"
+    with Probe(path=log, run_id="exp/seed1", system=False) as probe:
+        key = f"exp/seed1.{os.getpid()}"
+        assert rendezvous.socket_path(key).exists()  # served while the run is on
+        probe.step(loss=1.0)
+    assert "no live socket" not in capfd.readouterr().err
+    assert _records(log, "meta")[0]["run_id"] == "exp/seed1"
+
+
+def test_the_probes_own_errors_are_one_line(
+    tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """A torch dispatch error runs to 80 lines; it reached stderr and the log whole."""
+    log = tmp_path / "run.jsonl"
+    with Probe(path=log, socket=False, system=False) as probe:
+        probe._error("one", RuntimeError("first line\n" + "dispatch table\n" * 80))
+        probe._error("two", RuntimeError(""))
+        probe._error("three", RuntimeError("x" * 5000))
+    err = [line for line in capfd.readouterr().err.splitlines() if "probe error" in line]
+    assert len(err) == 3 and all(len(line) < 450 for line in err)
+    assert "first line ..." in err[0] and "dispatch" not in err[0]
+    said = _warnings(log)
+    assert len(said) == 3 and all("\n" not in m for m in said)
