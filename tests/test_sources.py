@@ -125,6 +125,23 @@ def test_rewrite_in_place_without_shrinking_restarts(tmp_path: Path, follow) -> 
     assert model.store.meta["run_id"] == "b"
 
 
+def test_rewrite_keeping_the_first_line_restarts(tmp_path: Path, follow) -> None:
+    """A hand-written log without a meta, written again from the start ("w" mode) with the
+    same first line, grown past our offset between two polls: its new lines were read on
+    from the old offset, two runs merged into one."""
+    path = tmp_path / "run.jsonl"
+    write(path, [step(i) for i in range(100)])
+    src, model, _ = follow(path)
+    assert wait_for(lambda: model.store.steps == 100)
+    src.poll_interval = 1.0  # let the rewrite land between two polls
+    time.sleep(2 * POLL)
+    write(path, [step(0)] + [step(i, loss=5.0) for i in range(1, 300)], mode="wb")
+    src.poll_interval = POLL
+    assert wait_for(lambda: model.resets == 1 and model.store.steps == 300)
+    assert "rewritten" in model.reset_reason and model.malformed == 0
+    assert set(model.store.series("loss").ys[1:]) == {5.0}
+
+
 def test_replacement_with_os_replace_restarts(tmp_path: Path, follow) -> None:
     path = tmp_path / "run.jsonl"
     write(path, [meta("a")] + [step(i) for i in range(20)])

@@ -81,6 +81,10 @@ def _same_run(a: dict[str, Any] | None, b: dict[str, Any]) -> bool:
     return a == b
 
 
+# bytes kept from the end of the last read, to tell a rewritten file (FileSource._check_file)
+_LAST_READ = 64
+
+
 class FileSource(ReaderThread, TailFirst):  # ReaderThread first: its _notify is real
     """Follows one log file into ``model`` on a reader thread (or inline via :meth:`run`)."""
 
@@ -113,6 +117,7 @@ class FileSource(ReaderThread, TailFirst):  # ReaderThread first: its _notify is
         self._fd = -1
         self._ident: tuple[int, int] = (0, 0)
         self._head: bytes | None = None
+        self._last_read: tuple[bytes, int] | None = None  # the last bytes read, and their end
         self._dec = LineDecoder()
 
     # -- control: start / stop / alive / wait_caught_up (reader.ReaderThread) ------------
@@ -158,6 +163,7 @@ class FileSource(ReaderThread, TailFirst):  # ReaderThread first: its _notify is
         self.model.log_path = self.path
         self.offset = 0
         self._head = None
+        self._last_read = None
         self.missing = False
 
     def _close(self) -> None:
@@ -169,6 +175,8 @@ class FileSource(ReaderThread, TailFirst):  # ReaderThread first: its _notify is
         """Read up to ``limit`` bytes (one read), parse and deliver them a chunk at a time;
         False at end of file."""
         got = False
+        if self.caught_up.is_set() and self._rewritten():  # following: new bytes, same file?
+            got = True
         for off, piece in self._pieces(self._fd, self.offset, self.offset + limit):
             self.offset = off
             if not got:
@@ -176,6 +184,7 @@ class FileSource(ReaderThread, TailFirst):  # ReaderThread first: its _notify is
                 if self._head is None:
                     self._remember_head()
             self._deliver(self._dec.feed(piece))
+            self._last_read = (piece[-_LAST_READ:], off)
         return got
 
     def _pieces(self, fd: int, off: int, upto: int | None = None) -> Iterator[tuple[int, bytes]]:
@@ -234,7 +243,19 @@ class FileSource(ReaderThread, TailFirst):  # ReaderThread first: its _notify is
             self._open()
             self._restart(f"{self.path} was rewritten")
             return True
-        return False
+        return self._rewritten()
+
+    def _rewritten(self) -> bool:
+        """A rewrite that kept the first line (a hand-written log without a meta, written
+        again from the start, grown past our offset within one poll): the last bytes read
+        are no longer where they were. Restarts from the top; True when it did."""
+        last = self._last_read
+        if last is None or os.pread(self._fd, len(last[0]), last[1] - len(last[0])) == last[0]:
+            return False
+        how = "truncated" if os.fstat(self._fd).st_size < self.offset else "rewritten"
+        self._open()
+        self._restart(f"{self.path} was {how}")
+        return True
 
     def _switch_file(self, new_size: int) -> bool:
         old_gone = os.fstat(self._fd).st_nlink == 0
