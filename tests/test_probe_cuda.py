@@ -18,6 +18,13 @@ from dltop.probe.decoding import read_records
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
 
 
+def _read(log: Path) -> tuple[list[dict], list[dict]]:
+    """The log's records, every line whole, and its step records."""
+    recs, dec = read_records(str(log))
+    assert dec.malformed == 0
+    return recs, [r for r in recs if r["kind"] == "step"]
+
+
 def test_cuda_training_with_sync_debug_mode_error(tmp_path: Path) -> None:
     log = tmp_path / "run.jsonl"
     dev = torch.device("cuda")
@@ -54,9 +61,7 @@ def test_cuda_training_with_sync_debug_mode_error(tmp_path: Path) -> None:
                 probe.eval(loss=losses[-1])
         finally:
             torch.cuda.set_sync_debug_mode(0)
-    recs, dec = read_records(str(log))
-    assert dec.malformed == 0
-    steps = [r for r in recs if r["kind"] == "step"]
+    recs, steps = _read(log)
     assert len(steps) == 6
     assert [s["loss"] for s in steps] == pytest.approx([float(v) for v in losses], rel=1e-6)
     assert [s["grad_norm"] for s in steps] == pytest.approx([float(v) for v in refs], rel=1e-5)
@@ -125,9 +130,7 @@ def test_cuda_only_extras_and_a_grad_norm_given_now_and_then(tmp_path: Path) -> 
                 probe.step(loss=loss, acc=acc, grad_norm=given)
         finally:
             torch.cuda.set_sync_debug_mode(0)
-    recs, dec = read_records(str(log))
-    assert dec.malformed == 0
-    steps = [r for r in recs if r["kind"] == "step"]
+    recs, steps = _read(log)
     assert len(steps) == 20
     assert [s["acc"] for s in steps] == pytest.approx([float(a) for a in accs])
     assert [s["grad_norm"] for s in steps] == pytest.approx([float(n) for n in norms], rel=1e-5)
@@ -150,8 +153,7 @@ def test_sparse_gradients_on_a_gpu_are_said_in_one_line_never_synced(tmp_path: P
                 probe.step(loss=loss)
         finally:
             torch.cuda.set_sync_debug_mode(0)
-    recs, _ = read_records(str(log))
-    steps = [r for r in recs if r["kind"] == "step"]
+    recs, steps = _read(log)
     assert len(steps) == 3 and all("grad_norm" not in s for s in steps)
     (warning,) = [r["message"] for r in recs if r.get("type") == "warning"]
     assert "sparse gradients on a GPU" in warning and "\n" not in warning
