@@ -10,7 +10,6 @@ scripts, where exit 2 must only ever mean "critical alert".
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import time
@@ -19,9 +18,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from dltop.probe.decoding import LineDecoder
-from dltop.probe.encoding import sanitize
 from dltop.tui import thresholds_args
-from dltop.tui.check_output import as_json, checklists, text_report
+from dltop.tui.check_output import as_json, checklists, error_json, print_json, text_report
 from dltop.tui.check_progress import Progress
 from dltop.tui.core import foreign, gradjoin, ranks, rules_worker, workers
 from dltop.tui.core.alerts import SEVERITY_RANK
@@ -104,7 +102,8 @@ def run(args: argparse.Namespace) -> int:
         results, skipped = collect(args.source, config, progress="dltop check")
     except foreign.MissingExtra as exc:  # the whole line says what to install
         sys.stderr.write(f"dltop: {visible(str(exc))}\n")
-        _json_error(args, str(exc), "")
+        if args.json:
+            print_json(error_json(args.source, str(exc), ""))
         return EXIT_UNREADABLE
     except CheckError as exc:
         return _fail(str(exc), SOURCE_HINT, args)
@@ -118,7 +117,7 @@ def run(args: argparse.Namespace) -> int:
             out = as_json(args.source, results)
             if skipped:
                 out["skipped_files"] = skipped
-            _print_json(out)
+            print_json(out)
         else:
             # the report quotes the log (run ids, messages, file names): one boundary
             sys.stdout.write(visible_lines(text_report(args.source, results, skipped)))
@@ -256,32 +255,11 @@ def _workers_for(paths: list[str]) -> int:
     return min(workers.cpus(), MAX_WORKERS) if big else 1
 
 
-def _print_json(out: dict[str, Any]) -> None:
-    # exact text, JSON-escaped; ensure_ascii: no control or bidi char reaches a terminal
-    sys.stdout.write(json.dumps(sanitize(out), indent=2, ensure_ascii=True) + "\n")
-
-
 def _fail(message: str, hint: str, args: argparse.Namespace | None = None) -> int:
     sys.stderr.write(f"dltop check: error: {visible(message)} (hint: {hint})\n")
-    _json_error(args, message, hint)
+    if args is not None and getattr(args, "json", False):
+        print_json(error_json(args.source, message, hint))
     return EXIT_UNREADABLE
-
-
-def _json_error(args: argparse.Namespace | None, message: str, hint: str) -> None:
-    """Under ``--json``, a check that could not run still prints its one object: a script
-    piping stdout to ``jq`` gets ``error`` to read instead of an empty input to choke on.
-    The line on stderr stays for the person at the terminal."""
-    if args is None or not getattr(args, "json", False):
-        return
-    out: dict[str, Any] = {"source": args.source, "status": "unknown", "steps": 0, "alerts": []}
-    out["error"] = message
-    if hint:
-        out["hint"] = hint
-    try:
-        _print_json(out)
-        sys.stdout.flush()
-    except BrokenPipeError:
-        pass
 
 
 def _log_files(source: str, skipped: list[str], aside: list[str]) -> list[str]:

@@ -8,9 +8,12 @@ caller makes the text terminal-safe (``safetext.visible_lines``) before it is pr
 
 from __future__ import annotations
 
+import json
 import os
+import sys
 from typing import TYPE_CHECKING, Any
 
+from dltop.probe.encoding import sanitize
 from dltop.tui.core.alerts import SEVERITY_RANK, Alert
 from dltop.tui.core.fmt import number as format_number
 
@@ -187,3 +190,24 @@ def checklists(r: FileResult, lang: str) -> dict[int, list[dict[str, Any]]]:
                 }
             ]
     return out
+
+
+def error_json(source: str | None, message: str, hint: str) -> dict[str, Any]:
+    """``--json``'s one object for a check that could not run: a script piping stdout to
+    ``jq`` reads ``error`` instead of choking on an empty input (the line on stderr stays
+    for the person at the terminal)."""
+    out: dict[str, Any] = {"source": source, "status": "unknown", "steps": 0, "alerts": []}
+    out["error"] = message
+    if hint:
+        out["hint"] = hint
+    return out
+
+
+def print_json(out: dict[str, Any]) -> None:
+    """Exact text, JSON-escaped; ``ensure_ascii``: no control or bidi char reaches a
+    terminal. A closed pipe (``| head``) ends the output quietly."""
+    try:
+        sys.stdout.write(json.dumps(sanitize(out), indent=2, ensure_ascii=True) + "\n")
+        sys.stdout.flush()
+    except BrokenPipeError:
+        pass
