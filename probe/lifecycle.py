@@ -9,6 +9,7 @@ says what it could not do and returns what it could.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import time
@@ -17,11 +18,12 @@ from typing import TYPE_CHECKING, Any
 
 from dltop.probe.filesink import FileSink, Sink
 from dltop.probe.gradnorm import GradNormTracker, trainable_params
-from dltop.probe.schema import EV_EXIT, EVENT
+from dltop.probe.schema import EV_EXIT, EV_WARNING, EVENT
 
 if TYPE_CHECKING:
     from dltop.probe.crash import CrashRecorder
     from dltop.probe.system import SystemSampler
+    from dltop.probe.writer import Writer
 
 OnError = Callable[[str, BaseException], None]
 Emit = Callable[[dict[str, Any]], None]
@@ -143,3 +145,20 @@ def exit_record(status: str, last_step: int | None, steps: int, dropped: int) ->
     if dropped:
         rec["dropped"] = dropped
     return rec
+
+
+def say_error(where: str, err: BaseException, writer: Writer | None) -> None:
+    """The probe's own failure, said on stderr and in the log as one line (a torch
+    dispatch error runs to 80; 300 characters are enough to name it). Never raises."""
+    text = str(err).strip()
+    cut = "\n" in text or len(text) > 300
+    text = (text.splitlines() or [""])[0][:300] + (" ..." if cut else "")
+    message = (
+        f"probe error in {where}: {type(err).__name__}: {text}; "
+        "monitoring degraded, training goes on"
+    )
+    with contextlib.suppress(Exception):
+        sys.stderr.write(f"dltop: warning: {message}\n")
+    if writer is not None:
+        writer.warnings.append(message)
+        writer.emit({"kind": EVENT, "type": EV_WARNING, "t": time.time(), "message": message})

@@ -15,7 +15,6 @@ from __future__ import annotations
 import atexit
 import contextlib
 import os
-import sys
 import time
 from collections.abc import Callable, Iterable, Iterator
 from time import perf_counter
@@ -33,6 +32,7 @@ from dltop.probe.lifecycle import (
     hook_gradients,
     install_crash,
     open_sinks,
+    say_error,
     start_sampler,
 )
 from dltop.probe.loader import TimedLoader
@@ -43,6 +43,7 @@ from dltop.probe.records import (
     convert_values,
     eval_item,
     event,
+    heartbeat,
     needs_conversion,
 )
 from dltop.probe.schema import (
@@ -51,7 +52,6 @@ from dltop.probe.schema import (
     EV_OOM,
     EV_PHASE,
     EV_SIGNAL,
-    EV_WARNING,
     EVENT,
     GRAD_SQ_LOCAL,
 )
@@ -345,12 +345,7 @@ class Probe:
             put((self._layers_builder, step, time.time(), taken))
 
     def _heartbeat(self) -> dict[str, Any]:
-        return {
-            "kind": "heartbeat",
-            "t": time.time(),
-            "step": self._last_step,
-            "steps": self._steps,
-        }
+        return heartbeat(self._last_step, self._steps)
 
     # --- other records --------------------------------------------------------------
     def eval(self, **metrics: Any) -> None:
@@ -438,14 +433,4 @@ class Probe:
         if where in self._errors:
             return
         self._errors.add(where)
-        text = str(err).strip()  # one line: a torch dispatch error runs to 80
-        text = (text.splitlines() or [""])[0][:300] + (
-            " ..." if "\n" in text or len(text) > 300 else ""
-        )
-        message = f"probe error in {where}: {type(err).__name__}: {text}; monitoring degraded, training goes on"
-        with contextlib.suppress(Exception):
-            sys.stderr.write(f"dltop: warning: {message}\n")
-        w = self._writer
-        if w is not None:
-            w.warnings.append(message)
-            w.emit({"kind": EVENT, "type": EV_WARNING, "t": time.time(), "message": message})
+        say_error(where, err, self._writer)

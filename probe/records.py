@@ -16,7 +16,7 @@ from typing import Any
 
 from dltop.probe.gradnorm import layers_record
 from dltop.probe.readback import Deadline, DeviceBatch, elapsed_s, host_scalar, is_device
-from dltop.probe.schema import EVAL, EVENT, STEP
+from dltop.probe.schema import EVAL, EVENT, HEARTBEAT, STEP
 
 OnError = Callable[[str, BaseException], None]
 
@@ -134,6 +134,11 @@ def scalar(
         tensors.append(v)
         return None
     return v
+
+
+def heartbeat(last_step: int | None, steps: int) -> dict[str, Any]:
+    """A ``heartbeat`` record: the run is alive at ``last_step``, ``steps`` recorded."""
+    return {"kind": HEARTBEAT, "t": time.time(), "step": last_step, "steps": steps}
 
 
 def event(kind: str, step: int | None, **fields: Any) -> dict[str, Any]:
