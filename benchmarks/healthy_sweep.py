@@ -11,9 +11,13 @@ log-normal noise) that learn fast, slowly or barely (tau 150, 2000, 8000 steps o
 without evaluations every 50 steps (10 % evaluation noise); then over lr schedules
 (constant, warm-up + cosine, step decay) with heavy tails (one loss in 200 at 3x, one grad
 norm in 200 at 8x, or both); then as other tools log them, every 10 or 50 steps (the
-mean loss of those steps, as a Hugging Face Trainer writes it, without timings). None of
-them is a fault, so every warning and critical printed is a false alarm to look at. Prints the counts per grid and alert id, and one
-example of each.
+mean loss of those steps, as a Hugging Face Trainer writes it, without timings); then
+adversarial healthy shapes that look like faults to a naive rule: a GAN's losses that
+never trend down, an RL value loss that jumps whenever the policy changes, a curriculum
+that makes the task harder twice, warm restarts of the lr (SGDR) with the loss bumping
+up after each. None of them is a fault, so every warning and critical printed is a false
+alarm to look at (the issue's bar: no critical in any grid). Prints the counts per grid
+and alert id, and one example of each.
 """
 
 from __future__ import annotations
@@ -124,10 +128,72 @@ def sparse_logs(seeds: int) -> Iterator[tuple[str, Run, int]]:
         yield label, run, every
 
 
+def _gan(r: random.Random) -> Callable[[int, float], float]:
+    """A GAN's generator loss: a level near ln 2 with a slow tug of war, no trend."""
+    phase = r.uniform(0, 2 * math.pi)
+    return lambda i, x: 0.7 * (1 + 0.15 * math.sin(2 * math.pi * i / 300 + phase)) * (x / 0.2)
+
+
+def _rl(r: random.Random) -> Callable[[int, float], float]:
+    """An RL value loss: it falls, and jumps 3x whenever the policy changes (every ~250
+    steps), falling back within ~40 steps."""
+    changes = sorted(r.randrange(100, 1500) for _ in range(5))
+
+    def f(i: int, x: float) -> float:
+        since = [i - c for c in changes if c <= i]
+        bump = 2.0 * math.exp(-since[-1] / 40) if since else 0.0
+        return x * (1 + bump)
+
+    return f
+
+
+def _curriculum(r: random.Random) -> Callable[[int, float], float]:
+    """Harder data at steps 500 and 1000: the loss jumps 2.5x and learns again."""
+
+    def f(i: int, x: float) -> float:
+        harder = sum(1 for c in (500, 1000) if i >= c)
+        since = i - (1000 if i >= 1000 else 500)
+        return x * (1 + 1.5 * math.exp(-since / 150)) if harder else x
+
+    return f
+
+
+def _sgdr(period: int = 300) -> tuple[Curve, Callable[[int, float], float]]:
+    """Cosine lr with warm restarts, and the loss bumping 1.5x after each restart."""
+
+    def lr(i: int) -> float:
+        return 0.05 * (1 + math.cos(math.pi * (i % period) / period)) + 1e-4
+
+    def loss(i: int, x: float) -> float:
+        return x * (1 + 0.5 * math.exp(-(i % period) / 30)) if i >= period else x
+
+    return lr, loss
+
+
+def adversarial(seeds: int) -> Iterator[tuple[str, Run, int]]:
+    """Healthy runs whose losses look like faults: GAN, RL, curriculum, warm restarts."""
+    axes = grid(seeds, shape=("gan", "rl", "curriculum", "sgdr"), noise=(0.1, 0.3))
+    for label, p in axes:
+        r = random.Random(p["seed"])
+        shape, noise, seed = p["shape"], p["noise"], p["seed"]
+        if shape == "sgdr":
+            lr, loss_at = _sgdr()
+            yield label, Run(steps=1500, noise=noise, seed=seed, lr=lr, loss_at=loss_at), 1
+            continue
+        loss_at = {"gan": _gan, "rl": _rl, "curriculum": _curriculum}[shape](r)
+        run = Run(steps=1500, noise=noise, seed=seed, loss_at=loss_at)
+        if shape == "gan":
+            run = Run(
+                steps=1500, noise=noise, seed=seed, loss_at=loss_at, tau=1e9, floor=0.2, loss0=0.2
+            )
+        yield label, run, 1
+
+
 GRIDS = (
     ("curves", curves),
     ("schedules and tails", schedules_and_tails),
     ("sparse logs", sparse_logs),
+    ("adversarial", adversarial),
 )
 
 

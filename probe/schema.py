@@ -74,6 +74,9 @@ EV_WARNING = "warning"  # the probe degraded (e.g. could not write the file): ``
 # probe's queue was full: the log itself lacks them) or "viewer" (one live viewer fell
 # behind and the socket skipped them for it only; the log has them)
 EV_DROPPED = "dropped"
+# what the probe learned about the run's set-up, once and again when it changes: the
+# optimizer and its hyper-parameters, the data loader, AMP, clipping (docs/log-format.md)
+EV_CONFIG = "config"
 # the live socket's answer to a viewer it will not serve (a wrong token): ``message``;
 # sent on the socket only, never written to a log, so not one of EVENT_TYPES
 EV_REFUSED = "refused"
@@ -86,6 +89,7 @@ EVENT_TYPES = (
     EV_NOTE,
     EV_WARNING,
     EV_DROPPED,
+    EV_CONFIG,
 )
 
 # The longest line a reader accepts. The probe's longest records (a ``layers`` record of

@@ -59,6 +59,7 @@ class Run:
     # fault hooks: step -> override
     loss_at: Callable[[int, float], float] | None = None
     gn_at: Callable[[int, float], float] | None = None
+    loss_scale: float | None = None  # an AMP GradScaler's scale on every step (Probe(scaler=))
     eval_at: Callable[[int, float], float] | None = None
     layers_at: Callable[[int, dict[str, Any]], dict[str, Any]] | None = None
     share_at: Callable[[int], float] | None = None
@@ -112,6 +113,8 @@ class Run:
                 "batch_size": 32,
             }
             carry = 0.0
+            if self.loss_scale is not None:
+                rec["loss_scale"] = self.loss_scale
             if self.gn0 is None:
                 del rec["grad_norm"]
             if self.lr is None:

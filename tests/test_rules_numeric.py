@@ -35,12 +35,36 @@ def test_a_few_nonfinite_losses_close_together_are_one_alert() -> None:
     assert a.step == 300 and a.last_step == 311
 
 
-def test_isolated_grad_overflow_with_finite_loss_is_information() -> None:
+AMP = 65536.0  # a GradScaler's scale, logged with every step when the probe has the scaler
+
+
+def test_isolated_grad_overflow_with_finite_loss_is_information_with_a_scaler() -> None:
     # what torch.cuda.amp.GradScaler does on purpose: one inf grad norm, step skipped
-    eng = run_engine(Run(gn_at=lambda i, g: INF if i in (400, 900) else g))
+    eng = run_engine(Run(gn_at=lambda i, g: INF if i in (400, 900) else g, loss_scale=AMP))
     grads = alerts_of(eng, "nan_grad")
     assert grads and all(a.severity == "info" for a in grads)
-    assert grads[0].step == 400
+    assert grads[0].step == 400 and grads[0].evidence["loss_scaler"] is True
+    assert "skipped by the loss scaler" in grads[0].title
+
+
+def test_isolated_grad_overflow_without_a_scaler_on_record_is_a_warning() -> None:
+    """The severity policy: a non-finite value is a warning unless the log shows it needs
+    no action. Nothing says the step was skipped (another tool's log, a probe not given
+    the scaler): the update may have been applied."""
+    eng = run_engine(Run(gn_at=lambda i, g: INF if i == 400 else g))
+    (a,) = alerts_of(eng, "nan_grad")
+    assert (a.step, a.severity, a.evidence["loss_scaler"]) == (400, "warning", False)
+    assert "no loss scaler on record" in a.message and "scaler=" in a.message
+    # a config event from the probe saying the run has a scaler is as good as loss_scale
+    run = Run(gn_at=lambda i, g: INF if i == 400 else g)
+    records = list(run.records())
+    records.insert(2, {"kind": "event", "type": "config", "amp": {"scaler": True}})
+    from dltop.tui.core.rules import RuleEngine
+
+    eng = RuleEngine()
+    eng.feed_many(records)
+    (a,) = alerts_of(eng, "nan_grad")
+    assert a.severity == "info"
 
 
 def test_persisting_nonfinite_grad_is_critical_from_its_first_step() -> None:
@@ -100,18 +124,21 @@ def test_nan_loss_checklist_sees_a_blowup_two_steps_before_the_nan() -> None:
 def test_amp_start_up_overflows_stay_information() -> None:
     # GradScaler from 2**16: a dozen skipped steps in a row at start-up, then one now and
     # then when the scale grows again; the loss stays finite throughout
-    eng = run_engine(Run(gn_at=lambda i, g: INF if i < 12 or i in (400, 900) else g))
+    eng = run_engine(
+        Run(gn_at=lambda i, g: INF if i < 12 or i in (400, 900) else g, loss_scale=AMP)
+    )
     grads = alerts_of(eng, "nan_grad")
     assert grads and all(a.severity == "info" for a in grads), [a.message for a in grads]
 
 
 def test_overflows_that_persist_with_a_finite_loss_turn_critical() -> None:
-    eng = run_engine(Run(gn_at=lambda i, g: INF if 500 <= i < 525 else g))
+    eng = run_engine(Run(gn_at=lambda i, g: INF if 500 <= i < 525 else g, loss_scale=AMP))
     (a,) = [a for a in alerts_of(eng, "nan_grad") if a.severity == "critical"]
     assert a.step == 500 and a.evidence["consecutive"] == 20
-    short = run_engine(Run(gn_at=lambda i, g: INF if 500 <= i < 515 else g))
+    short = run_engine(Run(gn_at=lambda i, g: INF if 500 <= i < 515 else g, loss_scale=AMP))
     assert {a.severity for a in alerts_of(short, "nan_grad")} == {"info"}
     strict = run_engine(
-        Run(gn_at=lambda i, g: INF if 500 <= i < 515 else g), {"nan_grad.persist": 3}
+        Run(gn_at=lambda i, g: INF if 500 <= i < 515 else g, loss_scale=AMP),
+        {"nan_grad.persist": 3},
     )
     assert "critical" in {a.severity for a in alerts_of(strict, "nan_grad")}

@@ -7,12 +7,44 @@ from rulekit import Run, alerts_of, lr_step, noisy, run_engine
 
 
 def test_loss_spike_flagged_on_its_step_with_ratio_evidence() -> None:
-    eng = run_engine(Run(loss_at=lambda i, x: x * 40 if i == 500 else x))
-    (a,) = alerts_of(eng, "loss_spike")
+    """A warning on its very step; once the losses after it show the run absorbed it,
+    information (the severity policy: an absorbed spike needs no action)."""
+    run = Run(loss_at=lambda i, x: x * 40 if i == 500 else x)
+    records = list(run.records())
+    at = next(i for i, r in enumerate(records) if r.get("step") == 500 and r["kind"] == "step")
+    from dltop.tui.core.rules import RuleEngine
+
+    live = RuleEngine()
+    live.feed_many(records[: at + 1])
+    (a,) = alerts_of(live, "loss_spike")
     assert (a.step, a.severity) == (500, "warning")
     assert a.evidence["ratio"] >= 10 and a.evidence["window"] == 100
     assert "x the median of the last 100 steps" in a.message
+    eng = run_engine(run)
+    (a,) = alerts_of(eng, "loss_spike")
+    assert (a.step, a.severity, a.title) == (500, "info", "Loss spike (absorbed)")
+    assert "the loss did not react" in a.message
     assert a.active is False  # it passed
+
+
+def test_a_spike_the_loss_does_not_recover_from_stays_a_warning() -> None:
+    eng = run_engine(Run(loss_at=lambda i, x: x * 40 if i == 500 else (x * 3 if i > 500 else x)))
+    (a,) = alerts_of(eng, "loss_spike")
+    assert (a.step, a.severity) == (500, "warning")
+
+
+def test_a_lone_grad_spike_the_loss_ignores_is_information_at_any_step() -> None:
+    """A stable, clipped 1e5-2e6 grad norm with one 30x spike that the loss ignores:
+    information whether it comes before step 100 (the baseline still filling) or after."""
+    for at in (80, 400):
+        run = Run(
+            gn0=4e5,
+            gn_noise=0.4,
+            gn_at=lambda i, g, at=at: g * 30 if i == at else g,  # type: ignore[misc]
+        )
+        (a,) = alerts_of(run_engine(run), "grad_explosion")
+        assert (a.step, a.severity) == (at, "info"), a.message
+        assert "(absorbed)" in a.title
 
 
 def test_loss_spike_ignored_during_warmup() -> None:

@@ -113,9 +113,10 @@ def test_a_short_run_still_in_its_lr_warm_up_is_not_called_stuck() -> None:
     assert _of(_engine(recs), "plateau") == []
 
 
-def test_a_run_long_enough_for_windows_gets_their_verdict_only() -> None:
+def test_a_run_long_enough_for_windows_is_judged_on_its_last_three_quarters() -> None:
     """240 steps: the windows compared it (a 3 % dip in the second window is progress to
-    them); thirds of 80 losses do not see the dip, but a run the windows judged is theirs."""
+    them), so it is not judged in thirds of the whole run; but its last three quarters,
+    back at 1.0, brought nothing: not learning, said when it ends."""
     losses = [0.97 if 50 <= i < 100 else 1.0 for i in range(240)]
     recs: list[dict[str, Any]] = [{"kind": "meta", "v": 1, "run_id": "t"}]
     recs += [
@@ -124,12 +125,22 @@ def test_a_run_long_enough_for_windows_gets_their_verdict_only() -> None:
     ]
     recs.append({"kind": "event", "type": "exit", "status": "ok", "step": 239})
     eng = _engine(recs)
-    assert eng.plateau_rule.judged and _of(eng, "plateau") == []
+    (a,) = _of(eng, "plateau")
+    assert eng.plateau_rule.judged and a.severity == "warning"
+    assert a.title == "Loss plateau (not learning)" and a.evidence["whole_run"] is False
+    assert "no progress over the last 75 % of the run (steps 60-239)" in a.message
 
 
-def test_the_whole_run_verdict_waits_for_a_clean_end() -> None:
-    assert _of(_engine(_short(AT_CHANCE, end=None)), "plateau") == []  # may still be running
-    assert _of(_engine(_short(AT_CHANCE, end="exception")), "plateau") == []  # a crash says more
+def test_the_whole_run_verdict_comes_at_the_end_of_the_log_but_not_after_a_crash() -> None:
+    """A log with no exit record is judged when `check` reaches its end (another tool's
+    log never has one); a live viewer asks only once the run is over. A crash says more."""
+    ended = RuleEngine(Config.load())
+    ended.feed_many(_short(AT_CHANCE, end=None))
+    assert _of(ended, "plateau") == []  # still running, as far as the records go
+    ended.finish()
+    (a,) = _of(ended, "plateau")
+    assert a.severity == "warning" and a.evidence["whole_run"] is True
+    assert _of(_engine(_short(AT_CHANCE, end="exception")), "plateau") == []
 
 
 def test_a_short_run_that_learned_or_whose_eval_improved_is_quiet() -> None:

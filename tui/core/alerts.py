@@ -37,6 +37,8 @@ ALERT_IDS = (
     "mixed_runs",  # several processes append to one log at once (rules/segments.py)
     "records_dropped",  # the probe's writer fell behind; the log lacks records (rules/dropped.py)
     "metric_mismatch",  # the eval loss falls, no eval metric improves (rules/metrics.py)
+    "nan_metric",  # NaN/Inf in an eval record or any other logged metric (rules/nan_metrics.py)
+    "loss_collapsed",  # the loss sits at exactly 0 or at one constant value (rules/collapse.py)
 )
 
 

@@ -72,4 +72,15 @@ FACT_NAMES: dict[str, str] = {
     "layers_without_grad": "trainable layers whose grad norm is exactly 0",
     "seconds_since_last_step": "seconds between the latest step and the latest record",
     "device": "'cuda' or 'cpu' from meta",
+    # the run's set-up, from the probe's config events (rules/setup.py)
+    "loader_num_workers": "the DataLoader's num_workers (0: loaded in the training process)",
+    "loader_pin_memory": "whether the DataLoader pins memory for asynchronous GPU copies",
+    "batch_size_first": "the batch size of the first steps that had one",
+    "batch_size_max": "the largest batch size logged",
+    "clip_max_norm": "the max norm gradients are clipped at (0: clipping off)",
+    "amp_dtype": "the autocast dtype seen in forward ('float16', 'bfloat16')",
+    "loss_scaler": "whether an AMP GradScaler is in use",
+    "optimizer": "the optimizer's class ('SGD', 'AdamW')",
+    "momentum": "the optimizer's momentum (Adam: beta1)",
+    "weight_decay": "the optimizer's weight decay",
 }

@@ -55,6 +55,9 @@ class Rule:
     def on_time(self, e: RuleEngine, t: float) -> None:  # heartbeat / sys: time passes
         pass
 
+    def on_finish(self, e: RuleEngine) -> None:  # no more records will come (the log's end)
+        pass
+
 
 def held_steps(records: int, since: int | None, step: int) -> int:
     """How long a condition has held, in steps not records: ``records`` records in a row

@@ -31,6 +31,11 @@ DEFAULTS: dict[str, dict[str, Any]] = {
     # skips the step and halves the scale, several steps in a row at start-up): critical
     # only when it persists this many steps in a row, or the loss goes non-finite too
     "nan_grad": {"enabled": True, "persist": 20, "clear_after": 20},
+    # NaN/Inf in an eval record or any other logged metric (a step's extras, the lr)
+    "nan_metric": {"enabled": True},
+    # the loss at exactly 0, or at one value within rel_tol, on at least min_records
+    # losses and for more steps than the run took to get there (rules/collapse.py)
+    "loss_collapsed": {"enabled": True, "min_records": 8, "rel_tol": 1e-4, "floor_ratio": 1e-3},
     "loss_spike": {
         "enabled": True,
         "ratio": 10.0,
@@ -106,7 +111,15 @@ DEFAULTS: dict[str, dict[str, Any]] = {
         "autocorr": -0.6,
         "checks": 2,
     },
-    "overfitting": {"enabled": True, "patience": 3, "tolerance": 0.01, "noise_factor": 3.0},
+    # large_rise: every evaluation since the best this far above it is a warning even with
+    # few evaluations (beyond noise_factor x the measured noise when it can be measured)
+    "overfitting": {
+        "enabled": True,
+        "patience": 3,
+        "tolerance": 0.01,
+        "noise_factor": 3.0,
+        "large_rise": 0.1,
+    },
     # the eval loss >= loss_drop below its first value over >= min_evals evaluations while no
     # eval metric of known direction ever beat its first value (rules/metrics.py)
     "metric_mismatch": {"enabled": True, "loss_drop": 0.5, "min_evals": 3},

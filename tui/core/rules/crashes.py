@@ -16,6 +16,7 @@ from dltop.tui.core.rules.base import Rule, Tracker
 
 if TYPE_CHECKING:
     from dltop.tui.core.rules.engine import RuleEngine
+    from dltop.tui.core.rules.window import Block
 
 _OOM_TEXT = ("out of memory", "can't allocate memory", "cannot allocate memory")
 
@@ -50,6 +51,28 @@ class Crashes(Rule):
 
     def alert_trackers(self) -> list[Tracker]:
         return list(self.trackers.values())
+
+    def on_block(self, e: RuleEngine, b: Block) -> None:
+        re = self.run_ending
+        was = re.handled
+        if b.steps:
+            re.see_step(b.steps[-1])
+        if was is None and re.handled is not None:
+            self._handled(re.handled)
+
+    def _handled(self, event: dict[str, Any]) -> None:
+        """Steps came after the exception: the run caught it and went on. What the crash
+        alert said stays on record, as information (the run was not ended by it)."""
+        if event.get("type") == "signal":
+            return  # a handled signal is said at the exit record (_unrecorded_end)
+        for tr in self.trackers.values():
+            a = tr.alert
+            if a is not None and a.severity == CRITICAL and a.evidence.get("handled") is None:
+                a.severity = INFO
+                a.active = False
+                a.evidence["handled"] = True
+                a.title = f"{a.title} (handled: training went on)"
+                a.message += "; steps followed it: the run caught the exception and went on"
 
     def on_event(self, e: RuleEngine, rec: dict[str, Any]) -> None:
         typ = rec.get("type")

@@ -3,6 +3,14 @@ the early blow-up that comes before any window exists.
 
 Split from ``spikes.py``: a spike is one step against its window; divergence is a
 level against a baseline, judged over steps (see ``Divergence``'s docstring).
+
+The commonest failure of all, an lr far too high from the start, has three shapes here:
+the loss runs away in consecutive steps (``_early``, on its step); it jumps at once and
+then bounces far above where it started (``_early_median``: the median of a window of
+steps against the first losses, beyond that window's own noise); or the log begins
+after the jump and the loss never comes down at all (``_never_came_down``, judged when
+the run is over: no stretch of it below its first losses, while it swings wildly or
+its gradients are exactly 0 on many steps).
 """
 
 from __future__ import annotations
@@ -10,9 +18,10 @@ from __future__ import annotations
 import math
 from collections import deque
 from operator import sub
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-from dltop.tui.core.alerts import CRITICAL, WARNING, Severity
+from dltop.probe.schema import EV_EXIT
+from dltop.tui.core.alerts import CRITICAL, INFO, WARNING, Severity
 from dltop.tui.core.fmt import number as fmt
 from dltop.tui.core.rules.base import Rule, Tracker, held_steps
 from dltop.tui.core.rules.window import median_of
@@ -25,6 +34,23 @@ if TYPE_CHECKING:
 TINY_LOG = math.log(1e-6)  # below this a loss is float noise: no early blow-up from there
 EARLY_KNOWN = 8  # losses before a rise that tell the start's noise well enough for two in a row
 EARLY_SIGMAS = 3.5  # an early blow-up also clears this many sigmas of the start's own noise
+WINDOW_STEPS = 20  # the early median's window, in steps (and at least WINDOW_LOSSES losses)
+WINDOW_LOSSES = 20  # losses its noise is measured from (fewer misjudge it, both ways)
+WINDOW_SIGMAS = 3.0  # its median clears this many sigmas of the window's own log noise
+CRITICAL_SIGMAS = 4.0  # ... and this many for a critical (one first loss is one noisy draw)
+EARLY_WARN = 4.0  # a window median this many times the start: a warning (critical: early_ratio)
+NEVER_MIN = 10  # losses a "never came down" verdict needs
+NEVER_K = 5  # ... compared in stretches of this many
+NEVER_GAIN = 0.1  # ... with no stretch of 5 losses this much below the first 5
+NEVER_SPREAD = 0.5  # ... and a log-spread of the losses this wide (values swinging ~1.6x)
+NEVER_ZERO_GRADS = 0.2  # ... or grad norms exactly 0 on this share of the steps
+LOST_FOR_CRITICAL = 0.5  # a divergence is critical once it gave back this share of progress
+
+
+def log_spread_of(logs: list[float]) -> float:
+    """Robust sigma of already sorted log values, from their 16th/84th percentiles."""
+    n = len(logs)
+    return 0.5 * (logs[int(0.84 * (n - 1))] - logs[int(0.16 * (n - 1))]) if n >= 5 else 0.0
 
 
 def _step_noise(logs: list[float]) -> float:
@@ -73,6 +99,18 @@ class Divergence(Rule):
         self.high_ref: float | None = None  # the reference it was judged against
         self.high_n = 0  # losses in the current run of early highs
         self.high_bar = 0.0  # ... and the log loss it had to reach (median + noise)
+        self.blown_from: float | None = None  # an early blow-up's reference: where the run started
+        self.first_losses: list[float] = []  # the first few losses: where the run started
+        self.window: deque[tuple[int, float]] = deque(maxlen=64)  # the early median's window
+        self.median_open = self.on and self.early_steps > 0
+        self.median_seen = 0  # losses the early median has taken
+        # the whole run, sampled evenly: "never came down" (judged when it is over)
+        self.sample: list[float] = []
+        self.stride = 1
+        self.taken = 0
+        self.grads = 0
+        self.zero_grads = 0
+        self.ended = False
         self.tr = Tracker(engine, "divergence")
         self.ema: float | None = None  # of log(loss)
         self.base: float | None = None  # log of the lowest window median so far
@@ -96,6 +134,7 @@ class Divergence(Rule):
     def on_block(self, e: RuleEngine, b: Block) -> None:
         if not self.on or self.nonpositive:
             return
+        self._take(e, b)
         fig = e.fig
         if e.lr_jump_step is not None and e.lr_jump_step != self.last_jump:
             self.last_jump = e.lr_jump_step
@@ -168,6 +207,154 @@ class Divergence(Rule):
                 run_or_active = bool(self.run) or self.tr.active
         self.ema, self.ema_step, self.seen, self.first_step = ema, ema_step, seen, first_step
 
+    def _take(self, e: RuleEngine, b: Block) -> None:
+        """The block's losses into the run's sample, the first losses and the early window;
+        the early median judged (the block ends before the figures take it)."""
+        for x in b.gn:
+            if x is not None:
+                self.grads += 1
+                self.zero_grads += x == 0.0
+        for step, x in zip(b.steps, b.loss, strict=True):
+            if x is None or x <= 0:
+                continue
+            self.taken += 1
+            if self.taken % self.stride == 0:
+                self.sample.append(x)
+                if len(self.sample) >= 2048:
+                    del self.sample[1::2]
+                    self.stride *= 2
+            if len(self.first_losses) < 3:
+                self.first_losses.append(x)
+            elif self.median_open and not e.segments.watching and e.segments.mixed is None:
+                # not while a second run in the file may be a second writer (as ``early``)
+                self.window.append((step, x))
+                self.median_seen += 1
+                self._early_median(e, step)
+
+    def _early_median(self, e: RuleEngine, step: int) -> None:
+        """The loss jumped at once and bounces far above where it started (3.5 -> 23 in two
+        steps, then 8-40 for 100 steps: never two in a row at 5x, so ``_early`` misses it).
+
+        Within the first ``early_steps`` steps: the median of the last ``WINDOW_STEPS``
+        steps' losses (at least ``WINDOW_LOSSES``) against the start (the first loss, or
+        the median of the first three when lower), clearing ``EARLY_WARN`` (3) times it
+        and ``WINDOW_SIGMAS`` of the window's own log noise (a noisy window's median says
+        less). A warning; critical at ``early_ratio`` (5x) and beyond the noise."""
+        first = self.first_losses
+        s0 = self.early_from if self.early_from is not None else e.first_step
+        w = self.window
+        # the first early_steps steps, or the first 2 windows' worth of losses of a log
+        # written every N steps (in steps, and never more records than that)
+        if s0 is not None and step - s0 > self.early_steps and self.median_seen > 2 * WINDOW_LOSSES:
+            self.median_open = False
+            self.window.clear()
+            return
+        while len(w) > WINDOW_LOSSES and step - w[0][0] >= WINDOW_STEPS:
+            w.popleft()
+        if len(w) < WINDOW_LOSSES:
+            return
+        ref = min(first[0], median_of(first) or first[0])
+        if ref <= 0 or math.log(ref) < TINY_LOG:
+            return
+        logs = sorted(math.log(x) for _, x in w)
+        mid = logs[len(logs) // 2]
+        # the larger of a robust and a plain estimate: ten losses misjudge either one, and
+        # a sigma read too small turns a low first draw of a noisy run into a "blow-up"
+        mean = sum(logs) / len(logs)
+        sd = (sum((v - mean) ** 2 for v in logs) / (len(logs) - 1)) ** 0.5
+        sigma = max(1.4826 * sorted(abs(v - mid) for v in logs)[len(logs) // 2], sd)
+        ratio = math.exp(mid) / ref
+        bar = max(EARLY_WARN, math.exp(WINDOW_SIGMAS * sigma))
+        if ratio < bar:
+            return
+        crit = ratio >= max(math.exp(self.log_early), math.exp(CRITICAL_SIGMAS * sigma))
+        sev: Severity = CRITICAL if crit else WARNING
+        a = self.tr.alert
+        if a is not None and a.active and (a.severity == CRITICAL or not crit):
+            self.tr.hold(step)
+            return
+        onset = w[0][0]
+        ev = {
+            "loss_median": math.exp(mid),
+            "loss_before": ref,
+            "ratio": ratio,
+            "onset_step": onset,
+            "threshold_ratio": bar,
+            "window_steps": w[-1][0] - w[0][0] + 1,
+            "lr": e.lr,
+        }
+        msg = (
+            f"the loss's median over steps {onset}-{step} is {fmt(math.exp(mid))}, "
+            f"{fmt(ratio)}x the {fmt(ref)} it started at"
+        )
+        if e.lr is not None:
+            msg += f"; lr {fmt(e.lr)}: likely far too high"
+        self.tr.fire(onset, sev, "Loss blew up in the first steps", msg, ev, t=e.t, refresh=True)
+        self.blown_from = ref
+        self.tr.hold(step)
+
+    def on_event(self, e: RuleEngine, rec: dict[str, Any]) -> None:
+        if rec.get("type") == EV_EXIT and rec.get("status") == "ok":
+            self._never_came_down(e)
+
+    def on_finish(self, e: RuleEngine) -> None:
+        self._never_came_down(e)
+
+    def _never_came_down(self, e: RuleEngine) -> None:
+        """The log begins after the blow-up (another tool's, logged every N steps): no
+        rise to see, only a loss that never comes down. When the run is over: no stretch
+        of ``NEVER_K`` losses ``NEVER_GAIN`` below the first ones, while the losses
+        swing wildly (a log-spread of ``NEVER_SPREAD``: a run stuck at chance is calm) or
+        the grad norm is exactly 0 on many steps (dead units after the blow-up). A
+        warning naming the lr: a plateau says "not learning", this says why."""
+        if (
+            self.ended
+            or not self.on
+            or self.nonpositive
+            or self.tr.alert is not None
+            or e.segments.mixed is not None  # two writers: their losses are not one run's
+        ):
+            self.ended = True
+            return
+        self.ended = True
+        xs = self.sample
+        if len(xs) < NEVER_MIN:
+            return
+        k = NEVER_K
+        start = median_of(xs[:k]) or 0.0
+        best = min(median_of(xs[i : i + k]) or math.inf for i in range(0, len(xs) - k + 1))
+        if start <= 0 or best < start * (1 - NEVER_GAIN):
+            return
+        logs = sorted(math.log(x) for x in xs)
+        spread = log_spread_of(logs)
+        zeros = self.zero_grads / self.grads if self.grads else 0.0
+        if spread < NEVER_SPREAD and zeros < NEVER_ZERO_GRADS:
+            return
+        ev = {
+            "loss_first": start,
+            "loss_best": best,
+            "loss_median": math.exp(logs[len(logs) // 2]),
+            "log_spread": spread,
+            "zero_grad_share": zeros,
+            "losses": len(xs),
+            "lr": e.lr,
+            "lr_max": e.lr_max,
+        }
+        why = []
+        if spread >= NEVER_SPREAD:
+            why.append(f"it swings {fmt(math.exp(spread))}x around its median")
+        if zeros >= NEVER_ZERO_GRADS:
+            why.append(f"the grad norm is exactly 0 on {fmt(100 * zeros)} % of the steps")
+        msg = (
+            f"the loss never came down: {fmt(start)} at the start, no stretch of the run "
+            f"{fmt(100 * NEVER_GAIN)} % below it (best {fmt(best)}), and {' and '.join(why)}"
+        )
+        if e.lr_max is not None:
+            msg += f"; lr up to {fmt(e.lr_max)}: likely far too high from the start"
+        first = e.first_step
+        self.tr.fire(first, WARNING, "Loss never came down", msg, ev, t=e.t)
+        self.tr.hold(e.last_step)
+
     def early(self, e: RuleEngine, step: int, loss: float) -> None:
         """Called by the engine on each of the first ``early_steps`` finite losses, on the
         step itself (not at the block's end): a blow-up is named as it happens."""
@@ -235,8 +422,27 @@ class Divergence(Rule):
             f"the loss went from {fmt(math.exp(ref))} to {fmt(loss)} ({fmt(r)}x) by step "
             f"{step}, within the first {self.early_steps} steps"
         )
+        if e.lr is not None:
+            msg += f"; lr {fmt(e.lr)}: likely far too high"
         self.tr.fire(self.high_from, CRITICAL, "Loss blew up in the first steps", msg, ev, t=e.t)
+        self.blown_from = math.exp(ref)
         self.tr.hold(step)
+
+    def _recovered(self, step: int, ema: float) -> None:
+        """The smoothed loss came back below the line and stayed there: the rise was
+        absorbed (a curriculum that made the task harder, an RL policy change, a warm
+        restart's bump). The severity policy: one step down, a warning to information, a
+        critical to a warning (it was wasting compute while it lasted). Not an early
+        blow-up: a run that came back from one still lost its start."""
+        a = self.tr.alert
+        if a is None or a.evidence.get("recovered_at") is not None or "early" in a.title.lower():
+            return
+        if a.title.startswith("Loss blew up") or a.title.startswith("Loss never"):
+            return
+        a.severity = INFO if a.severity == WARNING else WARNING
+        a.title = "Loss rose, then recovered"
+        a.evidence["recovered_at"] = step
+        a.message += f"; back below the line from step {step} (smoothed {fmt(math.exp(ema))})"
 
     def _judge(self, e: RuleEngine, step: int, ema: float, line: float) -> None:
         lo = self.base if self.base is not None else ema
@@ -258,7 +464,13 @@ class Divergence(Rule):
             held = held_steps(self.run, self.run_start, step)
             if held >= self.persist:
                 r = level / low
-                sev: Severity = CRITICAL if ema - lo >= max(self.log_crit, line) else WARNING
+                # critical: far above its best and most of what it learned given back (a
+                # self-supervised loss that rises 20x from a near-zero warm-up level but stays
+                # far below its start is worth a look, not wasting the compute now)
+                lost = level - low >= LOST_FOR_CRITICAL * max(first - low, 0.0)
+                sev: Severity = (
+                    CRITICAL if ema - lo >= max(self.log_crit, line) and lost else WARNING
+                )
                 ev = {
                     "loss_smoothed": level,
                     "loss_smoothed_min": low,
@@ -285,5 +497,11 @@ class Divergence(Rule):
                     self.below_from = step
                 self.below += 1
                 below = held_steps(self.below, self.below_from, step)
-                if below >= self.persist:
+                start = self.blown_from
+                if start is not None and ema >= math.log(start * EARLY_WARN):
+                    # an early blow-up is judged against where the run started, not the
+                    # baseline it set after the jump: still far above the start, still up
+                    self.below = 0
+                elif below >= self.persist:
+                    self._recovered(step, ema)
                     self.tr.clear(step)

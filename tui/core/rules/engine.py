@@ -24,13 +24,14 @@ from dltop.tui.core.rules.config import Config
 from dltop.tui.core.rules.evals import eval_losses, eval_step
 from dltop.tui.core.rules.figures import Figures
 from dltop.tui.core.rules.segments import Segments
+from dltop.tui.core.rules.setup import Setup
 from dltop.tui.core.rules.steploop import feed_steps, on_step
 from dltop.tui.core.rules.window import Block, present
 
 if TYPE_CHECKING:
     from dltop.tui.core.status import RunState
 
-_HOOKS = ("on_block", "on_eval", "on_layers", "on_event", "on_sys", "on_time")
+_HOOKS = ("on_block", "on_eval", "on_layers", "on_event", "on_sys", "on_time", "on_finish")
 _HOOK_TABLES: dict[tuple[type, ...], tuple[tuple[str, tuple[int, ...]], ...]] = {}
 
 
@@ -57,6 +58,7 @@ class RuleEngine:
 
     def __init__(self, config: Config | None = None) -> None:
         from dltop.tui.core.rules import (  # noqa: PLC0415 - rule modules import this one
+            collapse,
             crashes,
             data_bound,
             divergence,
@@ -64,6 +66,7 @@ class RuleEngine:
             gradients,
             memory,
             metrics,
+            nan_metrics,
             numeric,
             overfitting,
             plateau,
@@ -98,6 +101,7 @@ class RuleEngine:
         # the current step, parsed (valid during on_step hooks)
         self.step = 0
         self.first_step: int | None = None  # this segment's first step
+        self.first_step_t: float | None = None  # ... and its time
         self.t: float | None = None
         self.loss: float | None = None
         self.loss_finite = False
@@ -152,6 +156,16 @@ class RuleEngine:
         self.batch_size: Any = None
         self.gpu_util: deque[float] = deque(maxlen=120)
         self.device: str | None = None
+        # where the training loop was at the latest heartbeat (the probe says: data_wait,
+        # forward, backward, optimizer, after_step, compute, outside_loop) and since when:
+        # what names the rank a hung job waits for (``ranks.hung_rank``)
+        self.where: str | None = None
+        self.where_since: float | None = None
+        # the run's set-up as the probe recorded it (``config`` events): the data loader,
+        # clipping, AMP, the optimizer; what checklists ask and the log can now answer
+        self.setup = Setup()
+        self.batch_size_first: Any = None
+        self.batch_size_max: Any = None
 
         # Every rule, by a typed attribute: the per-step path, the run status and the facts
         # read them as such (a renamed class is a type error, never a KeyError at run time).
@@ -161,9 +175,11 @@ class RuleEngine:
         self.divergence_rule = divergence.Divergence(self)
         self.layers_rule = gradients.LayerGradients(self)
         self.plateau_rule = plateau.Plateau(self)
+        self.collapse_rule = collapse.LossCollapse(self)
         self.oscillation_rule = progress.Oscillation(self)
         self.overfitting_rule = overfitting.Overfitting(self)
         self.metric_rule = metrics.MetricMismatch(self)
+        self.nan_metric_rule = nan_metrics.NonFiniteMetrics(self)
         self.data_rule = data_bound.DataBound(self)
         self.memory_rule = memory.MemoryGrowth(self)
         self.stall_rule = stall.Stall(self)
@@ -176,9 +192,11 @@ class RuleEngine:
             self.divergence_rule,
             self.layers_rule,
             self.plateau_rule,
+            self.collapse_rule,
             self.oscillation_rule,
             self.overfitting_rule,
             self.metric_rule,
+            self.nan_metric_rule,
             self.data_rule,
             self.memory_rule,
             self.stall_rule,
@@ -193,6 +211,8 @@ class RuleEngine:
         self._event_hooks = hooks["on_event"]
         self._sys_hooks = hooks["on_sys"]
         self._time_hooks = hooks["on_time"]
+        self._finish_hooks = hooks["on_finish"]
+        self.finished = False  # finish() ran: the log is all there is
 
     # ------------------------------------------------------------------ feeding
 
@@ -227,6 +247,10 @@ class RuleEngine:
         if kind == "step":
             on_step(self, record, t)
         elif kind == "heartbeat":
+            where = record.get("where")
+            if isinstance(where, str) and where:
+                self.where = where[:32]
+                self.where_since = as_float(record.get("where_since"))
             if t is not None:
                 for h in self._time_hooks:
                     h(self, t)
@@ -254,6 +278,8 @@ class RuleEngine:
             typ = record.get("type")
             if typ == "phase":
                 self._on_phase(record, t)
+            elif typ == "config":
+                self.setup.take(record)
             elif typ in ("exit", "exception", "oom") and self.blk.steps:
                 self._close_block()  # the run is ending: judge its last steps now
             for h in self._event_hooks:
@@ -282,10 +308,16 @@ class RuleEngine:
         already closes the block, but a run killed by SIGKILL (or the kernel's OOM killer)
         writes none, and up to ``block_steps`` final steps would otherwise never be judged.
         A live viewer calls it when the run is known to be over without an exit record
-        (its process is gone); alerts never depend on when ``alerts()`` is read.
+        (its process is gone), and after replaying another tool's log; alerts never depend
+        on when ``alerts()`` is read. The rules' ``on_finish`` hooks run once: judgements
+        that need the whole run (a short run that never learned, a spike near the end).
         """
         if self.blk.steps:
             self._close_block()
+        if not self.finished:
+            self.finished = True
+            for h in self._finish_hooks:
+                h(self)
 
     # what a new segment keeps: counts, identity, the file's clock, alerts already raised,
     # and the facts of the first NaN (its checklist must still read them after a restart)
@@ -293,7 +325,7 @@ class RuleEngine:
         "sink", "segments", "steps", "records", "meta", "device", "first_t", "last_t",
         "last_step_t", "first_nonfinite_step", "lr_at_first_nonfinite", "gn_before_nonfinite",
         "gn_before_nonfinite_ratio", "gn_max_seen", "loss_max_jump_ratio", "lr_max",
-        "segment_mark",
+        "segment_mark", "setup", "batch_size_first", "batch_size_max",
     )  # fmt: skip
 
     def _new_segment(self, step: int | None, why: str) -> None:
@@ -347,6 +379,11 @@ class RuleEngine:
         bs = b.recs[-1].get("batch_size")
         if bs is not None:
             self.batch_size = bs
+            if type(bs) is int and bs > 0:
+                if self.batch_size_first is None:
+                    self.batch_size_first = bs
+                if self.batch_size_max is None or bs > self.batch_size_max:
+                    self.batch_size_max = bs
         self.loss_hi = self.spike_rule.threshold(self)
         self.gn_hi, self.gn_warn = self.explosion_rule.thresholds(self)
         b.clear()

@@ -113,6 +113,17 @@ def collect_facts(e: RuleEngine) -> dict[str, Fact]:
     since = e.last_t - e.last_step_t if e.last_t is not None and e.last_step_t is not None else None
     put("seconds_since_last_step", since, last)
     put("device", e.device)
+    su = e.setup
+    put("loader_num_workers", su.num_workers)
+    put("loader_pin_memory", su.pin_memory)
+    put("batch_size_first", e.batch_size_first)
+    put("batch_size_max", e.batch_size_max)
+    put("clip_max_norm", su.clip_max_norm)
+    put("amp_dtype", su.amp_dtype)
+    put("loss_scaler", su.loss_scaler)
+    put("optimizer", su.optimizer)
+    put("momentum", su.momentum)
+    put("weight_decay", su.weight_decay)
     out: dict[str, Fact] = {}
     for name in FACT_NAMES:
         value, step, text = vals.get(name, (None, None, ""))

@@ -47,7 +47,7 @@ class Figures:
     """Rolling windows of the finite loss and grad norm and what is derived from them."""
 
     __slots__ = (
-        "loss_win", "gn_win", "loss_seen", "gn_seen", "loss_med", "gn_med", "loss_wmax",
+        "loss_win", "gn_win", "loss_seen", "gn_seen", "loss_med", "gn_med", "loss_wmax", "loss_p90",
         "gn_wmax", "gn_p90", "loss_spread", "gn_spread", "loss_first_vals", "loss_first",
         "loss_min", "loss_blocks", "progress_failing", "progress_stalled", "_pblock", "_progress_block",
         "_min_gain", "_total_gain", "_loss_sorted", "_gn_sorted", "evals",
@@ -74,6 +74,7 @@ class Figures:
         self.loss_med: float | None = None
         self.gn_med: float | None = None
         self.loss_wmax: float | None = None  # window maxima
+        self.loss_p90: float | None = None
         self.gn_wmax: float | None = None
         self.gn_p90: float | None = None
         self.loss_spread = 0.0  # robust sigma of log(value) in the window: how heavy the noise is
@@ -105,6 +106,7 @@ class Figures:
             slide_sorted(self.loss_win, s, losses)
             self.loss_med = _median_sorted(s)
             self.loss_wmax = s[-1]
+            self.loss_p90 = s[int(0.9 * (len(s) - 1))]
             self.loss_spread = log_spread(s)
             lo = min(losses)
             if self.loss_min is None or lo < self.loss_min:

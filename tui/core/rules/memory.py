@@ -3,6 +3,13 @@
 A leak shows as a steady trend over many steps, not one reading, so the verdict is
 windowed (a linear fit over the sampled run) and reports the step where the growth began,
 estimated from the fit, not the later step where the rule became sure of it.
+
+Judged in steps or in time, whichever comes first: a leaking run on a busy machine makes
+few steps (44 in 30 s) while its memory climbs just as steadily, and the process's RSS is
+sampled every second whatever the step rate. Growth is measured against the noise of the
+readings around the fitted line, so a small leak (16 MiB) on a quiet, straight line is
+named as surely as a large one, and the start-up allocations are left out by steps or by
+seconds (``WARM_S``).
 """
 
 from __future__ import annotations
@@ -22,6 +29,11 @@ if TYPE_CHECKING:
     from dltop.tui.core.rules.window import Block
 
 MIB = 1 << 20
+WARM_S = 5.0  # seconds of training after which memory readings count, however few steps
+SPAN_S = 15.0  # seconds of readings that judge a run, however few steps it made
+SMALL_GROWTH = 16 * MIB  # a straight, clean climb this large counts below min_growth ...
+NOISE_SIGMAS = 20.0  # ... when it is this many times the readings' scatter around the line
+CLEAN_R2 = 0.95  # ... and the line explains this much of them
 
 
 class MemoryGrowth(Rule):
@@ -77,10 +89,24 @@ class MemoryGrowth(Rule):
             self.limit = rss + avail
         self._sample(e, e.last_step, as_float(rec.get("t")), rss)
 
+    def _warm(self, e: RuleEngine, t: float | None) -> bool:
+        """Past the start-up allocations (model, optimizer state, caches): by steps, or by
+        seconds of training on a slow or busy machine."""
+        if e.steps >= e.warmup_steps:
+            return True
+        t0 = e.first_step_t
+        return t is not None and t0 is not None and t - t0 >= WARM_S and e.steps >= 5
+
+    def _long_enough(self, e: RuleEngine) -> bool:
+        if e.steps >= self.min_steps:
+            return True
+        ts = [p[1] for p in self.samples]
+        return len(ts) >= 8 and ts[-1] - ts[0] >= SPAN_S
+
     def _sample(self, e: RuleEngine, step: int, t: float | None, v: float) -> None:
         self.last = v
         self.last_sample_step = step
-        if e.steps < e.warmup_steps:
+        if not self._warm(e, t):
             return  # start-up allocations (model, optimizer state, caches) are not a leak
         if self.start is None:
             self.start_vals.append(v)
@@ -97,7 +123,7 @@ class MemoryGrowth(Rule):
             self.stride *= 2
         n = len(self.samples)
         # every sample while they are few (RSS comes at 1 Hz), every 4th once the fit is long
-        if n >= 4 and e.steps >= self.min_steps and (n < 32 or self.seen % (4 * self.stride) == 0):
+        if n >= 4 and self._long_enough(e) and (n < 32 or self.seen % (4 * self.stride) == 0):
             self._judge(e, step)
 
     def _onset(self, pts: list[tuple[int, float, float]], slope: float, step: int) -> int:
@@ -124,7 +150,16 @@ class MemoryGrowth(Rule):
             need = max(need, self.limit_frac * self.limit)
         peak = self.peak or self.last
         pulled = (peak - self.last) > self.pullback * max(growth, 1.0)
-        if growth >= need and slope > 0 and r2 >= self.r2 and not pulled:
+        # a smaller climb of the process's RSS counts when the line is clean: far above the
+        # readings' scatter (CUDA memory keeps its device-sized bar: allocated memory may
+        # legitimately step up by whole buffers)
+        clean = (
+            self.source == "rss"
+            and growth >= SMALL_GROWTH
+            and r2 >= CLEAN_R2
+            and growth >= NOISE_SIGMAS * _scatter(pts, slope)
+        )
+        if (growth >= need or clean) and slope > 0 and r2 >= self.r2 and not pulled:
             onset = step if self.tr.active else self._onset(pts, slope, step)
             sev: Severity = WARNING
             eta = None
@@ -156,3 +191,14 @@ class MemoryGrowth(Rule):
             self.tr.hold(step)
         elif self.tr.active and (pulled or slope <= 0):
             self.tr.clear(step)
+
+
+def _scatter(pts: list[tuple[int, float, float]], slope: float) -> float:
+    """Robust sigma of the readings around the fitted line (bytes): the median absolute
+    residual, scaled; 0 with fewer than 4 readings."""
+    if len(pts) < 4:
+        return 0.0
+    mx = sum(p[0] for p in pts) / len(pts)
+    my = sum(p[2] for p in pts) / len(pts)
+    res = sorted(abs(p[2] - (my + slope * (p[0] - mx))) for p in pts)
+    return 1.4826 * res[len(res) // 2]

@@ -3,16 +3,19 @@
 A non-finite loss is always critical. A non-finite grad norm with a finite loss is what
 an AMP ``GradScaler`` produces on purpose when it probes a too-large scale (it then skips
 the step and halves the scale; from its initial scale of 2**16 that can take a dozen
-skipped steps in a row at start-up), so overflows stay information while the loss stays
-finite (a NaN weight would make the loss NaN); they become critical when they persist
-``persist`` (20) steps in a row or the loss follows them.
+skipped steps in a row at start-up). So an overflow is information **when the log shows
+a loss scaler** (a step's ``loss_scale``, or a ``config`` event with ``amp.scaler``):
+the step was skipped on purpose. Without one, nothing says the step was skipped rather
+than applied: a warning (the severity policy: a non-finite value is at least a warning
+unless it is known to need no action; another tool's log never says). Either way it is
+critical when it persists ``persist`` (20) steps in a row or the loss follows it.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from dltop.tui.core.alerts import CRITICAL, INFO
+from dltop.tui.core.alerts import CRITICAL, INFO, WARNING, Severity
 from dltop.tui.core.fmt import number as fmt
 from dltop.tui.core.rules.base import Rule, Tracker, held_steps
 from dltop.tui.core.rules.window import median_of
@@ -67,6 +70,11 @@ class NonFinite(Rule):
 
     def alert_trackers(self) -> list[Tracker]:
         return [self.loss_t, self.grad_t]
+
+    def handled(self, e: RuleEngine) -> bool:
+        """A loss scaler is on record (the step's ``loss_scale``, or the probe's config
+        event): a non-finite grad norm is a skipped step."""
+        return e.setup.loss_scaler is True or "loss_scale" in e.rec
 
     def finite(self, e: RuleEngine, lf: bool, gf: bool) -> None:
         """A step with a finite loss and/or grad norm: counts towards ending an episode."""
@@ -155,17 +163,32 @@ class NonFinite(Rule):
         }
         loss_ok = e.loss is None or e.loss_finite  # an unlogged loss is no sign of trouble
         if loss_ok and held < self.persist:
-            # a finite loss and an isolated overflow: what AMP loss scaling does on purpose
+            # a finite loss and an isolated overflow: what AMP loss scaling does on purpose,
+            # information when the log shows the scaler, a warning when nothing says so
             if self.grad_run == 1:
                 self.overflows += 1
             ev["overflow_episodes"] = self.overflows
+            handled = self.handled(e)
+            sev: Severity
+            ev["loss_scaler"] = handled
             said = f"a finite loss {fmt(e.loss)}" if e.loss is not None else "no loss logged"
             run = f" ({self.grad_run} in a row)" if self.grad_run > 1 else ""
-            msg = (
-                f"grad norm {what} at step {e.step}{run} with {said}: an AMP overflow skips "
-                f"the step; critical if it persists {self.persist} steps or the loss follows"
-            )
-            self.grad_t.fire(e.step, INFO, "Gradient overflow (step skipped?)", msg, ev, t=e.t)
+            if handled:
+                msg = (
+                    f"grad norm {what} at step {e.step}{run} with {said}: the loss scaler "
+                    f"skips the step; critical if it persists {self.persist} steps or the "
+                    "loss follows"
+                )
+                title, sev = "Gradient overflow (step skipped by the loss scaler)", INFO
+            else:
+                msg = (
+                    f"grad norm {what} at step {e.step}{run} with {said}, and no loss scaler "
+                    "on record: nothing says the step was skipped (with an AMP GradScaler, "
+                    f"pass scaler= to the Probe); critical if it persists {self.persist} "
+                    "steps or the loss follows"
+                )
+                title, sev = f"Gradient norm is {what}", WARNING
+            self.grad_t.fire(e.step, sev, title, msg, ev, t=e.t)
             return
         base = f"grad norm {what} at step {e.step}"
         if self.grad_run > 1:

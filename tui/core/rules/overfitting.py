@@ -4,8 +4,17 @@ Never from one evaluation: each evaluation set is judged on its own history, aga
 its own noise. Two stages, as early stopping reads a run: information once two
 evaluations in a row sit above the best one (past its best: the best checkpoint is the one
 to keep), withdrawn if a later evaluation sets a new best; a warning once the rise holds
-``patience`` evaluations, clears the noise and has a rising trend. Runs evaluated a few
-times an epoch or once an epoch rarely reach the second stage (3 to 5 evaluations in all).
+``patience`` evaluations and clears the noise, with a rising trend or every one of them
+above the best (a step up that stays is as real as a slope). Runs evaluated once an epoch
+have 3 to 5 evaluations in all: there a rise of ``large_rise`` (10 %) or more on the last
+two evaluations, beyond the measured noise where there is enough to measure it, is a
+warning too (the severity policy: a run past its best by that much wastes compute); it
+becomes information again if the next evaluations come back below that line.
+
+"The train loss falls" means: it is lower than at the best evaluation, or it stayed at a
+level it had already reached by learning (a memorised training set pins the train loss at
+its floor while the eval loss climbs). A warning that a later evaluation proves wrong (a
+new best) becomes information: the run was not past its best after all.
 """
 
 from __future__ import annotations
@@ -14,7 +23,7 @@ import math
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from dltop.tui.core.alerts import INFO, WARNING
+from dltop.tui.core.alerts import INFO, WARNING, Alert
 from dltop.tui.core.fmt import number as fmt
 from dltop.tui.core.rules.base import Rule, Tracker
 from dltop.tui.core.rules.evals import MAX_EVAL_SETS, eval_losses, eval_step
@@ -86,6 +95,7 @@ class Overfitting(Rule):
         self.patience = max(1, int(c["patience"]))
         self.tol = float(c["tolerance"])
         self.noise_k = float(c["noise_factor"])
+        self.large = float(c["large_rise"])
         self.sets: dict[str, _EvalSet] = {}
         self.trackers: dict[str, Tracker] = {}  # per set (the engine clears them on a new segment)
         self.count = 0  # eval records
@@ -136,10 +146,15 @@ class Overfitting(Rule):
     def _judge(self, e: RuleEngine, es: _EvalSet, tr: Tracker) -> None:
         ev_all, raw = es.recent()
         n = len(ev_all)
-        early = tr.alert is not None and tr.alert.severity == INFO
-        if early and n >= 2 and raw[-1] <= min(raw[:-1]):
-            tr.retract()  # a new best: the run was not past its best after all
-            return
+        a = tr.alert
+        if a is not None and n >= 2 and raw[-1] <= min(raw[:-1]):
+            # a new best: the run was not past its best after all
+            if a.severity == INFO and a.evidence.get("stage") == "early":
+                tr.retract()
+                return
+            if a.severity == WARNING and not a.evidence.get("refuted"):
+                _refute(a, ev_all[-1])
+                tr.clear(ev_all[-1][0])
         memo: list[float] = []
 
         def noise() -> float:  # both stages read the same evaluations: measured once
@@ -164,8 +179,20 @@ class Overfitting(Rule):
         noise, but they do say which checkpoint is the best so far."""
         ev_all, raw = es.recent()
         n = len(ev_all)
-        if n < EARLY_EVALS + 1 or (tr.alert is not None and tr.alert.severity != INFO):
-            return  # too few, or a warning episode already (active or over): not demoted
+        if n < EARLY_EVALS + 1:
+            return
+        up = tr.alert
+        if up is not None and up.severity != INFO:
+            # a warning episode already (active or over): not demoted, unless it was the
+            # large rise of few evaluations and the latest ones came back below its line
+            if up.evidence.get("stage") == "large" and up.active:
+                line = up.evidence.get("eval_loss_best")
+                if isinstance(line, float) and min(raw[-EARLY_EVALS:]) < line * (1 + self.large):
+                    up.severity = INFO
+                    up.title = "Eval loss rose, then came back"
+                    up.evidence["recovered_at"] = ev_all[-1][0]
+                    tr.clear(ev_all[-1][0])
+            return
         # the best single evaluation is the luckiest of n noisy draws, about sqrt(2 ln n)
         # noise sigmas below the level it was drawn from: a rise must clear that much before
         # it says anything (with fewer than 5 evaluations the noise is unknown: 0)
@@ -180,13 +207,19 @@ class Overfitting(Rule):
         if (
             later < EARLY_EVALS
             or any(x <= bloss + margin for x in raw[-EARLY_EVALS:])
-            or train is None
-            or btrain is None
-            or not train < btrain * (1 - self.tol)
+            or not self._train_fell(e, train, btrain)
         ):
             if tr.active:
                 tr.clear(step)
             return
+        assert train is not None and btrain is not None  # _train_fell says so
+        # a large rise on every evaluation since the best, beyond the noise where it can be
+        # measured: a warning already (a run evaluated once an epoch has 3 to 5 of them)
+        since = raw[b + 1 :]
+        recent = min(raw[-EARLY_EVALS:])
+        large = recent >= bloss * (1 + self.large) and (
+            n < NOISE_EVALS or recent >= bloss + self.noise_k * noise
+        )
         which = "eval loss" if es.name == "loss" else f"eval {es.name}"
         ev: dict[str, Any] = {
             "eval_loss": loss,
@@ -196,13 +229,25 @@ class Overfitting(Rule):
             "evals_since_best": later,
             "train_loss": train,
             "train_loss_at_best": btrain,
-            "stage": "early",
+            "rise": min(since) / bloss - 1 if bloss else None,
+            "stage": "large" if large else "early",
         }
         if es.name != "loss":
             ev["eval_set"] = es.name
+        how = "fell" if train < btrain * (1 - self.tol) else "stayed at"
+        if large:
+            msg = (
+                f"{which} {fmt(loss)}: the last {EARLY_EVALS} evaluations are "
+                f"{fmt(100 * self.large)} % or more above its best {fmt(bloss)} (step {bstep}) "
+                f"while train loss {how} {fmt(btrain)} -> {fmt(train)}: the step {bstep} "
+                "checkpoint is the one to keep"
+            )
+            tr.fire(ev_all[b + 1][0], WARNING, "Overfitting", msg, ev, t=e.last_t, refresh=True)
+            tr.hold(step)
+            return
         msg = (
             f"{which} {fmt(loss)} has stayed above its best {fmt(bloss)} (step {bstep}) for "
-            f"{later} evaluations while train loss fell {fmt(btrain)} -> {fmt(train)}: the "
+            f"{later} evaluations while train loss {how} {fmt(btrain)} -> {fmt(train)}: the "
             f"step {bstep} checkpoint is the best so far (a warning once the rise holds "
             f"{self.patience} evaluations above the noise)"
         )
@@ -210,6 +255,31 @@ class Overfitting(Rule):
             ev_all[b + 1][0], INFO, "Eval loss past its best", msg, ev, t=e.last_t, refresh=True
         )
         tr.hold(step)
+
+    def _train_fell(self, e: RuleEngine, train: float | None, btrain: float | None) -> bool:
+        """The train loss is lower than at the best evaluation, or no higher and the run
+        had learned to get there (a memorised training set pins it at its floor)."""
+        if train is None or btrain is None:
+            return False
+        if train < btrain * (1 - self.tol):
+            return True
+        first = e.fig.loss_first
+        learned = first is not None and first > 0 and btrain <= first * (1 - LEARNED)
+        return learned and train <= btrain * (1 + self.tol)
+
+    def _recovered(self, tr: Tracker, level: float, step: int | None) -> None:
+        """A warning whose eval level has come back within its margin of the best it was
+        measured from: the rise was temporary, the run was not past its best (the verdict
+        of now, as for a new best): information, until it rises again."""
+        a = tr.alert
+        if a is None or a.severity != WARNING or a.evidence.get("stage") == "large":
+            return
+        best, margin = a.evidence.get("eval_loss_best"), a.evidence.get("margin")
+        if isinstance(best, float) and isinstance(margin, float) and level <= best + margin:
+            a.severity = INFO
+            a.title = "Eval loss rose, then came back"
+            a.evidence["recovered_at"] = step
+            tr.clear(step)
 
     def _warn(
         self,
@@ -247,25 +317,42 @@ class Overfitting(Rule):
             self.tol * abs(bloss), self.noise_k * noise * 1.2533 / self.patience**0.5 + luck
         )
         step, loss, train = ev_all[-1]
-        worse = level > bloss + margin and raw[-1] > bloss
-        if not worse or train is None or btrain is None:
+        if train is None or btrain is None:
             return
-        # ... and a real upward trend since the best, not one lucky low evaluation, at the
-        # t so few points must clear (the luck term above already allows for the best
-        # being picked for being low)
+        self._recovered(tr, level, step)
+        # a real upward trend since the best, not one lucky low evaluation, at the t so few
+        # points must clear (the luck term above already allows for the best being picked
+        # for being low) ...
         pts = raw[b:]
         slope, r2 = linear_fit([float(i) for i in range(len(pts))], pts)
         tstat = (r2 * (len(pts) - 2) / (1 - r2)) ** 0.5 if r2 < 1 else math.inf
-        if slope <= 0 or tstat < t_critical(len(pts) - 2):
+        trend = (
+            level > bloss + margin
+            and raw[-1] > bloss
+            and slope > 0
+            and tstat >= t_critical(len(pts) - 2)
+        )
+        # ... or a step up that holds: every one of the last `patience` evaluations
+        # `large_rise` above the best and beyond the noise of the evaluations since it (the
+        # differences of a series that fell fast and then stepped up read the fall and the
+        # step as noise; the evaluations since the best, around their own median, do not)
+        since = raw[b + 1 :]
+        spread = noise
+        if len(since) >= NOISE_EVALS:  # enough of them to measure their own noise
+            mid = median_of(since) or 0.0
+            spread = min(noise, 1.4826 * (median_of(abs(x - mid) for x in since) or 0.0))
+        floor = max(bloss * (1 + self.large), bloss + self.noise_k * spread)
+        held = all(x >= floor for x in raw[-self.patience :])
+        if not (trend or held):
             return
-        train_falls = train < btrain * (1 - self.tol)
         gap, bgap = level - train, bloss - btrain
-        if train_falls and gap > bgap:
+        if self._train_fell(e, train, btrain) and gap > bgap:
             ev: dict[str, Any] = {
                 "eval_loss": loss,
                 "eval_loss_smoothed": level,
                 "eval_loss_best": bloss,
                 "eval_noise": noise,
+                "margin": margin,
                 "best_step": bstep,
                 "evals_since_best": len(later),
                 "train_loss": train,
@@ -287,6 +374,16 @@ class Overfitting(Rule):
 
 
 EARLY_EVALS = 2  # evaluations in a row above the best for the early stage
+NOISE_EVALS = 5  # evaluations from which their noise can be measured (3 second differences)
+LEARNED = 0.1  # the train loss fell this far from its start: the run had learned
+
+
+def _refute(a: Alert, at: Evaluation) -> None:
+    """A later evaluation beat the best the warning was measured from: information."""
+    a.severity = INFO
+    a.title = "Eval loss rose, then improved again"
+    a.evidence["refuted"] = True
+    a.message += f"; a new best eval loss {fmt(at[1])} came at step {at[0]}"
 
 
 def _centred_medians(raw: list[float]) -> list[float]:

@@ -1,11 +1,28 @@
 """Is the run still learning? A loss plateau, judged on window medians in steps.
 
-A plateau after the loss has already fallen a long way is usually convergence, not a
-fault: it is reported as information; only a run stuck near its starting loss gets a
-warning.
+While the run goes on: a plateau after the loss has already fallen a long way may be
+convergence, so it is information; a run stuck near its starting loss gets a warning
+(and loses it again if it starts learning: the verdict of now).
 
-A run too short for the windows (a fine-tune logged a dozen times, a 60-step smoke run)
-is judged once, when it ends cleanly: thirds of its losses, not windows.
+When the run is over (a clean exit, or the end of the log: ``on_finish``), it is judged
+once as a whole, from a sample of its losses spread evenly over its steps, with a rank
+test across thirds (never a verdict taken at every window: a verdict taken many times
+is wrong many times):
+
+- **never learned**: no third of the run is ``min_improvement`` below the first, beyond
+  the noise. A warning, whatever its length (a fine-tune logged a dozen times, a
+  10 000-step run at chance);
+- **stopped learning early**: the run learned a little, but the last three quarters of
+  its steps brought nothing, train or eval: it has spent three times as long flat as it
+  took to learn, at a level still above a quarter of where it started (a run that shed
+  ``CONVERGED_SHARE`` of its starting loss and then flattens has converged: the windows'
+  information says so). A warning: the severity policy calls a run that leaves most of
+  its compute unused at a mediocre level broken. A collapse to exactly 0 is
+  ``loss_collapsed``'s.
+
+Either is withheld when the eval loss improved over the same stretch (a fine-tune whose
+per-100-step train loss is noise while its eval loss falls is learning), while the lr
+is 0, or while it still warms up.
 """
 
 from __future__ import annotations
@@ -15,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 
 from dltop.probe.schema import EV_EXIT
 from dltop.tui.core.alerts import INFO, WARNING, Severity
+from dltop.tui.core.ending import Ending
 from dltop.tui.core.fmt import number as fmt
 from dltop.tui.core.rules.base import Rule, Tracker
 from dltop.tui.core.rules.window import falling_z, finite_losses, median_of
@@ -25,7 +43,12 @@ if TYPE_CHECKING:
 
 
 MIN_WINDOW_LOSSES = 5  # losses a plateau window needs, however many steps it spans
-SHORT_RUN_LOSSES = (8, 256)  # a run judged whole at its end: at least 8 losses, under 256
+SHORT_RUN_LOSSES = (8, 256)  # a run judged whole at its end: at least 8 losses
+SAMPLE = 2048  # losses kept over the whole run, evenly spread (every 2nd, 4th... once full)
+EARLY_SHARE = 0.25  # "stopped learning early": all learning in this first share of steps
+# ... and a run that shed this share of its starting loss before it flattened has
+# converged (information); one that flattened higher stopped learning early (a warning)
+CONVERGED_SHARE = 0.75
 # a short run "got better" only when its thirds fall by this many standard deviations of a
 # rank test as well as by min_improvement in median: the best of many noisy stretches is
 # 1 % lower by luck alone
@@ -66,7 +89,11 @@ class Plateau(Rule):
         self.seen_jump: int | None = None
         self.first_step: int | None = None
         self.judged = False  # the windows were compared at least once
-        self.short: list[float] = []  # the first losses, for a run too short for windows
+        # (step, loss) over the whole run, evenly spread: the end-of-run judgement
+        self.sample: list[tuple[int, float]] = []
+        self.stride = 1
+        self.taken = 0
+        self.ended = False
 
     def alert_trackers(self) -> list[Tracker]:
         return [self.tr]
@@ -84,8 +111,13 @@ class Plateau(Rule):
         if self.first_step is None:
             self.first_step = steps[0]
         first = self.first_step
-        if len(self.short) < SHORT_RUN_LOSSES[1]:
-            self.short.extend(losses[: SHORT_RUN_LOSSES[1] - len(self.short)])
+        for st, x in zip(steps, losses, strict=True):
+            self.taken += 1
+            if self.taken % self.stride == 0:
+                self.sample.append((st, x))
+                if len(self.sample) >= SAMPLE:
+                    del self.sample[1::2]
+                    self.stride *= 2
         # windows in steps, not records: a window closes once it spans cur_len steps and
         # holds a few losses (a log written every 50 steps fills a 50-step window with one)
         for step, loss in zip(steps, losses, strict=True):
@@ -161,68 +193,154 @@ class Plateau(Rule):
             self.tr.hold(step)
             self.span = span
         elif self.tr.active and gain >= self.min_imp:
+            up = self.tr.alert
+            if up is not None and up.severity == WARNING:
+                # it was stuck for a while, then learned: not "not learning" any more
+                up.severity = INFO
+                up.title = "Loss plateau, then learning resumed"
             self.tr.clear(step)
 
     def on_event(self, e: RuleEngine, rec: dict[str, Any]) -> None:
         if self.on and rec.get("type") == EV_EXIT and rec.get("status") == "ok":
-            self._whole_run(e)
+            self._end_of_run(e)
 
-    def _whole_run(self, e: RuleEngine) -> None:
-        """A run that ended cleanly before its windows could be compared: "not learning"
-        when no third of its losses got ``min_improvement`` below the first third (and the
-        eval loss, if logged, did not improve either). Thirds of a dozen noisy losses are
-        medians of four: a run that learns moves them; one that sits at chance does not."""
-        xs = self.short
-        n = len(xs)
-        if self.judged or self.tr.alert is not None or self.first_step is None:
+    def on_finish(self, e: RuleEngine) -> None:
+        if self.on:
+            self._end_of_run(e)
+
+    def _end_of_run(self, e: RuleEngine) -> None:
+        """The run is over: judged once as a whole (the module's docstring). Not a run
+        that crashed or was killed: how it ended is the news, not how it learned."""
+        if self.ended or self.first_step is None:
             return
-        if not SHORT_RUN_LOSSES[0] <= n < SHORT_RUN_LOSSES[1]:
+        self.ended = True
+        if e.crash_rule.run_ending.ending in (Ending.CRASHED, Ending.OOM, Ending.SIGNALLED):
+            return
+        if e.segments.mixed is not None:
+            return  # two writers: their losses are not one run's
+        blown = e.divergence_rule.tr.alert
+        if blown is not None and blown.severity != INFO:
+            return  # it diverged: "not learning, try a larger lr" would be the wrong story
+        xs = self.sample
+        if len(xs) < SHORT_RUN_LOSSES[0]:
             return
         if e.lr_max is not None and e.lr_max <= 0:
             return  # lr 0 all along: nothing was supposed to move
         if warming_up(e.lr_initial, e.lr, e.lr_max):
             return  # lr still rising at the end: all warm-up, the loss may wait for it
-        k = n // 3
-        first = median_of(xs[:k]) or 0.0
-        if not first:
+        a = self.tr.alert
+        if a is not None and a.active and a.severity == WARNING:
+            return  # the windows say "not learning" already
+        start = median_of(x for _, x in xs[:3]) or 0.0
+        if not self.judged and a is None and len(xs) < SHORT_RUN_LOSSES[1] and self.stride == 1:
+            # too short for the windows: did any third get better than the first, beyond
+            # the noise (the rank test, once the thirds are long enough to tell)?
+            verdict = _thirds(xs, self.min_imp)
+            if verdict is None:
+                return
+            gain, z, first, best, last = verdict
+            if (gain < self.min_imp or z < NOISE_Z) and (first - last) / abs(
+                first
+            ) > -self.max_rise:
+                self._say(e, xs, start, "never", gain, z, first, best, last)
+                return
+        # stopped learning early: the last three quarters of the steps, in thirds, no third
+        # min_improvement better than the first of them (flat, not merely "not surely
+        # falling": a noisy run that still creeps down is not called stuck)
+        s0, s1 = xs[0][0], xs[-1][0]
+        cut = s0 + EARLY_SHARE * (s1 - s0)
+        tail = [p for p in xs if p[0] >= cut]
+        if len(tail) < SHORT_RUN_LOSSES[0]:
             return
-        thirds = [median_of(xs[i : i + k]) or 0.0 for i in range(k, n - k + 1)]
-        last = thirds[-1]
-        gain = (first - min(thirds)) / abs(first)
-        now = (first - last) / abs(first)
-        # the rank test, once the thirds are long enough for it to tell a fall from noise
-        z = (
-            falling_z([sorted(xs[i : i + k]) for i in (0, k, 2 * k)])
-            if k >= RANKED_THIRD
-            else NOISE_Z
-        )
-        if (gain >= self.min_imp and z >= NOISE_Z) or now <= -self.max_rise:
-            return  # it learned at some point, or it rose (divergence's business)
-        eval_gain = e.fig.evals.gain_since(self.first_step)
+        verdict = _thirds(tail, self.min_imp)
+        if verdict is None:
+            return
+        gain, z, first, best, last = verdict
+        if gain < self.min_imp and (first - last) / abs(first) > -self.max_rise:
+            if start and (start - last) / abs(start) >= CONVERGED_SHARE:
+                return  # converged: three quarters of the starting loss gone
+            self._say(e, tail, start, "early", gain, z, first, best, last)
+
+    def _say(
+        self,
+        e: RuleEngine,
+        xs: list[tuple[int, float]],
+        start: float,
+        how: str,
+        gain: float,
+        z: float,
+        first: float,
+        best: float,
+        last: float,
+    ) -> None:
+        since = xs[0][0]
+        eval_gain = e.fig.evals.gain_since(since)
         if eval_gain is not None and eval_gain >= self.min_imp:
             return  # the eval loss improved: learning, whatever the logged train loss says
+        n = len(xs)
+        total = (start - last) / abs(start) if start else 0.0
         ev: dict[str, Any] = {
             "losses": n,
+            "since_step": since,
             "first_third_median": first,
-            "best_third_median": min(thirds),
+            "best_third_median": best,
             "last_third_median": last,
             "improvement": gain,
             "rank_z": z,
-            "total_improvement": now,
+            "total_improvement": total,
+            "loss_first": start,
             "lr": e.lr,
-            "whole_run": True,
+            "whole_run": how == "never",
         }
         if eval_gain is not None:
             ev["eval_improvement"] = eval_gain
-        msg = (
-            f"the run ended without learning: median loss {fmt(first)} over its first {k} "
-            f"logged losses, {fmt(last)} over its last {k}; its best stretch of {k}: "
-            f"{_why(gain, z, self.min_imp)} ({n} losses, steps {self.first_step}-{e.last_step})"
-        )
+        span = f"steps {since}-{e.last_step}"
+        if how == "never":
+            title = "Loss plateau (not learning)"
+            k = n // 3
+            msg = (
+                f"the run ended without learning: median loss {fmt(first)} over its first {k} "
+                f"logged losses, {fmt(last)} over its last {k}; its best stretch of {k}: "
+                f"{_why(gain, z, self.min_imp)} ({n} losses, {span})"
+            )
+        else:
+            share = 100 * (1 - EARLY_SHARE)
+            title = (
+                "Loss plateau (not learning)"
+                if total < self.stuck
+                else "Loss plateau (stopped learning early)"
+            )
+            msg = (
+                f"no progress over the last {fmt(share)} % of the run ({span}): median loss "
+                f"{fmt(first)} -> {fmt(last)}, its best stretch {_why(gain, z, self.min_imp)}; "
+                f"{fmt(100 * total)} % below the start, all of it in the first "
+                f"{fmt(100 * EARLY_SHARE)} %"
+            )
         if eval_gain is not None:
             msg += f"; the eval loss moved {fmt(100 * eval_gain)} %"
-        self.tr.fire(self.first_step, WARNING, "Loss plateau (not learning)", msg, ev, t=e.t)
+        self.tr.fire(since, WARNING, title, msg, ev, t=e.t, refresh=True)
         self.tr.hold(e.last_step)
+
+
+def _thirds(
+    xs: list[tuple[int, float]], min_imp: float
+) -> tuple[float, float, float, float, float] | None:
+    """(gain of the best later third over the first, the rank test's z, and the first,
+    best and last thirds' medians) of a stretch of losses; None when the first is 0."""
+    k = len(xs) // 3
+    parts = [[x for _, x in xs[i : i + k]] for i in (0, k, 2 * k)]
+    parts[2] = [x for _, x in xs[2 * k :]]
+    meds = [median_of(p) or 0.0 for p in parts]
+    first = meds[0]
+    if not first:
+        return None
+    best = min(meds[1:])
+    gain = (first - best) / abs(first)
+    # the rank test, once the thirds are long enough for it to tell a fall from noise
+    z = falling_z([sorted(p) for p in parts]) if k >= RANKED_THIRD else NOISE_Z
+    if k < RANKED_THIRD and gain < min_imp:
+        z = 0.0
+    return gain, z, first, best, meds[2]
 
 
 def _why(gain: float, z: float, min_imp: float) -> str:

@@ -13,7 +13,7 @@ import math
 from collections import deque
 from typing import TYPE_CHECKING
 
-from dltop.tui.core.alerts import CRITICAL, INFO, WARNING, Severity
+from dltop.tui.core.alerts import CRITICAL, INFO, WARNING, Alert, Severity
 from dltop.tui.core.fmt import number as fmt
 from dltop.tui.core.rules.base import Rule, Tracker
 from dltop.tui.core.rules.window import median_of
@@ -23,9 +23,65 @@ if TYPE_CHECKING:
     from dltop.tui.core.rules.window import Block
 
 SPIKE_TITLE = "Gradient norm spike"
-ABSORBED = 1.5  # losses after a lone grad spike within this of the median before: absorbed
+ABSORBED = 1.5  # losses after a lone spike within this of the median before: absorbed
 ABSORB_SAMPLES = 64  # losses after the spike looked at (bounded)
+ABSORB_MIN = 3  # losses after it needed to say anything (2 at the log's end)
 QUIET_TO_CLEAR = 20  # steps without a trigger before a spike/explosion episode ends
+
+
+class Aftermath:
+    """The losses logged after a spike: did the run absorb it?
+
+    Absorbed: the median of the losses after the last spike is within ``ABSORBED`` (1.5x)
+    of the median before the first one, or below the 90th percentile of that window (a
+    loss logged at 4 decimals near 0.0003 moves by whole quanta, and a noisy run's
+    ordinary batches reach its 90th percentile). Decided from the records, so a replay
+    and a live viewer agree. The severity policy: a spike the run absorbed needs no
+    action, so it is information, at any step.
+    """
+
+    __slots__ = ("before", "p90", "after")
+
+    def __init__(self) -> None:
+        self.before: float | None = None  # the loss median when the first spike came
+        self.p90: float | None = None
+        self.after: list[tuple[int, float]] = []  # (step, loss) since then (bounded)
+
+    @property
+    def watching(self) -> bool:
+        return self.before is not None
+
+    def watch(self, e: RuleEngine) -> None:
+        if self.before is None:
+            self.before, self.p90, self.after = e.fig.loss_med, e.fig.loss_p90, []
+
+    def take(self, b: Block) -> None:
+        if self.before is not None and len(self.after) < 2 * ABSORB_SAMPLES:
+            self.after.extend((s, x) for s, x in zip(b.steps, b.loss, strict=True) if x is not None)
+
+    def ready(self, last_hit: int | None) -> bool:
+        """Enough losses logged after the last spike to say (a log written every 50 steps
+        has one record in the quiet spell that ends an episode)."""
+        return sum(1 for s, _ in self.after if last_hit is None or s > last_hit) >= ABSORB_MIN
+
+    def absorbed(self, last_hit: int | None, least: int = ABSORB_MIN) -> tuple[bool, float | None]:
+        """(absorbed?, the median after); stops watching. ``last_hit``: the last spike's
+        step (the losses of spike steps themselves are not "after"); ``least``: losses
+        after it needed (fewer at the log's end, where no more will come)."""
+        before, p90 = self.before, self.p90
+        after = [x for s, x in self.after if last_hit is None or s > last_hit][:ABSORB_SAMPLES]
+        self.before, self.p90, self.after = None, None, []
+        med = median_of(after) if len(after) >= least else None
+        if before is None or med is None:
+            return False, med
+        return med <= max(ABSORBED * before, p90 or 0.0), med
+
+
+def _say_absorbed(a: Alert, after: float | None, before: float | None) -> None:
+    a.severity = INFO
+    if "(absorbed)" not in a.title:
+        a.title += " (absorbed)"
+    a.message += f"; the loss did not react (median {fmt(after)} after, {fmt(before)} before)"
 
 
 class LossSpike(Rule):
@@ -40,6 +96,7 @@ class LossSpike(Rule):
         self.count = 0
         self.last_hit: int | None = None
         self.wmax: float | None = None
+        self.aftermath = Aftermath()
 
     def alert_trackers(self) -> list[Tracker]:
         return [self.tr]
@@ -84,14 +141,29 @@ class LossSpike(Rule):
         a = self.tr.fire(e.step, WARNING, "Loss spike", msg, ev, t=e.t)
         self.count = self.count + 1 if a is prev else 1  # spikes in this episode
         a.evidence["spikes"] = self.count
+        self.aftermath.watch(e)
 
     def on_block(self, e: RuleEngine, b: Block) -> None:
-        if (
-            self.tr.active
-            and self.last_hit is not None
-            and e.step - self.last_hit >= QUIET_TO_CLEAR
-        ):
+        am = self.aftermath
+        if am.watching:
+            am.take(b)
+        quiet = self.last_hit is not None and e.step - self.last_hit >= QUIET_TO_CLEAR
+        if am.watching and quiet and am.ready(self.last_hit):
+            self._settle(ABSORB_MIN)
+        if self.tr.active and quiet:
             self.tr.clear(e.step)
+
+    def on_finish(self, e: RuleEngine) -> None:
+        if self.aftermath.watching:
+            self._settle(2)
+
+    def _settle(self, least: int) -> None:
+        """The episode is over and the losses after it are in (or the log is over): a
+        spike the run absorbed is information."""
+        a, before = self.tr.alert, self.aftermath.before
+        absorbed, after = self.aftermath.absorbed(self.last_hit, least)
+        if absorbed and a is not None and a.severity == WARNING:
+            _say_absorbed(a, after, before)
 
 
 class GradExplosion(Rule):
@@ -113,8 +185,7 @@ class GradExplosion(Rule):
         self.crit_hits: deque[int] = deque()  # steps at or above the critical line
         self.crit_k = max(1, int(c["critical_k"]))
         self.crit_line = math.inf
-        self.watch_loss: float | None = None  # loss median when a lone spike was raised
-        self.after: list[float] = []  # finite losses logged since (bounded)
+        self.aftermath = Aftermath()  # the losses after a lone spike: absorbed?
         self.tr = Tracker(engine, "grad_explosion")
         self.last_hit: int | None = None
         self.wmax: float | None = None
@@ -190,31 +261,26 @@ class GradExplosion(Rule):
         return self.early_phase or e.fig.gn_seen >= self.critical_after
 
     def on_block(self, e: RuleEngine, b: Block) -> None:
-        if not self.tr.active:
-            return
-        if self.watch_loss is not None and len(self.after) < ABSORB_SAMPLES:
-            self.after.extend(x for x in b.loss if x is not None)
-        if self.last_hit is not None and e.step - self.last_hit >= QUIET_TO_CLEAR:
-            self._absorbed()
+        am = self.aftermath
+        if am.watching:
+            am.take(b)
+        quiet = self.last_hit is not None and e.step - self.last_hit >= QUIET_TO_CLEAR
+        if am.watching and quiet and am.ready(self.last_hit):
+            self._absorbed(ABSORB_MIN)
+        if self.tr.active and quiet:
             self.tr.clear(e.step)
 
-    def _absorbed(self) -> None:
+    def on_finish(self, e: RuleEngine) -> None:
+        if self.aftermath.watching:
+            self._absorbed(2)
+
+    def _absorbed(self, least: int) -> None:
         """A lone spike, or a warning raised while the baseline still filled, that the run
-        absorbed (the losses logged after it stayed within 1.5x of the median before it)
-        is context, not a problem: info. Decided from the records, so a replay and a live
-        viewer agree."""
-        a, before = self.tr.alert, self.watch_loss
-        self.watch_loss = None
-        after = median_of(self.after[:ABSORB_SAMPLES])
-        self.after = []
-        if a is None or a.severity != WARNING or before is None or after is None:
-            return
-        if after <= ABSORBED * before:
-            a.severity = INFO
-            a.title += " (absorbed)"
-            a.message += (
-                f"; the loss did not react (median {fmt(after)} after, {fmt(before)} before)"
-            )
+        absorbed (``Aftermath``) is context, not a problem: info, at any step."""
+        a, before = self.tr.alert, self.aftermath.before
+        absorbed, after = self.aftermath.absorbed(self.last_hit, least)
+        if absorbed and a is not None and a.severity == WARNING:
+            _say_absorbed(a, after, before)
 
     def _fire(
         self,
@@ -260,5 +326,5 @@ class GradExplosion(Rule):
         # into their working range: an LSTM's norms triple in its first 60 steps), waits
         # for the loss to say whether it mattered
         watch = a.title == SPIKE_TITLE or (a.severity == WARNING and not self._settled(e))
-        if watch and self.watch_loss is None:
-            self.watch_loss, self.after = e.fig.loss_med, []
+        if watch:
+            self.aftermath.watch(e)

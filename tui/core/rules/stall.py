@@ -198,7 +198,7 @@ class Stall(Rule):
         warn, crit = self.thresholds()
         sev: Severity = CRITICAL if gap >= crit else WARNING
         p95 = self.intervals.quantile
-        ev = {
+        ev: dict[str, Any] = {
             "seconds_without_step": gap,
             "last_step": prev_step,
             "step_time_p95": p95,
@@ -210,6 +210,14 @@ class Stall(Rule):
         msg = (
             f"no new step for {fmt(gap)} s after step {prev_step} ({how}); threshold {fmt(warn)} s"
         )
+        if not resumed and e.where is not None:
+            # where the loop waits, from the probe's heartbeats (data_wait, backward...)
+            ev["phase"] = e.where
+            if e.where_since is not None:
+                ev["phase_since"] = e.where_since
+                msg = f"stuck in {e.where} for {fmt(max(0.0, t - e.where_since))} s; " + msg
+            else:
+                msg = f"stuck in {e.where}; " + msg
         if p95:
             msg += f" = max({fmt(self.wf)}x p95 step time {fmt(p95)} s, {fmt(self.wfloor)} s)"
         a = self.tr.fire(prev_step, sev, "Training stalled", msg, ev, t=t, refresh=True)

@@ -56,6 +56,7 @@ def on_step(e: RuleEngine, rec: dict[str, Any], t: float | None) -> None:
     e.step = step
     if e.first_step is None:
         e.first_step = step
+        e.first_step_t = t
     e.rec = rec
     e.t = t
     loss: Any = rec.get("loss")  # JSON: anything, until as_float says

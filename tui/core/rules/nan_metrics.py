@@ -1,0 +1,137 @@
+"""NaN/Inf in any other logged metric: an evaluation's loss or score, a step's extra, the lr.
+
+Why apart from ``numeric.py``: the loss and the grad norm are judged on their very step,
+with AMP's skipped steps in mind. Everything else a run logs (``eval`` records, the
+``acc`` of ``probe.step(loss=loss, acc=acc)``, a Trainer's ``eval_*`` metrics, another
+tool's validation columns) has no such excuse: a NaN eval loss means the evaluation, or
+the model on held-out data, is broken, and nothing else in the log says so (the train
+loss can stay finite throughout). The severity policy makes it a warning.
+
+Read once per block of steps (the records are in the block) and on each eval record;
+only floats are looked at, so a record costs a pass over its values and nothing more.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from dltop.tui.core.alerts import WARNING
+from dltop.tui.core.rules.base import Rule, Tracker
+
+if TYPE_CHECKING:
+    from dltop.tui.core.rules.engine import RuleEngine
+    from dltop.tui.core.rules.window import Block
+
+# the step fields with rules of their own, and a record's identity
+_STEP_OWN = frozenset({"kind", "step", "t", "loss", "grad_norm"})
+_EVAL_OWN = frozenset({"kind", "step", "t"})
+MAX_METRICS = 16  # metrics followed (names come from the log: any number of them)
+MAX_NAME = 80  # characters of a metric's name kept
+
+
+class _Seen:
+    """One metric's non-finite values: how many, where first and last, and whether its
+    latest value is still non-finite."""
+
+    __slots__ = ("bad", "total", "first", "last", "now", "value")
+
+    def __init__(self) -> None:
+        self.bad = self.total = 0
+        self.first: int | None = None
+        self.last: int | None = None
+        self.now = False
+        self.value = ""
+
+
+def _word(x: float) -> str:
+    return "NaN" if x != x else ("Inf" if x > 0 else "-Inf")
+
+
+class NonFiniteMetrics(Rule):
+    def __init__(self, engine: RuleEngine) -> None:
+        super().__init__(engine)
+        self.settings("nan_metric")
+        self.tr = Tracker(engine, "nan_metric")
+        self.seen: dict[str, _Seen] = {}
+        self.evals = 0  # eval records read
+
+    def alert_trackers(self) -> list[Tracker]:
+        return [self.tr]
+
+    def on_block(self, e: RuleEngine, b: Block) -> None:
+        if not self.on:
+            return
+        for step, rec in zip(b.steps, b.recs, strict=True):
+            self._record(e, rec, step, "")
+
+    def on_eval(self, e: RuleEngine, rec: dict[str, Any]) -> None:
+        self.evals += 1
+        if not self.on:
+            return
+        step = rec.get("step")
+        self._record(e, rec, step if type(step) is int else e.last_step, "eval.")
+
+    def _record(self, e: RuleEngine, rec: dict[str, Any], step: int | None, prefix: str) -> None:
+        bad: list[tuple[str, float]] = []
+        own = _EVAL_OWN if prefix else _STEP_OWN
+        for k, v in rec.items():
+            if type(v) is not float or k in own:
+                continue
+            name = (prefix + k)[:MAX_NAME]
+            known = self.seen.get(name)
+            if v - v == 0.0:  # finite
+                if known is not None:
+                    known.total += 1
+                    known.now = False
+                continue
+            if known is None:
+                if len(self.seen) >= MAX_METRICS:
+                    continue
+                self.seen[name] = _Seen()
+            bad.append((name, v))
+        for name, v in bad:
+            s = self.seen[name]
+            s.bad += 1
+            s.total += 1
+            s.now = True
+            s.value = _word(v)
+            if s.first is None:
+                s.first = step
+            s.last = step
+        if bad:
+            self._fire(e, step)
+        elif self.tr.active and not any(s.now for s in self.seen.values()):
+            self.tr.clear(step)
+
+    def _fire(self, e: RuleEngine, step: int | None) -> None:
+        worst = [(n, s) for n, s in self.seen.items() if s.bad]
+        worst.sort(key=lambda ns: -ns[1].bad)
+        parts = []
+        for name, s in worst[:3]:
+            where = "evaluations" if name.startswith("eval.") else "steps"
+            shown = "eval loss" if name == "eval.loss" else name
+            span = f"step {s.first}" if s.first == s.last else f"steps {s.first}-{s.last}"
+            parts.append(f"{shown} {s.value} at {s.bad} of {s.total} {where} ({span})")
+        more = f" and {len(worst) - 3} more" if len(worst) > 3 else ""
+        finite = e.loss_finite or e.loss is None
+        tail = "; the train loss is finite" if finite and e.fig.loss_seen else ""
+        msg = "; ".join(parts) + more + tail
+        name0, s0 = worst[0]
+        ev: dict[str, Any] = {
+            "metric": name0,
+            "value": s0.value,
+            "nonfinite": s0.bad,
+            "of": s0.total,
+            "first_step": s0.first,
+            "metrics": {n: s.bad for n, s in worst[:MAX_METRICS]},
+        }
+        if e.loss is not None:
+            ev["train_loss_finite"] = e.loss_finite
+        if name0 == "eval.loss":
+            title = f"Eval loss is {s0.value}"
+        elif name0.startswith("eval."):
+            title = f"Eval metric {name0[5:]} is {s0.value}"
+        else:
+            title = f"Metric {name0} is {s0.value}"
+        self.tr.fire(s0.first, WARNING, title, msg, ev, t=e.last_t, refresh=True)
+        self.tr.hold(step)
