@@ -68,8 +68,13 @@ def _header(app: DltopApp) -> str:
     return screen_text(app).splitlines()[0]
 
 
-def _badges(app: DltopApp) -> str:
+def _verdict(app: DltopApp) -> str:
+    """The header's second line: the job's verdict, as `dltop check DIR` words it."""
     return screen_text(app).splitlines()[1]
+
+
+def _badges(app: DltopApp) -> str:
+    return screen_text(app).splitlines()[2]
 
 
 async def _loaded(pilot: object, app: DltopApp) -> None:

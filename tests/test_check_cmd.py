@@ -272,7 +272,7 @@ def test_the_same_checklist_is_printed_once_for_a_run_that_met_the_same_nan_agai
     for _ in range(3):
         for s in range(40):
             t += 0.1
-            rec = {"kind": "step", "step": s, "t": t, "loss": "NaN" if s == 30 else 1.0}
+            rec = {"kind": "step", "step": s, "t": t, "loss": "NaN" if s == 30 else 2 * 0.97**s}
             lines.append(json.dumps(rec))
     log.write_text("\n".join(lines) + "\n")
     out = check(str(log)).stdout
@@ -376,7 +376,7 @@ def test_a_terminal_sees_how_far_the_check_got_and_a_clean_line_after(tmp_path: 
             seen += data
     finally:
         os.close(master)
-    assert p.returncode == 0 and out.startswith("dltop check: ")
+    assert p.returncode == 0 and out.splitlines()[1].startswith("dltop check: ")  # 1st: verdict
     text = seen.decode()
     assert "\rdltop check: " in text and " % of " in text
     assert text.endswith("\r\x1b[K")  # the report starts on a clean line

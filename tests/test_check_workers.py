@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 from dltop.probe.encoding import encode_record
 from dltop.tui import check_cmd
-from dltop.tui.check_output import as_json
+from dltop.tui.check_output import as_json, verdict_of
 from dltop.tui.core import workers
 from dltop.tui.core.rules import Config
 from test_check_cmd import ctrl_c
@@ -78,7 +78,7 @@ def _everything(results: list[check_cmd.FileResult], skipped: list[str]) -> str:
                 "skipped": r.skipped,
             }
         )
-    doc = as_json("job", results)
+    doc = as_json("job", results, verdict_of(results))
     doc.pop("checked_at", None)
     return json.dumps([out, doc, skipped], sort_keys=True, default=repr)
 

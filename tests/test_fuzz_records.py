@@ -23,7 +23,7 @@ from dltop.probe.decoding import read_records
 from dltop.probe.encoding import encode_record
 from dltop.probe.schema import as_float, as_step
 from dltop.tui.check_cmd import check_file
-from dltop.tui.check_output import as_json, text_report
+from dltop.tui.check_output import as_json, text_report, verdict_of
 from dltop.tui.core import view_model as vm
 from dltop.tui.core.rules import Config
 from fuzzkit import exercise_viewer_core, hostile_run, write_jsonl
@@ -39,8 +39,8 @@ def _failures(tmp_path: Path, seeds: range) -> list[str]:
         try:
             exercise_viewer_core(path)
             result = check_file(str(path), config)
-            text_report(str(path), [result], [])
-            json.dumps(as_json(str(path), [result]))
+            text_report(str(path), [result], [], verdict_of([result]))
+            json.dumps(as_json(str(path), [result], verdict_of([result])))
         except Exception as exc:
             where = traceback.extract_tb(exc.__traceback__)[-1]
             out.append(
@@ -120,7 +120,7 @@ def test_each_finding_is_read_without_an_exception(tmp_path: Path, records: list
     assert info.run == "odd" and info.step != "", "the run is shown, not blank"
     result = check_file(str(path), Config.load())
     assert result.state.status in ("running", "stalled", "finished", "crashed", "unknown")
-    assert "Traceback" not in text_report(str(path), [result], [])
+    assert "Traceback" not in text_report(str(path), [result], [], verdict_of([result]))
 
 
 def _read(path: Path) -> tuple[list[dict], int]:

@@ -19,7 +19,14 @@ from typing import Any
 
 from dltop.probe.decoding import LineDecoder
 from dltop.tui import thresholds_args
-from dltop.tui.check_output import as_json, checklists, error_json, print_json, text_report
+from dltop.tui.check_output import (
+    as_json,
+    checklists,
+    error_json,
+    print_json,
+    text_report,
+    verdict_of,
+)
 from dltop.tui.check_progress import Progress
 from dltop.tui.core import foreign, gradjoin, ranks, rules_worker, workers
 from dltop.tui.core.alerts import SEVERITY_RANK
@@ -112,15 +119,16 @@ def run(args: argparse.Namespace) -> int:
     alerts = [(r, a) for r in results for a in r.engine.alerts()]
     worst = max((SEVERITY_RANK[a.severity] for _, a in alerts), default=0)
     code = {0: EXIT_OK, 1: EXIT_WARN, 2: EXIT_CRIT}[worst]
+    said = verdict_of(results, args.lang)
     try:
         if args.json:
-            out = as_json(args.source, results)
+            out = as_json(args.source, results, said)
             if skipped:
                 out["skipped_files"] = skipped
             print_json(out)
         else:
             # the report quotes the log (run ids, messages, file names): one boundary
-            sys.stdout.write(visible_lines(text_report(args.source, results, skipped)))
+            sys.stdout.write(visible_lines(text_report(args.source, results, skipped, said)))
         sys.stdout.flush()
     except BrokenPipeError:  # `dltop check x | head`
         pass

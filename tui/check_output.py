@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 from dltop.probe.encoding import sanitize
 from dltop.tui.core.alerts import SEVERITY_RANK, Alert
 from dltop.tui.core.fmt import number as format_number
+from dltop.tui.core.verdict import job_verdict, verdict
 
 if TYPE_CHECKING:
     from dltop.tui.check_cmd import FileResult
@@ -39,6 +40,15 @@ def _combined_status(results: list[FileResult]) -> RunState:
     return primary(results).state
 
 
+def verdict_of(results: list[FileResult], lang: str = "en") -> str:
+    """The one verdict line of what was checked (``dltop.tui.core.verdict`` words it):
+    the first fault across the ranks, or how the rank the job's status comes from stands."""
+    first = primary(results)
+    ordered = [first] + [r for r in results if r is not first]
+    runs = [(r.rank, r.engine, r.state) for r in ordered]
+    return job_verdict(runs, lang) if len(results) > 1 else verdict(first.engine, first.state, lang)
+
+
 def _alert_json(r: FileResult, a: Alert, multi: bool) -> dict[str, Any]:
     d = a.to_json()
     # the contract's `checklist` is the list of steps; which checklist it is goes beside it
@@ -50,12 +60,14 @@ def _alert_json(r: FileResult, a: Alert, multi: bool) -> dict[str, Any]:
     return d
 
 
-def as_json(source: str, results: list[FileResult]) -> dict[str, Any]:
+def as_json(source: str, results: list[FileResult], said: str) -> dict[str, Any]:
+    """``said``: the verdict line (``verdict_of``), computed once for every surface."""
     multi = len(results) > 1
     state = _combined_status(results)
     out: dict[str, Any] = {
         "source": source,
         "status": state.status,
+        "verdict": said,
         "reason": state.reason,
         "steps": max(r.engine.steps for r in results),
         "alerts": [_alert_json(r, a, multi) for r in results for a in r.engine.alerts()],
@@ -84,9 +96,10 @@ def _evidence_line(ev: dict[str, Any]) -> str:
     return ", ".join(parts)
 
 
-def text_report(source: str, results: list[FileResult], skipped: list[str]) -> str:
+def text_report(source: str, results: list[FileResult], skipped: list[str], said: str) -> str:
+    """The report; its first line is the verdict (``said``), as in ``--json``."""
     state = _combined_status(results)
-    lines = [f"dltop check: {source}"]
+    lines = [said, f"dltop check: {source}"]
     lines += [f"skipped: {why}" for why in skipped]
     lines += [f"note:    {n}" for r in results for n in r.notes]
     lines.append(f"status:  {state.status} ({state.reason})")

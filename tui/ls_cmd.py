@@ -164,3 +164,5 @@ def _print_row(r: RunInfo) -> None:
     print(
         f"{run_id:<28} {pid:>7} {_age(r.started):>10} {step:>8} {visible(r.status):<9} {visible(r.source)}"
     )
+    if r.verdict:  # the verdict `dltop check` starts with, under its run
+        print(f"    {visible(r.verdict, limit=200)}")

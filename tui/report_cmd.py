@@ -15,7 +15,7 @@ import os
 import sys
 
 from dltop.tui import check_cmd, thresholds_args
-from dltop.tui.check_output import primary
+from dltop.tui.check_output import primary, verdict_of
 from dltop.tui.core import foreign
 from dltop.tui.core.rules import ConfigError
 from dltop.tui.core.safetext import visible
@@ -86,6 +86,7 @@ def run(args: argparse.Namespace) -> int:
         skipped_lines=sum(r.skipped for r in results),
         notes=[n for r in results for n in r.notes] + [f"skipped: {s}" for s in skipped],
         ranks=ranks if len(results) > 1 else [],
+        verdict=verdict_of(results, args.lang),
     )
     path = args.output or report.default_path(args.source)
     if os.path.isdir(path):

@@ -294,6 +294,7 @@ class DltopApp(RankFocus, ViewKeys, AlertPane, Exports, App[int]):
         now = self.clock.now()
         # the other ranks' reader errors, each under its own lock, before the shown one's
         run_errors = self.job.error_note(model) if self.job.multi else ""
+        said = self.job.verdict(model, now, self.lang) if self.job.multi else None
         with vm.locked(model):
             run_state = model.status(now)
             header = vm.header_info(
@@ -307,6 +308,8 @@ class DltopApp(RankFocus, ViewKeys, AlertPane, Exports, App[int]):
                 run_state=run_state,
                 ranks=self._rank_note(),
                 run_errors=run_errors,
+                lang=self.lang,
+                verdict=said,
             )
             version = (vm.model_version(model), self.job.version())
             # what the banner depends on beyond the data: a crash the log does not record

@@ -16,15 +16,19 @@ STATUS_STYLE = {
 }
 
 
+VERDICT_STYLE = {"critical": "bold red", "warning": "bold yellow", "": "green"}
+
+
 class Header(Static):
-    """One or two lines; redrawn only when the text it would show changes. Hovering it
-    shows why the run has its status (the status's reason)."""
+    """The run's line and the verdict's line (two; three on small terminals, where the
+    first wraps); redrawn only when the text it would show changes. Hovering it shows why
+    the run has its status (the status's reason)."""
 
     # A fixed height: updating the text then repaints one line instead of re-laying out
     # the whole screen several times a second (measured: the main cost of a tick).
     DEFAULT_CSS = """
-    Header { height: 1; background: $panel; padding: 0 1; }
-    """  # two lines on small terminals: see dltop.tcss
+    Header { height: 2; background: $panel; padding: 0 1; }
+    """  # three lines on small terminals: see dltop.tcss
 
     def __init__(self, *, id: str | None = None) -> None:
         super().__init__("dltop", id=id)
@@ -37,14 +41,17 @@ class Header(Static):
         self.info = info
         self.compact = compact
         self.tooltip = info.reason or None
-        self.update(render_header(info, compact), layout=False)
+        width = self.size.width - 2 if self.size.width > 2 else 0  # inside the padding
+        self.update(render_header(info, compact, width), layout=False)
 
 
-def render_header(info: HeaderInfo, compact: bool = False) -> Text:
+def render_header(info: HeaderInfo, compact: bool = False, width: int = 0) -> Text:
     """The header as Rich text, most important first (a narrow terminal cuts the end):
     the run and its status, the step, the view mode and data problems, then the numbers
-    that only inform (speed, elapsed), then where it runs."""
-    t = Text(no_wrap=False, overflow="ellipsis")
+    that only inform (speed, elapsed), then where it runs; on the next line the verdict.
+    The first line is cut to one line (two on a small terminal, where it wraps); the
+    verdict to ``width`` characters, so it always has its own line."""
+    t = Text(no_wrap=not compact, overflow="ellipsis")
     t.append("dltop ", style="bold")
     t.append(info.run, style="bold cyan")
     if info.ranks:
@@ -79,4 +86,10 @@ def render_header(info: HeaderInfo, compact: bool = False) -> Text:
         t.append(f"  elapsed {info.elapsed}")
     if info.host or info.pid:
         t.append(f"  {info.host}:{info.pid}", style="dim")
+    if info.verdict:
+        said = info.verdict
+        if width and len(said) > width:
+            said = said[: max(1, width - 1)] + "…"
+        t.append("\n")
+        t.append(said, style=VERDICT_STYLE.get(info.verdict_level, ""))
     return t

@@ -31,6 +31,7 @@ class CheckedStep:
     step: ChecklistStep
     mark: str | None
     evidence: str | None
+    value: Any = None  # the number or flag the log answered with (the verdict's ``{value}``)
 
     def line(self) -> str:
         """One line for a report: "Was the learning rate high? lr = 3.0 at step 120 — yes"."""
@@ -67,7 +68,7 @@ def _evaluate_step(step: ChecklistStep, facts: dict[str, Fact], alert: Alert) ->
     op = check["op"]
     if op in UNARY_OPS:
         truthy = bool(value) and not (isinstance(value, float) and math.isnan(value))
-        return CheckedStep(step, _yes_no(truthy == (op == "is_true")), said)
+        return CheckedStep(step, _yes_no(truthy == (op == "is_true")), said, value)
     if "ref" in check or "ref_evidence" in check:
         if "ref" in check:
             fact_ref = facts.get(check["ref"])
@@ -84,7 +85,7 @@ def _evaluate_step(step: ChecklistStep, facts: dict[str, Fact], alert: Alert) ->
     else:
         threshold = check["value"]
     result = _compare(value, op, threshold)
-    return CheckedStep(step, None if result is None else _yes_no(result), said)
+    return CheckedStep(step, None if result is None else _yes_no(result), said, value)
 
 
 def _with_step(text: str, step: int | None) -> str:
@@ -102,7 +103,7 @@ def _is_number(value: Any) -> bool:
 def _compare(value: Any, op: str, threshold: Any) -> bool | None:
     """A comparison of like with like; None when they cannot be compared (or NaN)."""
     if _is_number(value) and _is_number(threshold):
-        if math.isnan(value) or math.isnan(threshold):
+        if any(isinstance(x, float) and math.isnan(x) for x in (value, threshold)):
             return None
     elif type(value) is not type(threshold):
         return None

@@ -31,8 +31,9 @@ OPS = (">", ">=", "<", "<=", "==", "!=", "is_true", "is_false")
 UNARY_OPS = ("is_true", "is_false")
 FORMATS = ("number", "percent", "bytes", "seconds", "ratio")
 _CHECK_KEYS = {"fact", "evidence", "op", "value", "ref", "ref_evidence", "scale", "format"}
-_STEP_KEYS = {"id", "text", "why", "how", "check"}
-_TEXT_KEYS = ("text", "why", "how")
+_STEP_KEYS = {"id", "text", "why", "how", "check", "cause", "action"}
+_TEXT_KEYS = ("text", "why", "how", "cause", "action")
+_TOP_KEYS = {"id", "title", "summary", "steps", "verdict", "action"}
 _ID_RE = re.compile(r"^[a-z0-9][a-z0-9_]*$")
 
 Root = Path | Traversable
@@ -54,6 +55,10 @@ class ChecklistStep:
     why: str
     how: str | None = None
     check: dict[str, Any] | None = None
+    # the verdict line's words when the log answers this step "yes": the likely cause
+    # ("after the lr reached {value}") and the first thing to do ("lower the peak lr 10x")
+    cause: str | None = None
+    action: str | None = None
 
 
 @dataclass(frozen=True)
@@ -70,6 +75,12 @@ class Checklist:
     steps: tuple[ChecklistStep, ...]
     lang: str = BASE_LANG
     error: str | None = field(default=None, compare=False)
+    # the verdict line: what went wrong, as templates over the alert's evidence, the first
+    # whose every field the alert has ("NaN since step {step} ({nonfinite_steps} of
+    # {steps} steps)"), and the first thing to do when no step names one (see
+    # ``dltop.tui.core.verdict``)
+    verdict: tuple[str, ...] = ()
+    action: str | None = None
 
 
 def data_root() -> Traversable:
@@ -174,7 +185,21 @@ def _text(data: dict[str, Any], key: str, where: str, required: bool = True) -> 
     return value.strip()
 
 
+def _templates(data: dict[str, Any], key: str, where: str) -> tuple[str, ...]:
+    """One template or a list of them, tried in order (``verdict``)."""
+    value = data.get(key)
+    if value is None:
+        return ()
+    items = [value] if isinstance(value, str) else value
+    if not isinstance(items, list) or not items:
+        raise ChecklistDataError(f"{where}: '{key}' must be text or a list of texts")
+    return tuple(_text({key: v}, key, where) or "" for v in items)
+
+
 def _parse_structure(checklist_id: str, data: dict[str, Any], where: str) -> Checklist:
+    unknown_top = set(data) - _TOP_KEYS
+    if unknown_top:
+        raise ChecklistDataError(f"{where}: unknown keys {sorted(unknown_top)}")
     if data.get("id", checklist_id) != checklist_id:
         raise ChecklistDataError(f"{where}: id '{data.get('id')}' does not match the file name")
     raw_steps = data.get("steps")
@@ -205,6 +230,8 @@ def _parse_structure(checklist_id: str, data: dict[str, Any], where: str) -> Che
                 why=_text(raw, "why", at) or "",
                 how=_text(raw, "how", at, required=False),
                 check=dict(check) if check is not None else None,
+                cause=_text(raw, "cause", at, required=False),
+                action=_text(raw, "action", at, required=False),
             )
         )
     return Checklist(
@@ -212,6 +239,8 @@ def _parse_structure(checklist_id: str, data: dict[str, Any], where: str) -> Che
         title=_text(data, "title", where) or "",
         summary=_text(data, "summary", where) or "",
         steps=tuple(steps),
+        verdict=_templates(data, "verdict", where),
+        action=_text(data, "action", where, required=False),
     )
 
 
@@ -266,10 +295,11 @@ def _apply_translation(
     checklist: Checklist, data: dict[str, Any], lang: str, where: str
 ) -> Checklist:
     """Overlay translated text on the English structure; untranslated fields stay English."""
-    unknown = set(data) - {"title", "summary", "steps"}
+    unknown = set(data) - {"title", "summary", "steps", "verdict", "action"}
     if unknown:
         raise ChecklistDataError(
-            f"{where}: a translation holds only title, summary and steps text; found {sorted(unknown)}"
+            f"{where}: a translation holds only title, summary, verdict, action and steps "
+            f"text; found {sorted(unknown)}"
         )
     texts = data.get("steps", {})
     if not isinstance(texts, dict):
@@ -292,6 +322,8 @@ def _apply_translation(
                 why=_text(entry, "why", where, required=False) or step.why,
                 how=_text(entry, "how", where, required=False) or step.how,
                 check=step.check,
+                cause=_text(entry, "cause", where, required=False) or step.cause,
+                action=_text(entry, "action", where, required=False) or step.action,
             )
         )
     return Checklist(
@@ -300,6 +332,8 @@ def _apply_translation(
         summary=_text(data, "summary", where, required=False) or checklist.summary,
         steps=tuple(steps),
         lang=lang,
+        verdict=_templates(data, "verdict", where) or checklist.verdict,
+        action=_text(data, "action", where, required=False) or checklist.action,
     )
 
 
@@ -325,7 +359,14 @@ def checklist_for(alert: Alert, lang: str = BASE_LANG, *, root: Root | None = No
 
 def _with_error(checklist: Checklist, error: str) -> Checklist:
     return Checklist(
-        checklist.id, checklist.title, checklist.summary, checklist.steps, checklist.lang, error
+        checklist.id,
+        checklist.title,
+        checklist.summary,
+        checklist.steps,
+        checklist.lang,
+        error,
+        checklist.verdict,
+        checklist.action,
     )
 
 

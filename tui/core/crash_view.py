@@ -6,9 +6,8 @@ How the run ended is ``ending``'s decision; this module only words it for the ba
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from dltop.tui.core.ending import event_ending, is_fatal
 from dltop.tui.core.fmt import compact as format_value
 from dltop.tui.core.safetext import escape_fields
 
@@ -43,23 +42,6 @@ VANISHED_HELP = (
 )
 
 
-def fatal_event(store: Store) -> dict[str, Any] | None:
-    """The last event that ended the run badly (:func:`ending.is_fatal`: an exception, an
-    OOM, a signal other than an interrupt), unless steps followed it or a later event
-    says the run ended otherwise (Ctrl-C, ``sys.exit(0)``)."""
-    for e in reversed(store.events):
-        end = event_ending(e)
-        if end is None or e.get("type") == "exit":
-            continue
-        if not is_fatal(e):
-            return None
-        at, last = e.get("step"), store.last_step
-        if type(at) is int and last is not None and last > at:
-            return None  # the run handled it and went on training
-        return e
-    return None
-
-
 def _last_values(store: Store) -> str:
     last: list[str] = []
     for name, unit in (("loss", ""), ("grad_norm", ""), ("lr", ""), ("mem_allocated", "B")):
@@ -71,13 +53,16 @@ def _last_values(store: Store) -> str:
 
 def crash_info(model: RunModel, run_state: RunState | None = None) -> CrashInfo | None:
     """The crash banner's content: an exception or OOM event (with its diagnosis), a fatal
-    signal, or a run the status calls crashed without either (a vanished process)."""
-    return store_crash_info(model.store, run_state)
+    signal, or a run the status calls crashed without either (a vanished process).
+    ``run_state``: the model's status when the caller has it (else asked here)."""
+    return store_crash_info(model.store, run_state or model.status())
 
 
 def store_crash_info(store: Store, run_state: RunState | None = None) -> CrashInfo | None:
-    """:func:`crash_info` of a bare store (``dltop report``, which reads without a model)."""
-    ev = fatal_event(store)
+    """:func:`crash_info` of a bare store (``dltop report``, which reads without a model).
+    Which event ended the run is the run status's (``RunState.fatal``, decided by
+    ``ending.RunEnding``): the banner never decides it again."""
+    ev = run_state.fatal if run_state is not None else None
     crashed = getattr(run_state, "status", None) == "crashed"
     if ev is None and not crashed:
         return None

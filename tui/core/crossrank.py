@@ -1,7 +1,7 @@
-"""The cross-rank rules in the viewer: the straggler and the first failure of
-``ranks.py`` (the same code ``dltop check`` runs), judged again from scratch over copies
-of the failure alerts, so a judgement is idempotent and never writes into a rank's
-engine; its step timings are fed from the stores, a bounded number of rows per rank per
+"""The cross-rank rules in the viewer: the straggler, the first failure and the rank a
+hung job waits for of ``ranks.py`` (the same code ``dltop check`` runs), judged again
+from scratch over copies of the failure and stall alerts, so a judgement is idempotent
+and never writes into a rank's engine; its step timings are fed from the stores, a bounded number of rows per rank per
 judgement, so a huge replay catches up over a few judgements instead of freezing one.
 No Textual here (``tests/test_boundaries.py``).
 """
@@ -17,6 +17,8 @@ from typing import TYPE_CHECKING, Any, cast
 from dltop.tui.core.alerts import Alert, AlertSink
 from dltop.tui.core.ranklog import RankLog
 from dltop.tui.core.ranks import FAILURES, Rank, RankTimes, judge
+
+JUDGED = FAILURES + ("stall",)  # the alerts the cross-rank judgement may annotate
 
 if TYPE_CHECKING:
     from dltop.tui.core.rules import RuleEngine
@@ -38,14 +40,22 @@ class _Fed:
 
 
 class _Judged:
-    """What ``ranks.judge`` reads of an engine (``alerts()``, ``sink``, ``last_t``), over
-    copies of a rank's failure alerts: the judgement never writes into the rank's engine,
-    so it can be repeated as the run goes on."""
+    """What ``ranks.judge`` reads of an engine (``alerts()``, ``sink``, ``last_t``,
+    ``last_step``, ``where``), over copies of a rank's failure and stall alerts: the
+    judgement never writes into the rank's engine, so it can be repeated as the run goes on."""
 
-    def __init__(self, failures: list[Alert], last_t: float | None) -> None:
+    def __init__(
+        self,
+        failures: list[Alert],
+        last_t: float | None,
+        last_step: int | None = None,
+        where: str | None = None,
+    ) -> None:
         self.failures = failures
         self.sink = AlertSink()
         self.last_t = last_t
+        self.last_step = last_step
+        self.where = where
 
     def alerts(self) -> list[Alert]:
         return self.failures + self.sink.alerts
@@ -53,12 +63,17 @@ class _Judged:
 
 @dataclass(frozen=True)
 class _Note:
-    """What the first-failure judgement adds to one rank's failure alert."""
+    """What the cross-rank judgement adds to one rank's alert: evidence (the first rank,
+    the rank a hung job waits for), its checklist, a prefix to its message, its title."""
 
-    first_rank: int | None
-    secondary: bool
+    evidence: tuple[tuple[str, Any], ...]
     checklist: str | None
     prefix: str
+    title: str
+
+    @property
+    def first_rank(self) -> int | None:
+        return dict(self.evidence).get("first_rank")
 
 
 class CrossRank:
@@ -86,7 +101,7 @@ class CrossRank:
         self._seen = seen
         return self._judge(ranks)
 
-    def _feed(self, r: RankLog) -> tuple[int, int, int, int]:
+    def _feed(self, r: RankLog) -> tuple[Any, ...]:
         """Feed the rank's new step rows (at most ``FEED_ROWS``) to its timings, copied
         out ``FEED_SLICE`` rows per hold of the rank's lock, so its reader is never held
         up long; returns what the judgement depends on: rows fed, failures, the store's
@@ -103,8 +118,16 @@ class CrossRank:
                     fed = self._fed[r.path] = _Fed(gen, len(store.resumes))
                 if st is None or fed.rows >= n or budget <= 0:
                     engine = r.model.engine
-                    fails = sum(a.id in FAILURES for a in engine.alerts()) if engine else 0
-                    return fed.rows, fails, gen, id(engine)
+                    fails = (
+                        sum(
+                            a.id in FAILURES or (a.id == "stall" and a.active)
+                            for a in engine.alerts()
+                        )
+                        if engine
+                        else 0
+                    )
+                    where = (engine.where, engine.last_step) if engine else None
+                    return fed.rows, fails, gen, id(engine), where
                 i, j = fed.rows, min(n, fed.rows + min(FEED_SLICE, budget))
                 xs, ys = st.xs(i, j), st.ys[i:j]
                 dt = _by_step(store, "data_time", xs[0], xs[-1])
@@ -126,14 +149,16 @@ class CrossRank:
                 pairs = [
                     (a, replace(a, evidence=dict(a.evidence)))
                     for a in (engine.alerts() if engine is not None else [])
-                    if a.id in FAILURES
+                    if a.id in JUDGED
                 ]
                 last_t = engine.last_t if engine is not None else None
+                last_step = engine.last_step if engine is not None else None
+                where = engine.where if engine is not None else None
             # the block in progress counts too, as at the end of `dltop check`; a shallow
             # copy: finishing it writes that block's medians where the closed block's go
             times = copy.copy(self._fed[r.path].times)
             times.finish()
-            judged = _Judged([c for _, c in pairs], last_t)
+            judged = _Judged([c for _, c in pairs], last_t, last_step, where)
             job.append(Rank(r.rank, cast("RuleEngine", judged), times))
             originals.append(pairs)
         judge(job)
@@ -143,15 +168,20 @@ class CrossRank:
         first: int | None = None
         for r, rank, pairs in zip(ranks, job, originals, strict=True):
             for a, c in pairs:
-                if "first_rank" in c.evidence:
-                    cut = len(c.message) - len(a.message)
-                    note = _Note(
-                        c.evidence["first_rank"],
-                        bool(c.evidence.get("secondary")),
-                        c.checklist,
-                        c.message[:cut] if cut > 0 else "",
-                    )
-                    notes[id(a)] = (a, note)
+                added = tuple(
+                    (k, v) for k, v in c.evidence.items() if a.evidence.get(k, _MISSING) != v
+                )
+                if not added:
+                    continue
+                cut = len(c.message) - len(a.message)
+                note = _Note(
+                    added,
+                    c.checklist,
+                    c.message[:cut] if cut > 0 else "",
+                    c.title,
+                )
+                notes[id(a)] = (a, note)
+                if note.first_rank is not None:
                     first = note.first_rank
             mine = cast("_Judged", rank.engine).sink.alerts
             if mine:
@@ -177,10 +207,14 @@ class CrossRank:
         note = found[1]
         return replace(
             a,
-            evidence={**a.evidence, "first_rank": note.first_rank, "secondary": note.secondary},
+            evidence={**a.evidence, **dict(note.evidence)},
             checklist=note.checklist,
             message=note.prefix + a.message,
+            title=note.title,
         )
+
+
+_MISSING = object()
 
 
 def _by_step(store: Store, name: str, lo: int, hi: int) -> dict[int, float]:

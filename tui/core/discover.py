@@ -22,13 +22,14 @@ from typing import Any
 
 from dltop.probe import rendezvous
 from dltop.probe.decoding import LineDecoder
-from dltop.probe.schema import EV_EXCEPTION, EV_EXIT, EV_OOM, EV_SIGNAL, EVENT, STEP
-from dltop.tui.core.ending import RunEnding
 from dltop.tui.core.stream import Address, StreamError, parse_address, peek
 
 DEFAULT_LOG_DIR = "dltop-runs"
-_ENDINGS = (EV_EXIT, EV_EXCEPTION, EV_OOM, EV_SIGNAL)
 STATUS_TAIL = 2000  # records of a live run's backlog judged for its status (~20 ms)
+# a log up to this size is read whole for its line (~0.1 s), so that `ls` says what
+# `check` says; a larger one is judged from its first line and its last TAIL_BYTES
+WHOLE_BYTES = 4 << 20
+TAIL_BYTES = 1 << 16
 
 
 @dataclass
@@ -44,6 +45,8 @@ class RunInfo:
     live: bool
     log_path: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+    verdict: str = ""  # the one-line verdict (``dltop.tui.core.verdict``), as `check` says it
+    severity: str = ""  # of the fault the verdict names ("" when none)
 
 
 def live_runs() -> list[dict[str, Any]]:
@@ -105,35 +108,61 @@ def describe_live(entry: dict[str, Any], timeout: float = 0.5) -> RunInfo:
         info.status = "unknown"
         info.extra["error"] = str(exc)
         return info
-    info.step, info.status = _live_status(records, now=time.time())
+    _judge(
+        info,
+        records[:1] if records and records[0].get("kind") == "meta" else [],
+        records,
+        now=time.time(),
+        pid_alive=True,
+    )
     return info
 
 
-def _live_status(records: list[dict[str, Any]], now: float) -> tuple[int | None, str]:
-    """Latest step and status of a live run (its process is alive) from its records."""
+def _judge(
+    info: RunInfo,
+    head: list[dict[str, Any]],
+    records: list[dict[str, Any]],
+    now: float,
+    pid_alive: bool | None,
+    whole: bool = False,
+) -> None:
+    """The run's step, status and verdict, as ``dltop check`` words them (the rules
+    engine, ``status.run_state`` and ``verdict``): over the whole log when ``whole``, else
+    over its meta and last records. A record the rules choke on leaves ``?``."""
     from dltop.tui.core.rules import RuleEngine  # noqa: PLC0415 - only `dltop ls` needs it
     from dltop.tui.core.status import run_state  # noqa: PLC0415
+    from dltop.tui.core.verdict import primary_fault, verdict  # noqa: PLC0415
 
-    head = records[:1] if records and records[0].get("kind") == "meta" else []
     engine = RuleEngine()
     try:
-        engine.feed_many(head + records[len(head) :][-STATUS_TAIL:])
-        state = run_state(engine, now=now, pid_alive=True)
-    except Exception:  # a record the rules choke on: fall back to the plain reading
-        return _step_and_status(records, now=now, alive=True)
-    step = engine.last_step if isinstance(engine.last_step, int) else None
-    return step, state.status
+        engine.feed_many(head + records[len(head) :][-STATUS_TAIL:] if not whole else records)
+        if whole:
+            engine.finish()  # the log as it is now, judged to its end as `check` judges it
+        state = run_state(engine, now=now, pid_alive=pid_alive)
+        said = verdict(engine, state)
+    except Exception as exc:  # a bug in one rule must not stop the listing
+        info.status = "unknown"
+        info.extra["error"] = f"rules failed: {type(exc).__name__}"
+        return
+    info.step = engine.last_step if isinstance(engine.last_step, int) else None
+    info.status = state.status
+    info.verdict = said if whole else f"{said} (from the log's last records)"
+    fault = primary_fault(engine.alerts())
+    info.severity = fault.severity if fault is not None else ""
 
 
-def describe_log(path: Path, tail_bytes: int = 1 << 16) -> RunInfo:
-    """Read a log's first line and tail for its run id, latest step and how it ended."""
+def describe_log(
+    path: Path, tail_bytes: int = TAIL_BYTES, whole_bytes: int = WHOLE_BYTES
+) -> RunInfo:
+    """A log's run id, latest step, status and verdict: the whole log through the rules
+    when it is small (``whole_bytes``), else its first line and last ``tail_bytes``."""
     with open(path, "rb") as f:
         head = f.readline(1 << 16)
         size = os.fstat(f.fileno()).st_size
-        mtime = os.fstat(f.fileno()).st_mtime
-        start = max(0, size - tail_bytes)
+        whole = size <= whole_bytes
+        start = 0 if whole else max(0, size - tail_bytes)
         f.seek(start)
-        blob = f.read()
+        blob = f.read(size - start)  # what it held when we looked: a growing log ends
     if start:
         blob = blob[blob.find(b"\n") + 1 :]
     meta_recs = LineDecoder().feed(head if head.endswith(b"\n") else head + b"\n")
@@ -142,42 +171,24 @@ def describe_log(path: Path, tail_bytes: int = 1 << 16) -> RunInfo:
     records = dec.feed(blob) + dec.finish()
     if size and not meta_recs and not records:  # what `dltop check` calls "not a dltop log"
         raise ValueError('not a dltop log (no JSON record with a "kind")')
-    step, status = _step_and_status(records, now=time.time(), alive=None, mtime=mtime)
     run_id = meta.get("run_id")
-    return RunInfo(
+    rank = meta.get("rank")
+    info = RunInfo(
         source=str(path),
         run_id=str(run_id) if isinstance(run_id, (str, int)) and run_id != "" else path.stem,
         pid=_pid(meta.get("pid")),
         started=_number(meta.get("t")),
-        step=step,
-        status=status,
+        step=None,
+        status="unknown",
         live=False,
         log_path=str(path),
+        extra={"rank": rank} if type(rank) is int else {},
     )
+    from dltop.tui.core.status import local_pid_alive  # noqa: PLC0415
 
-
-def _step_and_status(
-    records: list[dict[str, Any]], now: float, alive: bool | None, mtime: float | None = None
-) -> tuple[int | None, str]:
-    """Latest step and a status from a run's most recent records (no full replay)."""
-    step = None
-    ending = RunEnding()
-    exited = False
-    for rec in records:
-        kind = rec.get("kind")
-        if kind == STEP and isinstance(rec.get("step"), int):
-            step = rec["step"]
-        elif kind == EVENT and rec.get("type") in _ENDINGS:
-            ending.see(rec)
-            exited = exited or rec.get("type") == EV_EXIT
-    end = ending.ending
-    if end is not None and (exited or end.status == "crashed"):
-        return step, end.status
-    if alive:
-        return step, "running"
-    if mtime is not None and now - mtime < 10:
-        return step, "running"
-    return step, "unknown"
+    head_recs = [] if whole or not meta else [meta]
+    _judge(info, head_recs, records, now=time.time(), pid_alive=local_pid_alive(meta), whole=whole)
+    return info
 
 
 __all__ = [

@@ -80,16 +80,49 @@ def is_fatal(event: dict[str, Any]) -> bool:
 
 
 class RunEnding:
-    """A run's ending from its events in order: what the status, ``ls`` and the crash
-    rule all read. A crash on record stays the news whatever follows (the probe still
-    closes "ok" after an exception it recorded); otherwise the latest ending counts.
-    ``sys.exit(0)`` inside the run ends nothing by itself: the exit record decides."""
+    """How a run ended, decided once, from its event records **and its steps**: what the
+    run status, the crash banner, the crash rule, ``dltop check``, ``dltop report`` and
+    ``dltop ls`` all read (``judge``).
 
-    __slots__ = ("ending", "signal")
+    Fed every event (``see``) and the latest step (``see_step``). The decision
+    (``ending``, ``fatal``, ``handled``):
+
+    - an exit record decides, but an ``ok`` one cannot undo a crash the log shows ended
+      the training: an exception (or OOM) with no step after it is a crash whatever the
+      exit record says (a framework adapter that saw the exit but not the exception
+      writes ``ok``); with steps after it, the run handled it and went on
+      (``handled``: "finished; an exception at step 5 was handled");
+    - a signal the run survived (a preemption handler, then an ``ok`` exit) is handled;
+    - ``sys.exit(0)`` inside the run ends nothing by itself: the exit record decides;
+    - Ctrl-C is an interrupt, never a crash;
+    - with no exit record, a fatal event with no step after it ended the run; with steps
+      after it, it did not (the run went on: its ending is not on record yet).
+    """
+
+    __slots__ = (
+        "exit_status",
+        "signal",
+        "fatal",
+        "fatal_step",
+        "stepped_after",
+        "interrupt",
+        "last_step",
+    )
 
     def __init__(self) -> None:
-        self.ending: Ending | None = None
+        self.exit_status: str | None = None  # the exit record's status, once seen
         self.signal: str | None = None  # the last signal received
+        self.fatal: dict[str, Any] | None = None  # the last event that could end the run
+        self.fatal_step: int | None = None
+        self.stepped_after = False  # a step came after that event
+        self.interrupt = False  # Ctrl-C / SIGINT / KeyboardInterrupt on record
+        self.last_step: int | None = None
+
+    def see_step(self, step: int) -> None:
+        """A step record: after a fatal event it means the run went on."""
+        if self.fatal is not None and (self.fatal_step is None or step > self.fatal_step):
+            self.stepped_after = True
+        self.last_step = step
 
     def see(self, event: dict[str, Any]) -> Ending | None:
         """Take one event; returns what it says on its own (``event_ending``)."""
@@ -99,16 +132,75 @@ class RunEnding:
         typ = event.get("type")
         if typ == "signal":
             self.signal = str(event.get("signal") or "signal")
-        was = self.ending
-        kept: Ending | None = end
-        if was in (Ending.CRASHED, Ending.OOM) and end not in (Ending.CRASHED, Ending.OOM):
-            kept = was
-        elif typ == "exit":
-            if end is Ending.SIGNALLED and self.signal == "SIGINT":
-                kept = Ending.INTERRUPTED  # a SIGINT handler that called sys.exit
-            elif end is Ending.FINISHED and was is Ending.INTERRUPTED:
-                kept = was
-        elif end is Ending.FINISHED:
-            kept = was
-        self.ending = kept
+        if typ == "exit":
+            self.exit_status = str(event.get("status") or "ok")
+        elif end is Ending.INTERRUPTED:
+            self.interrupt = True
+        elif end in (Ending.CRASHED, Ending.OOM, Ending.SIGNALLED):
+            self.fatal = event
+            step = event.get("step")
+            self.fatal_step = step if type(step) is int else self.last_step
+            self.stepped_after = False
         return end
+
+    def _stepped(self, last_step: int | None) -> bool:
+        if self.stepped_after:
+            return True
+        if self.fatal is None or last_step is None:
+            return False
+        return self.fatal_step is None or last_step > self.fatal_step
+
+    @property
+    def handled(self) -> dict[str, Any] | None:
+        """The fatal event the run survived (steps after it, or a signal then an ok exit)."""
+        return self.handled_at(None)
+
+    def handled_at(self, last_step: int | None) -> dict[str, Any] | None:
+        """``handled`` as of ``last_step`` (a reader's latest step, which the steps fed so
+        far may not have reached yet): a pure read, never a change of state."""
+        f = self.fatal
+        if f is None:
+            return None
+        if self._stepped(last_step):
+            return f
+        if f.get("type") == "signal" and self.exit_status == "ok":
+            return f
+        return None
+
+    @property
+    def ending(self) -> Ending | None:
+        """How the run ended, ``None`` while nothing on record ended it."""
+        return self.ending_at(None)
+
+    def ending_at(self, last_step: int | None) -> Ending | None:
+        """``ending`` as of ``last_step`` (see ``handled_at``)."""
+        status = self.exit_status
+        f = self.fatal if self.handled_at(last_step) is None else None
+        fatal = event_ending(f) if f is not None else None
+        if status is None:
+            if fatal is not None:
+                return fatal
+            return Ending.INTERRUPTED if self.interrupt else None
+        if status == "interrupted" or (self.interrupt and status in ("ok", "signal")):
+            return Ending.INTERRUPTED
+        if status == "exception":
+            return fatal if fatal in (Ending.CRASHED, Ending.OOM) else Ending.CRASHED
+        if status == "signal":
+            return Ending.INTERRUPTED if self.signal == "SIGINT" else Ending.SIGNALLED
+        # an ok exit record: a crash the steps say ended the training is still the news
+        if fatal in (Ending.CRASHED, Ending.OOM):
+            return fatal
+        return Ending.FINISHED
+
+    @property
+    def fatal_event(self) -> dict[str, Any] | None:
+        """The event that ended the run badly (what the crash banner shows), if one did."""
+        return self.fatal_event_at(None)
+
+    def fatal_event_at(self, last_step: int | None) -> dict[str, Any] | None:
+        """``fatal_event`` as of ``last_step`` (see ``handled_at``)."""
+        end = self.ending_at(last_step)
+        handled = self.handled_at(last_step)
+        if end in (Ending.CRASHED, Ending.OOM, Ending.SIGNALLED) and handled is None:
+            return self.fatal
+        return None

@@ -66,6 +66,7 @@ class ForeignSource(ReaderThread):
                 self._notify(len(records[i : i + SLICE]))
             if not records:
                 self.model.ingest([], malformed=log.skipped)
+            self.model.finish()  # the whole log is in: judged at its end, as `check` does
         except SourceError as exc:
             self._fail(str(exc))
         except Exception as exc:  # a bug: said in the UI instead of a traceback over it

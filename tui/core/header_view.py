@@ -17,6 +17,7 @@ from dltop.tui.core.fmt import duration as format_duration
 from dltop.tui.core.fmt import rate as format_rate
 from dltop.tui.core.run import DELETED_NOTE
 from dltop.tui.core.safetext import escape_fields, visible
+from dltop.tui.core.verdict import primary_fault
 
 if TYPE_CHECKING:
     from dltop.tui.core.run import RunModel
@@ -42,6 +43,8 @@ class HeaderInfo:
     lost: int = 0  # records the probe could not write: missing from the log itself
     gpu: str = ""  # "GPU n/a" on a run without NVML readings (shown where the panel is hidden)
     ranks: str = ""  # "rank 0 of 4 files" for a directory of rank logs
+    verdict: str = ""  # the one-line verdict (``dltop.tui.core.verdict``), the second line
+    verdict_level: str = ""  # the severity of the fault it names ("" when none)
 
     def __post_init__(self) -> None:  # every field may quote the log: escaped here, once
         escape_fields(self, multiline=())
@@ -64,11 +67,14 @@ def header_info(
     run_state: RunState | None = _UNSET,
     ranks: str = "",
     run_errors: str = "",
+    lang: str = "en",
+    verdict: tuple[str, str] | None = None,
 ) -> HeaderInfo:
     """The header line: identity, status with the age of the last record, speed, counts.
     ``run_state``: the model's status when the caller has it already (one pid check);
     ``run_errors``: the reader errors of a job's other ranks or overlaid runs, those not
-    shown (``JobView.error_note``)."""
+    shown (``JobView.error_note``); ``verdict``: (line, severity) when the caller words
+    it across ranks (``JobView.verdict``)."""
     store = model.store
     meta = store.meta or {}
     engine = getattr(model, "engine", None)
@@ -125,6 +131,12 @@ def header_info(
     if refused:
         mode.append(refused)
     gpu = gpu_na_reason(model)
+    if verdict is None:  # a single run's own; a job's comes from ``JobView.verdict``
+        fault = primary_fault(engine.alerts()) if engine is not None else None
+        verdict = (
+            model.verdict(now, lang) if engine is not None else "",
+            fault.severity if fault is not None else "",
+        )
     return HeaderInfo(
         run=_cap(visible(run), 40),  # a long (or hostile) id must not push the status away
         host=_cap(visible(meta.get("host") or ""), 32),
@@ -141,6 +153,8 @@ def header_info(
         lost=int(getattr(store, "lost", 0)),
         gpu="GPU n/a" if gpu is not None and gpu != WAITING_FOR_SYS else "",
         ranks=ranks,
+        verdict=visible(verdict[0]),
+        verdict_level=verdict[1],
     )
 
 

@@ -59,6 +59,12 @@ def merge_job(folder: Path, ranks: list[RunInfo], live: bool) -> RunInfo:
     steps = [r.step for r in ranks if r.step is not None]
     starts = [r.started for r in ranks if r.started is not None]
     first = min(ranks, key=lambda r: r.started if r.started is not None else float("inf"))
+    # the job's verdict: its rank with the most severe fault (else the worst status)
+    said = max(ranks, key=lambda r: (_SEVERITY.get(r.severity, 0), -_order(r.status)))
+    verdict = said.verdict
+    if verdict and len(ranks) > 1:
+        rank = said.extra.get("rank")
+        verdict = f"rank {rank}: {verdict}" if rank is not None else verdict
     return RunInfo(
         source=str(folder),
         run_id=f"{folder.name} ({len(ranks)} rank{'s' if len(ranks) != 1 else ''})",
@@ -69,7 +75,17 @@ def merge_job(folder: Path, ranks: list[RunInfo], live: bool) -> RunInfo:
         live=live,
         log_path=str(folder),
         extra={"ranks": len(ranks), "run_id": first.run_id},
+        verdict=verdict,
+        severity=said.severity,
     )
+
+
+_SEVERITY = {"": 0, "info": 0, "warning": 1, "critical": 2}
+
+
+def _order(status: str) -> int:
+    """Worse statuses first (``worst_status``'s order)."""
+    return _WORST.index(status) if status in _WORST else len(_WORST)
 
 
 def group_live(runs: list[RunInfo]) -> list[RunInfo]:

@@ -288,6 +288,36 @@ class JobView:
         self._owners = owners
         return out
 
+    def verdict(self, model: RunModel, now: float, lang: str = "en") -> tuple[str, str]:
+        """(the verdict line, the severity of the fault it names) as ``dltop check`` says
+        it: a single log's; a focused rank's; across the ranks, the first fault of the
+        job (its rank named), with the cross-rank judgements (straggler, first failure,
+        the rank a hung job waits for)."""
+        from dltop.tui.core.verdict import fault_line, primary_fault  # noqa: PLC0415
+
+        ranks = self.ranks()
+        focused = self.focused()
+        chosen = [focused] if focused is not None else list(ranks)
+        if len(ranks) < 2:
+            chosen = []
+        found: list[tuple[Alert, RankLog]] = [(a, r) for r in chosen for a in self.rank_alerts(r)]
+        if not found:
+            with locked(model):
+                engine = model.engine
+                fault = primary_fault(engine.alerts()) if engine is not None else None
+                return model.verdict(now, lang), fault.severity if fault is not None else ""
+        fault = primary_fault([a for a, _ in found])
+        if fault is None:
+            with locked(model):
+                return model.verdict(now, lang), ""
+        owner = next(r for a, r in found if a is fault)
+        with locked(owner.model):
+            engine = owner.model.engine
+            facts = engine.facts() if engine is not None else {}
+            steps = engine.steps if engine is not None else 0
+        rank = owner.rank if focused is None else None
+        return fault_line(fault, facts, steps, lang, rank), fault.severity
+
     def run_of(self, alert: Alert | None) -> RankLog | None:
         """The overlaid run an alert belongs to (``overlay.OverlayView``); a job: none."""
         return None

@@ -112,6 +112,81 @@ def judge(ranks: Sequence[Rank]) -> None:
         return
     first_failure(ranks)
     straggler(ranks)
+    hung_rank(ranks)
+
+
+# ------------------------------------------------------------------ the rank a hung job waits for
+
+# where a rank can be in one training step, in the order it passes through them: in a hung
+# data-parallel job the rank the others wait for is the one that got least far (its loader
+# or its own code never returned), while the others wait in the backward all-reduce
+LOOP_ORDER = {"data_wait": 0, "compute": 1, "forward": 1, "backward": 2, "optimizer": 3}
+
+
+def _stall(r: Rank) -> Alert | None:
+    return next((a for a in reversed(r.engine.alerts()) if a.id == "stall" and a.active), None)
+
+
+def hung_rank(ranks: Sequence[Rank]) -> None:
+    """A stalled job: name the rank the others wait for, and where it is.
+
+    From each rank's latest heartbeat (``where``: the probe marks data wait, forward,
+    backward, optimizer step) and its last completed step: the one rank that got least
+    far is the one holding the job (a hung loader, a deadlock in its own code), the
+    others wait for it in a collective. Only when some rank's stall alert is up and one
+    rank alone is behind; its stall alert names itself (``evidence.rank``, ``phase``),
+    the others' are ``secondary`` and say whom they wait for."""
+    stalled = [r for r in ranks if _stall(r) is not None]
+    if not stalled:
+        return
+    pos: dict[int, tuple[int, int]] = {}
+    for r in ranks:
+        e = r.engine
+        where, step = getattr(e, "where", None), getattr(e, "last_step", None)
+        if where in LOOP_ORDER and type(step) is int:
+            pos[id(r)] = (step, LOOP_ORDER[where])
+    if len(pos) < 2:
+        return
+    behind = min(pos.values())
+    culprits = [r for r in ranks if pos.get(id(r)) == behind]
+    if len(culprits) != 1 or len(pos) == len(culprits):
+        return  # no one rank stands out: every rank waits alike (the whole job is stuck)
+    hung = culprits[0]
+    phase = str(getattr(hung.engine, "where", ""))
+    waiting = sorted(
+        (r for r in ranks if id(r) in pos and r is not hung),
+        key=lambda r: r.rank if r.rank is not None else -1,
+    )
+    others = ", ".join(str(r.rank) for r in waiting)
+    where_others = sorted({str(getattr(r.engine, "where", "")) for r in waiting})
+    own = _stall(hung)
+    if own is None:  # its heartbeats went on, its rule has not fired yet: the job's has
+        model = _stall(stalled[0])
+        assert model is not None
+        own = Alert(
+            id="stall",
+            severity=model.severity,
+            step=hung.engine.last_step,
+            title="Training stalled",
+            message=f"no new step after step {hung.engine.last_step}",
+            evidence={"last_step": hung.engine.last_step, "raised_at_step": hung.engine.last_step},
+            last_step=hung.engine.last_step,
+            t=hung.engine.last_t,
+        )
+        hung.engine.sink.add(own)
+    if own.evidence.get("rank") != hung.rank:
+        own.evidence.update(rank=hung.rank, phase=phase, secondary=False, waiting_ranks=others)
+        own.title = f"Rank {hung.rank} hung in {phase}"
+        own.message = (
+            f"rank {hung.rank} is stuck in {phase} after step {hung.engine.last_step}: ranks "
+            f"{others} wait for it (in {', '.join(where_others)}); " + own.message
+        )
+    for r in waiting:
+        a = _stall(r)
+        if a is None or a.evidence.get("rank") == hung.rank:
+            continue
+        a.evidence.update(rank=hung.rank, phase=phase, secondary=True)
+        a.message = f"secondary: waiting for rank {hung.rank} (stuck in {phase}); " + a.message
 
 
 # ------------------------------------------------------------------ first failure

@@ -70,6 +70,7 @@ class ReportRun:
     notes: list[str] = field(default_factory=list)
     ranks: list[str] = field(default_factory=list)  # one line per rank file of a directory
     rules_error: str | None = None
+    verdict: str = ""  # the one-line verdict (``dltop.tui.core.verdict``), the report's top
 
 
 @dataclass(frozen=True)
@@ -115,7 +116,7 @@ def render(run: ReportRun, charts_link: str, now: float) -> tuple[str, dict[str,
         charts[name] = svgchart.render(data, _panel_title(run, spec.key, title))
         titles.append((title, f"{quote(charts_link)}/{name}"))
     parts = [
-        sections.heading(run.store.meta, run.source),
+        sections.heading(run.store.meta, run.source, run.verdict),
         sections.summary(run.state, run.store, [ra.alert for ra in run.alerts], run),
         sections.environment(run.store.meta, run.store, run.ranks),
         sections.ending(run.store, run.state),
@@ -213,6 +214,7 @@ def write_from_model(
             lang=lang,
             skipped_lines=model.malformed,
             rules_error=model.engine_error,
+            verdict=model.verdict(now, lang),
         )
         folder = charts_dir(target)
         text, charts = render(run, os.path.basename(folder), now)

@@ -17,7 +17,7 @@ from dltop.tui.core import mdtext as md
 from dltop.tui.core.alerts import SEVERITY_RANK, Alert
 from dltop.tui.core.checklist_eval import evaluate
 from dltop.tui.core.checklists import checklist_for
-from dltop.tui.core.crash_view import fatal_event, store_crash_info
+from dltop.tui.core.crash_view import store_crash_info
 from dltop.tui.core.crashdiag import last_user_frame
 from dltop.tui.core.fmt import duration, nbytes, styled
 from dltop.tui.core.fmt import number as fmt_number
@@ -52,10 +52,14 @@ def _meta(meta: dict[str, Any] | None, key: str) -> Any:
     return (meta or {}).get(key)
 
 
-def heading(meta: dict[str, Any] | None, source: str) -> str:
+def heading(meta: dict[str, Any] | None, source: str, verdict: str = "") -> str:
+    """The title, then the verdict (the same line ``dltop check`` starts with)."""
     run_id = _meta(meta, "run_id")
     title = md.code(run_id, 120) if isinstance(run_id, str) and run_id else md.code(source, 120)
-    return f"# dltop report: {title}\n\nSource: {md.code(source, 500)}"
+    top = f"# dltop report: {title}\n\n"
+    if verdict:
+        top += f"**Verdict: {md.text(verdict, 600)}**\n\n"
+    return top + f"Source: {md.code(source, 500)}"
 
 
 def summary(state: RunState | None, store: Store, alerts: list[Alert], run: ReportRun) -> str:
@@ -193,7 +197,7 @@ def ending(store: Store, state: RunState | None) -> str:
     lines.append("")
     if info.diagnosis:
         lines.append(f"- Diagnosis: **{md.text(info.diagnosis)}**: {md.text(info.summary, 1000)}")
-    ev = fatal_event(store)
+    ev = state.fatal if state is not None else None
     where = last_user_frame(ev.get("traceback")) if ev is not None else None
     if where:
         lines.append(f"- Raised at {md.code(where, 300)}")

@@ -108,6 +108,7 @@ class RunModel:
         self._judged_engine: RuleEngine | None = None  # whose last partial block was judged
         self._fed_at = time.monotonic()  # when records last reached this run
         self.settle_s = SETTLE_S
+        self._verdict: tuple[tuple[Any, ...], str] | None = None  # (what it was made from, line)
 
     # -- the reader thread -----------------------------------------------------------------
     def ingest(self, records: list[dict[str, Any]], malformed: int | None = None) -> None:
@@ -288,6 +289,37 @@ class RunModel:
     def alerts(self) -> list[Alert]:
         with self.lock:
             return self.engine.alerts() if self.engine is not None else []
+
+    def finish(self) -> None:
+        """No more records will come (another tool's log, replayed whole): the rules' end-
+        of-run judgements, as ``dltop check`` makes them at the end of the file."""
+        with self.lock:
+            if self.engine is not None and self.engine_error is None and self._backlog is None:
+                try:
+                    self.engine.finish()
+                except Exception as exc:  # a bug in one rule: diagnosis off, charts alive
+                    self.engine_error = f"rules engine failed: {type(exc).__name__}: {exc}"
+                self._bump()
+
+    def verdict(self, now: float | None = None, lang: str = "en") -> str:
+        """The one-line verdict (``dltop.tui.core.verdict``), made again only when the
+        records or the status changed: the header asks at every tick."""
+        with self.lock:
+            state = self.status(now)
+            if self.engine is None or self.engine_error is not None:
+                why = self.engine_error or "no diagnosis"
+                return f"{state.reason if state is not None else 'no records yet'}; {why}"
+            key = (
+                self.version,
+                getattr(state, "status", None),
+                getattr(state, "reason", None),
+                lang,
+            )
+            if self._verdict is None or self._verdict[0] != key:
+                from dltop.tui.core.verdict import verdict  # noqa: PLC0415 - loads data files
+
+                self._verdict = (key, verdict(self.engine, state, lang))
+            return self._verdict[1]
 
     def facts(self) -> dict[str, Fact]:
         with self.lock:

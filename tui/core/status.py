@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import os
 import socket
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Literal
 
 from dltop.tui.core.ending import Ending
@@ -41,6 +41,9 @@ class RunState:
     # the log stops without an exit record (the process is gone, or silent for long): how
     # the run ended is not in the log, see :func:`explain_unrecorded_end`
     unrecorded_end: bool = False
+    # the event that ended the run badly (an exception, an OOM, a fatal signal), as
+    # ``ending.RunEnding`` decided: what the crash banner and the report show
+    fatal: dict[str, Any] | None = field(default=None, compare=False, repr=False)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -66,30 +69,41 @@ def run_state(e: RuleEngine, now: float | None = None, pid_alive: bool | None = 
 
     def state(status: Status, reason: str, unrecorded: bool = False) -> RunState:
         return RunState(
-            status, reason, rec_age, step_age, e.last_step, e.steps, pid, pid_alive, unrecorded
+            status,
+            reason,
+            rec_age,
+            step_age,
+            e.last_step,
+            e.steps,
+            pid,
+            pid_alive,
+            unrecorded,
+            crashes.run_ending.fatal_event_at(e.last_step),
         )
 
     at = f" at step {e.last_step}" if e.last_step is not None else ""
-    ex = crashes.exception
-    what = ""
-    if ex is not None:
-        msg = str(ex.get("message") or "").strip()[:1024].splitlines()
-        what = f"{ex.get('exc_type') or 'exception'}" + (f": {msg[0][:120]}" if msg else "")
-    end = crashes.run_ending.ending  # how the records say it ended (dltop.tui.core.ending)
+    ending = crashes.run_ending  # how the run ended: decided once (dltop.tui.core.ending)
+    last = e.last_step  # steps still in the block in progress count too
+    end = ending.ending_at(last)
+    fatal = ending.fatal_event_at(last)
+    what = _exception_words(fatal) if fatal is not None else ""
+    fatal_at = _step_of(fatal, e.last_step)
+    handled = ending.handled_at(last)
+    also = _handled_words(handled, e.last_step) + _nonfinite_end(e)
     if end is Ending.INTERRUPTED:
-        return state("finished", f"interrupted by the user{at}")
+        return state("finished", f"interrupted by the user{at}{also}")
     if end in (Ending.CRASHED, Ending.OOM):
-        return state("crashed", f"{what or 'an exception'}{at}")
+        where = f" at step {fatal_at}" if fatal_at is not None else at
+        return state("crashed", f"{what or 'an exception'}{where}")
     if end is Ending.SIGNALLED:
         return state("crashed", f"terminated by {crashes.signal or 'a signal'}{at}")
     if end is Ending.FINISHED:
-        return state("finished", f"finished normally after {e.steps} steps")
+        return state("finished", f"finished after {e.steps} steps{also}")
     if e.records == 0:
         return state("unknown", "no records yet")
-    if e.last_t is None:  # another tool's log (trainer_state.json, metrics.csv) has no clock
-        return state(
-            "unknown", f"no wall time in the log: it stops{at}, whether the run went on is unknown"
-        )
+    if e.last_t is None or _foreign(e):
+        # another tool's log: no process to ask, and its clock (if any) is history
+        return state("unknown", f"the log stops{at}; how the run ended is not in it{also}")
     if pid_alive is False:
         return state(
             "crashed",
@@ -131,6 +145,46 @@ def run_state(e: RuleEngine, now: float | None = None, pid_alive: bool | None = 
     if e.steps == 0:
         return state("running", "started, no step yet")
     return state("running", f"step {e.last_step}")
+
+
+def _foreign(e: RuleEngine) -> bool:
+    """Another tool's log (its meta says which): no pid, no heartbeat, no exit of ours."""
+    return bool((e.meta or {}).get("format"))
+
+
+def _step_of(event: dict[str, Any] | None, default: int | None) -> int | None:
+    step = event.get("step") if event is not None else None
+    return step if type(step) is int else default
+
+
+def _exception_words(event: dict[str, Any]) -> str:
+    """``ValueError: bad shape`` (bounded), or the signal that ended the run."""
+    if event.get("type") == "signal":
+        return f"terminated by {event.get('signal') or 'a signal'}"
+    msg = str(event.get("message") or "").strip()[:1024].splitlines()
+    name = str(event.get("exc_type") or event.get("type") or "exception")
+    return name + (f": {msg[0][:120]}" if msg else "")
+
+
+def _handled_words(event: dict[str, Any] | None, last_step: int | None) -> str:
+    """ "; an exception at step 5 was handled" for a run that went on after it."""
+    if event is None:
+        return ""
+    at = _step_of(event, None)
+    where = f" at step {at}" if at is not None else ""
+    if event.get("type") == "signal":
+        return f"; {event.get('signal') or 'a signal'}{where} was handled"
+    return f"; an exception{where} was handled ({_exception_words(event)[:80]})"
+
+
+def _nonfinite_end(e: RuleEngine) -> str:
+    """ "; the loss is NaN at the end (since step 129)": never "normally" for such a run."""
+    a = e.nonfinite_rule.loss_t.alert
+    if a is None or not a.active:
+        return ""
+    what = "NaN" if a.title.endswith("NaN") else a.title.removeprefix("Loss is ")
+    since = f" since step {a.step}" if a.step is not None else ""
+    return f"; the loss is {what} at the end{since}"
 
 
 def local_pid_alive(meta: dict[str, Any] | None) -> bool | None:
