@@ -103,9 +103,14 @@ class GradNormTracker:
         self._handles = []
 
     def _hook(self, _param: Any) -> None:
-        # Runs once per parameter per backward: keep it to a few attribute reads. Also when
-        # no norm is wanted (grad_norm= given): the pass's start and end still say where
-        # the loop is (``backward``, see whereabouts.py) and time the step's phases.
+        # Runs once per parameter per backward: keep it to a few attribute reads. When no
+        # norm is wanted (grad_norm= given) the pass's start and end still say where the
+        # loop is (``backward``, see whereabouts.py) and time the step's phases: the first
+        # hook of the pass takes the path below, the others see `backward` and return.
+        if not (self.compute_total or self.want_layers):
+            w = self.where
+            if w is None or w.place is BACKWARD:
+                return
         gid = self._task_id()
         if gid in self._queued:
             return

@@ -92,9 +92,12 @@ def _sleeper(marks: list[float]) -> Callable[..., None]:
 Block = Callable[[torch.nn.Module, torch.optim.Optimizer, list[float]], Any]
 
 
-def _train(log: Path, block: Block | None = None, loader: bool = True) -> list[float]:
+def _train(
+    log: Path, block: Block | None = None, loader: bool = True, given_norm: bool = False
+) -> list[float]:
     """A plain loop of 4 steps blocked at step 2: by ``block`` (which installs a hook made
-    by ``_sleeper``) once the probe started, else by the loader's ``next()``."""
+    by ``_sleeper``) once the probe started, else by the loader's ``next()``. With
+    ``given_norm`` the loop passes its own ``grad_norm=`` at every step."""
     net = _model()
     opt = torch.optim.SGD(net.parameters(), lr=0.05)
     marks: list[float] = []
@@ -112,7 +115,7 @@ def _train(log: Path, block: Block | None = None, loader: bool = True) -> list[f
                 loss.backward()
                 opt.step()
                 opt.zero_grad()
-                probe.step(loss=loss)
+                probe.step(loss=loss, grad_norm=1.0 if given_norm else None)
         finally:
             _ARMED[0] = False
     return marks
@@ -188,9 +191,11 @@ def test_a_forward_that_blocks_is_forward(tmp_path: Path) -> None:
     _assert_place(_beats_during(log, marks), FORWARD, marks[0])
 
 
-def test_a_backward_that_blocks_is_backward(tmp_path: Path) -> None:
+@pytest.mark.parametrize("given_norm", [False, True])
+def test_a_backward_that_blocks_is_backward(tmp_path: Path, given_norm: bool) -> None:
     """A hook on the hidden activation's gradient sleeps, after the last layer's gradients
-    came (the probe's first gradient hook of the pass) and before the first layer's."""
+    came (the probe's first gradient hook of the pass) and before the first layer's. Also
+    when the loop gives its own norm at every step and the hooks measure nothing."""
     log = tmp_path / "run.jsonl"
 
     def block(net: torch.nn.Module, opt: Any, marks: list[float]) -> None:
@@ -201,8 +206,10 @@ def test_a_backward_that_blocks_is_backward(tmp_path: Path) -> None:
 
         net[1].register_forward_hook(on_hidden)
 
-    marks = _train(log, block)
+    marks = _train(log, block, given_norm=given_norm)
     _assert_place(_beats_during(log, marks), BACKWARD, marks[0])
+    steps = [r for r in read_records(str(log))[0] if r["kind"] == "step"]
+    assert steps[2]["backward_time"] >= SLEEP  # the same pass times the step's phases
 
 
 def test_an_optimizer_step_that_blocks_is_optimizer(tmp_path: Path) -> None:
