@@ -329,3 +329,38 @@ def test_a_broken_loader_attribute_costs_only_the_config(tmp_path: Path) -> None
     assert len([r for r in _records(log) if r["kind"] == "step"]) == 2
     (warning,) = [r for r in _records(log) if r.get("type") == "warning"]
     assert "config (loader)" in warning["message"]
+
+
+def test_every_field_of_the_new_records_is_documented(tmp_path: Path) -> None:
+    """The config event's sections and their fields, the heartbeat's and the step's
+    loss_scale are in docs/log-format.md's tables (param groups keep their own names)."""
+    from test_probe_meta import _documented_fields
+
+    log = tmp_path / "run.jsonl"
+    net = _model()
+    opt = torch.optim.SGD(net.parameters(), lr=0.05, momentum=0.9)
+    scaler = torch.amp.GradScaler("cpu")
+    with Probe(
+        path=log, model=net, optimizer=opt, scaler=scaler, clip_norm=1.0, system=False,
+        socket=False, heartbeat_every=0.01,
+    ) as probe:  # fmt: skip
+        for x, y in probe.loader(DataLoader(_data(16), batch_size=8)):
+            with torch.autocast("cpu", dtype=torch.bfloat16):
+                loss = torch.nn.functional.mse_loss(net(x).float(), y)
+            scaler.scale(loss).backward()
+            scaler.step(opt)
+            scaler.update()
+            time.sleep(0.05)  # heartbeats
+            probe.step(loss=loss.detach())
+        probe._learn("precision", "bf16")  # an adapter's
+    documented = _documented_fields()
+    recs = _records(log)
+    config = _configs(log)[-1]  # the precision came last: written at close
+    written = set(config) - {"kind", "type"}
+    for name in ("optimizer", "loader", "amp", "clip"):
+        written |= set(config[name])
+    beat = next(r for r in recs if r["kind"] == "heartbeat")
+    step = next(r for r in recs if r["kind"] == "step")
+    written |= set(beat) | set(step)
+    assert "where" in beat and "loss_scale" in step and "precision" in config
+    assert not written - documented - {"kind"}
