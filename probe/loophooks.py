@@ -13,7 +13,7 @@ inside the model's forward, where a framework's autocast is in effect (Accelerat
 ``model.forward`` itself in autocast, so the top-level hooks run outside it). That hook
 is armed for one forward with gradients enabled and removes itself: it is armed at
 start and, until an autocast dtype has been seen, again by ``Probe.step()`` every
-``AMP_EVERY`` steps, so it costs nothing on the other steps.
+``CONFIG_EVERY`` steps (``runconfig.py``), so it costs nothing on the other steps.
 
 Under ``torch.compile`` a hook of a compiled module is traced with it: each hook
 starts by asking ``torch.compiler.is_compiling()``, which dynamo folds to a constant,
@@ -27,8 +27,6 @@ from typing import Any
 
 from dltop.probe.runconfig import unwrap_optimizer
 from dltop.probe.whereabouts import Whereabouts
-
-AMP_EVERY = 256  # steps between two looks at autocast, until a dtype has been seen
 
 OnAmp = Callable[[str | None], None]  # the autocast dtype's name ("bfloat16"), None: off
 

@@ -48,7 +48,7 @@ from dltop.probe.records import (
     needs_conversion,
 )
 from dltop.probe.runconfig import (
-    OPTIMIZER_EVERY,
+    CONFIG_EVERY,
     RunConfig,
     amp_section,
     clip_section,
@@ -387,8 +387,8 @@ class Probe:
             )
             if tr is not None and tr.layers is not None:
                 self._queue_layers(put, step)
-            if not self._steps % OPTIMIZER_EVERY:
-                self._learn_optimizer()  # param groups added, weight decay changed...
+            if not self._steps % CONFIG_EVERY:
+                self._refresh_config()
         except Exception as e:
             self._error("step", e)
 
@@ -420,6 +420,13 @@ class Probe:
         loop = self._loop
         if loop is None or not loop.looks_for_amp:  # no forward to look into: the scaler
             self._learn_amp(None, looked=False)  # and the parameters' dtype, if they tell
+
+    def _refresh_config(self) -> None:
+        """Every ``CONFIG_EVERY`` steps: the optimizer read again (param groups added, weight
+        decay changed), the autocast look armed again until a dtype has been seen."""
+        self._learn_optimizer()
+        if self._loop is not None:
+            self._loop.arm_amp()
 
     def _learn_optimizer(self) -> None:
         opt = self._watched_optimizer

@@ -9,7 +9,7 @@ forward, a framework's precision from its trainer) and writes them as one ``conf
 event: the sections known so far, again only when one of them changed.
 
 Cheap by construction: a section is learnt when the probe meets its source (not per
-step; the optimizer is read again every ``OPTIMIZER_EVERY`` steps), compared with the
+step; the optimizer is read again every ``CONFIG_EVERY`` steps), compared with the
 one held, and the event is written by ``Probe.step()`` (before its step record) or by
 the writer thread at a heartbeat, whichever comes first: at most one per step interval
 (the ``probe.step()`` calls since the last one), and none when nothing changed. The lr
@@ -33,7 +33,9 @@ MAX_GROUPS = 8  # param groups written; more are counted in "groups_omitted"
 MAX_KEYS = 32  # fields per param group
 MAX_LIST = 8  # numbers in a list field (betas)
 MAX_TEXT = 200  # characters of a text field
-OPTIMIZER_EVERY = 128  # steps between two reads of the optimizer's param groups
+# steps between two reads of the optimizer's param groups (and two looks at autocast,
+# until a dtype has been seen: loophooks.py)
+CONFIG_EVERY = 128
 _LR_KEYS = ("lr", "initial_lr")  # schedules move these: never a change of config
 _SCALARS = (bool, int, float, str, type(None))
 _LOADER_FIELDS = (

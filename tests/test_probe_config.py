@@ -94,7 +94,7 @@ def test_one_event_when_nothing_changes_and_lr_schedules_are_no_change(
 ) -> None:
     """300 steps over 5 epochs (the loader wrapped again each epoch), the optimizer read
     again every 16 steps while a schedule moves its lr: still one config event."""
-    monkeypatch.setattr(probe_module, "OPTIMIZER_EVERY", 16)
+    monkeypatch.setattr(probe_module, "CONFIG_EVERY", 16)
     log = tmp_path / "run.jsonl"
     net = _model()
     opt = torch.optim.SGD(net.parameters(), lr=0.05, momentum=0.9)
@@ -113,7 +113,7 @@ def test_one_event_when_nothing_changes_and_lr_schedules_are_no_change(
 def test_a_new_loader_or_param_group_is_a_new_event(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(probe_module, "OPTIMIZER_EVERY", 4)
+    monkeypatch.setattr(probe_module, "CONFIG_EVERY", 4)
     log = tmp_path / "run.jsonl"
     net = _model()
     opt = torch.optim.SGD(net[0].parameters(), lr=0.05)
@@ -364,3 +364,30 @@ def test_every_field_of_the_new_records_is_documented(tmp_path: Path) -> None:
     written |= set(beat) | set(step)
     assert "where" in beat and "loss_scale" in step and "precision" in config
     assert not written - documented - {"kind"}
+
+
+def test_autocast_turned_on_later_is_seen_at_the_next_look(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The first forward runs without autocast (dtype null); the look is armed again every
+    CONFIG_EVERY steps until a dtype is seen, then never again."""
+    monkeypatch.setattr(probe_module, "CONFIG_EVERY", 4)
+    log = tmp_path / "run.jsonl"
+    net = _model()
+    opt = torch.optim.SGD(net.parameters(), lr=0.01)
+    x, y = torch.randn(4, 6), torch.randn(4, 2)
+    with Probe(path=log, model=net, optimizer=opt, **QUIET) as probe:
+        for i in range(12):
+            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=i >= 2):
+                loss = torch.nn.functional.mse_loss(net(x).float(), y)
+            loss.backward()
+            opt.step()
+            opt.zero_grad()
+            probe.step(loss=loss.detach())
+        assert probe._loop is not None and probe._loop.amp_seen
+        assert len(net[0]._forward_pre_hooks) == 0  # seen: no more looks, no hook left
+    first, second = _configs(log)
+    assert first["amp"]["dtype"] is None and second["amp"]["dtype"] == "bfloat16"
+    # armed again at step 3 (4 steps recorded), seen in step 4's forward, written before
+    # step 4's record: after step 3
+    assert second["step"] == 3
