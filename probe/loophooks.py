@@ -75,8 +75,8 @@ class LoopHooks:
         torch = self._torch
         if self._compiling() or not torch.is_grad_enabled():
             return  # an evaluation forward says nothing about training's autocast
-        self._disarm()
-        try:
+        try:  # inside the user's forward: nothing may raise
+            self._disarm()
             device = next(module.parameters(recurse=False)).device.type
             on = torch.is_autocast_enabled(device)
             dtype = str(torch.get_autocast_dtype(device)).removeprefix("torch.") if on else None
@@ -86,7 +86,7 @@ class LoopHooks:
         if dtype is not None:
             self.amp_seen = True
         if self._on_amp is not None:
-            self._on_amp(dtype)
+            self._on_amp(dtype)  # Probe._on_amp reports its own failures, never raises
 
     def _disarm(self) -> None:
         h, self._amp_handle = self._amp_handle, None
