@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from dltop.probe.loader import batch_size_of
 from dltop.probe.rankpath import rank_path
+from dltop.probe.whereabouts import DATA_WAIT, FORWARD
 
 if TYPE_CHECKING:
     from dltop.probe.probe import Probe
@@ -80,11 +81,20 @@ def missing_framework(e: ImportError, packages: tuple[str, ...], what: str) -> I
 
 
 def open_session(
-    kwargs: dict[str, Any], rank: int, world: int, model: Any, scaler: Any, optimizer: Any
+    kwargs: dict[str, Any],
+    rank: int,
+    world: int,
+    model: Any,
+    scaler: Any,
+    optimizer: Any,
+    config: dict[str, Any] | None = None,
 ) -> Session:
     """The started probe of one ``fit``/``train``: the user's ``Probe`` keywords, one log
     per rank, the framework's AMP ``scaler`` unless given, and the lr from a snapshot of
-    ``optimizer`` (the first step record comes before any optimizer step)."""
+    ``optimizer`` (the first step record comes before any optimizer step). The real
+    ``optimizer`` is the one whose step is hooked and whose param groups go in the
+    ``config`` event, with the trainer's own sections in ``config`` (``precision``;
+    ``clip``, which wins over a ``clip_norm=`` given to the callback)."""
     from dltop.probe.jobpath import AUTO as auto
     from dltop.probe.probe import Probe
 
@@ -96,9 +106,13 @@ def open_session(
         kw["scaler"] = scaler
     lrs = LrSnapshot()
     probe = Probe(path=path, model=model, optimizer=lrs, **kw)
+    probe._watched_optimizer = optimizer  # never the snapshot: no step, no other field
     if optimizer is not None:
         lrs.take(optimizer)
     probe.start()
+    for name, value in (config or {}).items():
+        if value is not None:
+            probe._learn(name, value)
     return Session(probe, lrs)
 
 
@@ -191,17 +205,27 @@ class Session:
 
     # --- data wait -------------------------------------------------------------------
     def wait_begins(self) -> None:
-        self._wait_from = perf_counter()
+        self._wait_from = t = perf_counter()
+        self.probe._where.move(DATA_WAIT, t)
 
     def wait_ends(self) -> None:
         """The framework's fetch returned: the wait since ``wait_begins`` is data time."""
         start, self._wait_from = self._wait_from, None
+        t = perf_counter()
+        self.probe._where.move(FORWARD, t)  # a batch handed out (the adapters have a model)
         if start is not None:
-            self.add_wait(perf_counter() - start)
+            self.add_wait(t - start)
+
+    def mark(self, place: str) -> None:
+        """The loop is at ``place`` now (``whereabouts.py``): the heartbeats say it."""
+        self.probe._where.move(place)
 
     def batch_ready(self) -> None:
-        """The step's forward starts now: the probe splits forward/backward from here."""
+        """The step's forward starts now: the probe splits forward/backward from here, and
+        the heartbeats say ``forward`` (the module's own forward may never be called:
+        Lightning's ``training_step`` calls its layers)."""
         self.probe._batch_t = perf_counter()
+        self.probe._where.forward()
 
     def add_wait(self, seconds: float) -> None:
         p = self.probe

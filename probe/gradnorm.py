@@ -49,6 +49,7 @@ from time import perf_counter
 from typing import Any
 
 from dltop.probe.readback import Deadline, DeviceBatch
+from dltop.probe.whereabouts import BACKWARD, Whereabouts
 
 # names, their norms and non-zero counts (one read-back), numels, parameters without a
 # gradient, and whether the figures are of this rank's shards only (sharded gradients)
@@ -88,6 +89,9 @@ class GradNormTracker:
         # has a long backward); read and cleared by take_times()
         self.first_t = 0.0
         self.end_t = 0.0
+        # the training thread's whereabouts, moved to `backward` by the first gradient of a
+        # pass and out of it by the end-of-backward callback (set by the probe)
+        self.where: Whereabouts | None = None
         self._engine = torch.autograd.Variable._execution_engine
         self._task_id = torch._C._current_graph_task_id
         self._handles = [p.register_post_accumulate_grad_hook(self._hook) for p in self.params]
@@ -99,13 +103,22 @@ class GradNormTracker:
         self._handles = []
 
     def _hook(self, _param: Any) -> None:
-        # Runs once per parameter per backward: keep it to a few attribute reads.
+        # Runs once per parameter per backward: keep it to a few attribute reads. When no
+        # norm is wanted (grad_norm= given) the pass's start and end still say where the
+        # loop is (``backward``, see whereabouts.py) and time the step's phases: the first
+        # hook of the pass takes the path below, the others see `backward` and return.
         if not (self.compute_total or self.want_layers):
-            return
+            w = self.where
+            if w is None or w.place is BACKWARD:
+                return
         gid = self._task_id()
         if gid in self._queued:
             return
-        self.first_t = perf_counter()
+        self.first_t = t = perf_counter()
+        w = self.where
+        if w is not None:
+            w.since = t
+            w.place = BACKWARD
         try:
             if len(self._queued) > 64:  # ids of passes that failed before their callback ran
                 self._queued.clear()
@@ -121,8 +134,12 @@ class GradNormTracker:
             self._end_of_backward(gid)
 
     def _end_of_backward(self, gid: int) -> None:
-        self.end_t = perf_counter()  # before our own norm computation
+        self.end_t = t = perf_counter()  # before our own norm computation
         self._queued.discard(gid)
+        if self.where is not None and not self._queued:  # not a nested pass (reentrant
+            self.where.backward_ended(t)  # checkpointing): the outer one goes on
+        if not (self.compute_total or self.want_layers):
+            return  # the user's norm at every step, no layers step: nothing to measure
         try:
             self.backward_passes += 1
             self._measure()

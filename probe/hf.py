@@ -22,7 +22,9 @@ grad norm is the probe's own end-of-backward hooks on the model's parameters (be
 ``max_grad_norm`` clipping, after DDP's all-reduce, unscaled with the fp16
 ``GradScaler``); the lr is copied in ``on_optimizer_step``, before the scheduler steps;
 ``on_step_end`` writes the step, numbered ``state.global_step - 1`` (from 0);
-``on_evaluate`` writes the ``eval`` record (``eval_loss`` as ``loss``). If the Trainer
+``on_evaluate`` writes the ``eval`` record (``eval_loss`` as ``loss``); the optimizer's
+param groups (its step hooked for the heartbeats' ``where``), the precision and
+``max_grad_norm`` go in the ``config`` event. If the Trainer
 cannot be found (a custom loop calling the callbacks), steps still get grad norm and lr,
 without loss; a note in the log says so.
 """
@@ -41,6 +43,8 @@ from dltop.probe.adapter import (
     missing_framework,
     open_session,
 )
+from dltop.probe.runconfig import clip_section
+from dltop.probe.whereabouts import DATA_WAIT, FORWARD
 
 try:
     import torch
@@ -68,6 +72,11 @@ def find_trainer() -> Any:
         if isinstance(obj, transformers.Trainer):
             return obj
     return None
+
+
+def _precision(args: Any) -> str:
+    """The Trainer's precision as its arguments say it: ``bf16``, ``fp16`` or ``fp32``."""
+    return "bf16" if args.bf16 else "fp16" if args.fp16 else "fp32"
 
 
 class DltopCallback(CallbackBase, transformers.TrainerCallback):
@@ -100,6 +109,7 @@ class DltopCallback(CallbackBase, transformers.TrainerCallback):
             model,
             getattr(trainer.accelerator, "scaler", None) if trainer is not None else None,
             trainer.optimizer if trainer is not None else None,
+            {"precision": _precision(args), "clip": clip_section(args.max_grad_norm)},
         )
         framework_note(
             s,
@@ -107,7 +117,7 @@ class DltopCallback(CallbackBase, transformers.TrainerCallback):
             transformers.__version__,
             gradient_accumulation_steps=args.gradient_accumulation_steps,
             max_grad_norm=args.max_grad_norm,
-            precision="bf16" if args.bf16 else "fp16" if args.fp16 else "fp32",
+            precision=_precision(args),
             world_size=args.world_size,
             loss="training_step" if trainer is not None else None,
         )
@@ -138,6 +148,7 @@ class DltopCallback(CallbackBase, transformers.TrainerCallback):
             def get(*a: Any, **kw: Any) -> Any:
                 if not s.live:
                     return original(*a, **kw)
+                s.guard("where", lambda: s.mark(DATA_WAIT))
                 t0 = perf_counter()
                 try:
                     out = original(*a, **kw)
@@ -173,6 +184,7 @@ class DltopCallback(CallbackBase, transformers.TrainerCallback):
 
     @staticmethod
     def _fetched(s: Session, seconds: float, out: Any) -> None:
+        s.mark(FORWARD)  # the step's batches are handed out
         s.add_wait(seconds)
         for batch in out[0]:
             s.step.add(None, batch)

@@ -1,7 +1,7 @@
 """What ``Probe.start()`` opens and how a run's end is put on record, apart from the class.
 
 Why: each part the probe starts (the log file, the live socket, the system sampler,
-the crash hooks) can fail on its own, and its failure must cost only that part: a log
+the crash hooks, the backward, forward and optimizer hooks) can fail on its own, and its failure must cost only that part: a log
 that cannot be opened still leaves the socket, a socket that cannot be bound still
 leaves the log, and neither stops the training. Here each part is one function that
 says what it could not do and returns what it could.
@@ -19,9 +19,11 @@ from typing import TYPE_CHECKING, Any
 from dltop.probe.filesink import FileSink, Sink
 from dltop.probe.gradnorm import GradNormTracker, trainable_params
 from dltop.probe.schema import EV_EXIT, EV_WARNING, EVENT
+from dltop.probe.whereabouts import Whereabouts
 
 if TYPE_CHECKING:
     from dltop.probe.crash import CrashRecorder
+    from dltop.probe.loophooks import LoopHooks, OnAmp
     from dltop.probe.system import SystemSampler
     from dltop.probe.writer import Writer
 
@@ -81,6 +83,34 @@ def hook_gradients(
     except Exception as e:
         on_error("grad norm hooks", e)
         return None
+
+
+def hook_loop(
+    model: Any, optimizer: Any, where: Whereabouts, on_amp: OnAmp, on_error: OnError
+) -> LoopHooks | None:
+    """The forward pre-hook on ``model`` and the step hooks on ``optimizer`` that say
+    where the loop is, with the autocast look; ``None`` when there is neither, or torch
+    is missing. A model or optimizer that cannot be hooked costs only its own hooks."""
+    if model is None and optimizer is None:
+        return None
+    try:
+        from dltop.probe.loophooks import LoopHooks  # noqa: PLC0415 - imports torch
+
+        hooks = LoopHooks(where, on_amp)
+    except Exception as e:
+        on_error("loop hooks", e)
+        return None
+    if model is not None:
+        try:
+            hooks.watch_model(model)
+        except Exception as e:
+            on_error("forward hooks", e)
+    if optimizer is not None:
+        try:
+            hooks.watch_optimizer(optimizer)
+        except Exception as e:
+            on_error("optimizer hooks", e)
+    return hooks
 
 
 def start_sampler(emit: Emit, interval: float, on_error: OnError) -> SystemSampler | None:

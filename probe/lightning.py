@@ -25,6 +25,8 @@ took its copy of the signal handlers: see ``_begin``) and closes it at the end o
   (``checkpoint``, wrapped during ``fit``) are declared, so neither reads as a stall.
 - eval records: the metrics logged during validation (``val_loss`` recorded as ``loss``).
 - crashes: ``on_exception`` records the exception like ``with Probe(...)`` does.
+- config: the optimizer's param groups (its step hooked for the heartbeats' ``where``),
+  ``trainer.precision`` and ``gradient_clip_val`` go in the ``config`` event.
 - ranks: one log per rank; the default folder is rank 0's, posted in the process group's
   key-value store for the others (no collective: see ``rankpath.shared_job``).
 """
@@ -43,6 +45,7 @@ from dltop.probe.adapter import (
     missing_framework,
     open_session,
 )
+from dltop.probe.runconfig import clip_section
 
 try:
     import lightning.pytorch as pl
@@ -56,6 +59,18 @@ except ImportError as _e:  # only the missing package itself gets the short mess
     ) from None
 
 __all__ = ["DltopCallback"]
+
+
+def _clip(trainer: pl.Trainer) -> dict[str, Any] | None:
+    """The ``config`` event's ``clip`` from ``gradient_clip_val``: ``{"max_norm",
+    "norm_type"}`` (Lightning clips the 2-norm), ``{"max_value"}`` for value clipping,
+    ``None`` when the trainer does not clip."""
+    val = trainer.gradient_clip_val
+    if val is None or isinstance(val, bool) or not isinstance(val, int | float) or val <= 0:
+        return None
+    if str(trainer.gradient_clip_algorithm) in ("value", "GradClipAlgorithmType.VALUE"):
+        return {"max_value": float(val)}
+    return clip_section(val)
 
 
 class DltopCallback(CallbackBase, pl.Callback):
@@ -101,6 +116,7 @@ class DltopCallback(CallbackBase, pl.Callback):
             pl_module,
             getattr(trainer.precision_plugin, "scaler", None),
             trainer.optimizers[0] if trainer.optimizers else None,
+            {"precision": str(trainer.precision), "clip": _clip(trainer)},
         )
         self._wrap_save(trainer, s)
         self._wrap_fetch(trainer, s)

@@ -7,6 +7,10 @@ first dimension of the batch (or of its first tensor-like element) and summed
 over the batches fetched since the last step (gradient accumulation: K loader
 batches per ``probe.step()``), so that the probe can report samples/s; an
 explicit ``batch_size=`` in ``step()`` wins.
+
+It also tells the heartbeats where the loop is (``whereabouts.py``): ``data_wait`` while
+blocked in ``next()``, then ``forward`` (``compute`` when the probe has no model) once
+the batch is handed out, ``outside_loop`` when the loader is exhausted.
 """
 
 from __future__ import annotations
@@ -14,6 +18,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 from time import perf_counter
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
+
+from dltop.probe.whereabouts import DATA_WAIT, OUTSIDE_LOOP
 
 if TYPE_CHECKING:
     from dltop.probe.probe import Probe
@@ -65,18 +71,27 @@ class TimedLoader(Generic[T]):
     def __iter__(self) -> Iterator[T]:
         probe = self._probe
         infer = self._infer
+        where = probe._where  # the heartbeats' `where` (whereabouts.py): two stores a move
+        batch_place = probe._batch_place
         t0 = perf_counter()
         probe._loader_started(t0)
+        where.since = t0
+        where.place = DATA_WAIT
         it = iter(self.iterable)  # a DataLoader starts its workers here: part of the wait
         while True:
             try:
                 batch = next(it)
             except StopIteration:
-                probe._data_wait += perf_counter() - t0
+                t1 = perf_counter()
+                probe._data_wait += t1 - t0
+                where.since = t1  # the loop over the batches is over
+                where.place = OUTSIDE_LOOP
                 return
             t1 = perf_counter()
             probe._data_wait += t1 - t0
             probe._batch_t = t1  # batch ready: the step's forward starts here
+            where.since = t1
+            where.place = batch_place
             if infer and (bs := batch_size_of(batch)) is not None:
                 # summed until the next probe.step(): K micro-batches of gradient
                 # accumulation make one step of K times the samples
@@ -84,3 +99,5 @@ class TimedLoader(Generic[T]):
                 probe._loader_bs = bs if prev is None else prev + bs
             yield batch
             t0 = perf_counter()
+            where.since = t0
+            where.place = DATA_WAIT

@@ -30,6 +30,7 @@ from dltop.probe.lifecycle import (
     exit_record,
     exit_status,
     hook_gradients,
+    hook_loop,
     install_crash,
     open_sinks,
     say_error,
@@ -46,6 +47,14 @@ from dltop.probe.records import (
     heartbeat,
     needs_conversion,
 )
+from dltop.probe.runconfig import (
+    CONFIG_EVERY,
+    RunConfig,
+    amp_section,
+    clip_section,
+    loader_section,
+    optimizer_section,
+)
 from dltop.probe.schema import (
     EV_EXCEPTION,
     EV_NOTE,
@@ -54,11 +63,14 @@ from dltop.probe.schema import (
     EV_SIGNAL,
     EVENT,
     GRAD_SQ_LOCAL,
+    LOSS_SCALE,
 )
+from dltop.probe.whereabouts import AFTER_STEP, COMPUTE, FORWARD, OUTSIDE_LOOP, Whereabouts
 from dltop.probe.writer import Writer
 
 if TYPE_CHECKING:
     from dltop.probe.crash import CrashRecorder
+    from dltop.probe.loophooks import LoopHooks
     from dltop.probe.system import SystemSampler
 
 T = TypeVar("T")
@@ -81,7 +93,11 @@ class Probe:
         optimizer: its param groups give ``lr`` (and ``lrs`` with several groups);
             without a model, its parameters are watched for the grad norm.
         scaler: the AMP ``GradScaler`` when there is one, so that the measured norm is
-            the one of the unscaled gradient (without it the norm is ``scale`` times too big).
+            the one of the unscaled gradient (without it the norm is ``scale`` times too big);
+            each step then records the scaler's ``loss_scale`` too (read without a sync).
+        clip_norm: the max norm you clip the gradient at (``clip_grad_norm_(..., clip_norm)``),
+            if you do: written in the ``config`` event, so that the viewer can compare the
+            measured pre-clip ``grad_norm`` with it. The probe never clips.
         socket: serve the records live to viewers on a Unix socket in a per-user private
             directory, where ``dltop`` and ``dltop ls`` find the run (on by default).
         tcp: also serve on TCP, ``"HOST:PORT"``; loopback needs no token unless
@@ -111,6 +127,7 @@ class Probe:
         optimizer: Any = None,
         *,
         scaler: Any = None,
+        clip_norm: float | None = None,
         socket: bool = True,
         tcp: str | None = None,
         sinks: Iterable[Sink] = (),
@@ -132,6 +149,7 @@ class Probe:
         self.model = model
         self.optimizer = optimizer
         self.scaler = scaler
+        self.clip_norm = clip_norm
         self.socket = bool(socket)
         self.tcp = tcp
         self.layers_every = max(0, int(layers_every))
@@ -154,6 +172,15 @@ class Probe:
         self._grad: GradNormTracker | None = None
         self._cuda: CudaStep | Literal[False] | None = None  # decided at the first step
         self._records = StepRecords()  # its builder runs on the writer thread
+        self._where = Whereabouts()  # where the loop is, for heartbeats (whereabouts.py)
+        # where a batch handed out by probe.loader() puts the loop: forward with a model
+        # (whose hooks then split forward from backward), compute without one
+        self._batch_place = FORWARD if model is not None else COMPUTE
+        self._config = RunConfig()  # the `config` event's sections (runconfig.py)
+        # the optimizer whose step is hooked and whose param groups are read for the config:
+        # the one given, or an adapter's real one behind its lr snapshot (set before start)
+        self._watched_optimizer = optimizer
+        self._loop: LoopHooks | None = None  # forward and optimizer-step hooks (loophooks.py)
         # the writer's indices of the builders (see Writer.register), set at start()
         self._step_builder = self._layers_builder = self._lazy_builder = -1
         self._errors: set[str] = set()
@@ -190,6 +217,13 @@ class Probe:
         self._grad = hook_gradients(
             self.model, self.optimizer, self.scaler, self.layers_every > 0, self._error
         )
+        if self._grad is not None:
+            self._grad.where = self._where
+        self._loop = hook_loop(
+            self.model, self._watched_optimizer, self._where, self._on_amp, self._error
+        )
+        self._learn_start()
+        self._where.move(OUTSIDE_LOOP)
         w.start()
         if self._use_system:
             self._sampler = start_sampler(self._emit, self._system_interval, self._error)
@@ -217,10 +251,18 @@ class Probe:
         if self._grad is not None:
             with contextlib.suppress(Exception):
                 self._grad.remove()
+        if self._loop is not None:
+            with contextlib.suppress(Exception):
+                self._loop.remove()
+        self._where.move(OUTSIDE_LOOP)
         self._put = None  # steps after close are ignored
         w = self._writer
         if w is None:
             return
+        with contextlib.suppress(Exception):  # a change not written yet: before the exit
+            config = self._config.take(None, self._last_step)
+            if config is not None:
+                w.emit(config)
         exit_rec = exit_record(status, self._last_step, self._steps, w.dropped)
         w.emit(exit_rec)
         w.close()
@@ -265,7 +307,14 @@ class Probe:
             why = _CLOSED if self._closed else "Probe.step() before start(): use `with Probe(...)`"
             self._error("step", RuntimeError(why))
             return
+        where = self._where
+        where.since = now  # after the step: the loop goes on from here (whereabouts.py)
+        where.place = AFTER_STEP
         try:
+            if self._config.pending:  # a config change: its event comes before this step
+                config = self._config.take(self._steps, self._last_step)
+                if config is not None:
+                    put(config)
             if step is None:
                 step = self._next_step
             self._next_step = step + 1
@@ -289,6 +338,10 @@ class Probe:
                     self._error("grad norm", err)
                 if tr.latest_sq is not None:  # sharded gradients: this rank's share (gradnorm.py)
                     extras.setdefault(GRAD_SQ_LOCAL, tr.take_sq())
+            sc = self.scaler
+            if sc is not None and (scale := getattr(sc, "_scale", None)) is not None:
+                # the scale's device tensor, read back like the loss (get_scale() syncs)
+                extras.setdefault(LOSS_SCALE, scale)
             lrs = None
             if lr is None:
                 opt = self.optimizer
@@ -334,6 +387,8 @@ class Probe:
             )
             if tr is not None and tr.layers is not None:
                 self._queue_layers(put, step)
+            if not self._steps % CONFIG_EVERY:
+                self._refresh_config()
         except Exception as e:
             self._error("step", e)
 
@@ -345,7 +400,64 @@ class Probe:
             put((self._layers_builder, step, time.time(), taken))
 
     def _heartbeat(self) -> dict[str, Any]:
-        return heartbeat(self._last_step, self._steps)
+        """On the writer thread: the heartbeat, after a config change the loop has not
+        written yet (a loop stuck before its next step: a first batch that never comes)."""
+        where = self._where
+        if self._config.pending and where.place is not OUTSIDE_LOOP:
+            config = self._config.take(self._steps, self._last_step)
+            if config is not None and self._writer is not None:
+                self._writer.emit(config)
+        return heartbeat(self._last_step, self._steps, where)
+
+    # --- the config event (runconfig.py) ---------------------------------------------------
+    def _learn_start(self) -> None:
+        """What the probe knows at start: the optimizer, the clip norm given, and the
+        AMP section unless a forward will tell its autocast dtype."""
+        self._learn_optimizer()
+        clip = clip_section(self.clip_norm)
+        if clip is not None:
+            self._learn("clip", clip)
+        loop = self._loop
+        if loop is None or not loop.looks_for_amp:  # no forward to look into: the scaler
+            self._learn_amp(None, looked=False)  # and the parameters' dtype, if they tell
+
+    def _refresh_config(self) -> None:
+        """Every ``CONFIG_EVERY`` steps: the optimizer read again (param groups added, weight
+        decay changed), the autocast look armed again until a dtype has been seen."""
+        self._learn_optimizer()
+        if self._loop is not None:
+            self._loop.arm_amp()
+
+    def _learn_optimizer(self) -> None:
+        opt = self._watched_optimizer
+        if opt is not None:
+            try:
+                self._learn("optimizer", optimizer_section(opt))
+            except Exception as e:
+                self._error("config (optimizer)", e)
+
+    def _learn_loader(self, iterable: Any) -> None:
+        try:
+            self._learn("loader", loader_section(iterable))
+        except Exception as e:
+            self._error("config (loader)", e)
+
+    def _on_amp(self, dtype: str | None) -> None:
+        """The autocast look's answer (loophooks.py), in a training forward."""
+        self._learn_amp(dtype, looked=True)
+
+    def _learn_amp(self, dtype: str | None, looked: bool) -> None:
+        try:
+            params = self._grad.params if self._grad is not None else []
+            amp = amp_section(self.scaler, params, dtype, looked)
+            if looked or amp["scaler"] or "param_dtype" in amp:  # else: nothing known
+                self._learn("amp", amp)
+        except Exception as e:
+            self._error("config (amp)", e)
+
+    def _learn(self, name: str, value: Any) -> None:
+        """A section of the ``config`` event (an adapter's ``precision`` and ``clip`` too)."""
+        self._config.learn(name, value)
 
     # --- other records --------------------------------------------------------------
     def eval(self, **metrics: Any) -> None:
@@ -381,7 +493,9 @@ class Probe:
             self._loader_bs = None
 
     def loader(self, iterable: Iterable[T], infer_batch_size: bool = True) -> TimedLoader[T]:
-        """Wrap the data loader: the wait in each ``next()`` becomes the step's ``data_time``."""
+        """Wrap the data loader: the wait in each ``next()`` becomes the step's ``data_time``;
+        its settings (workers, pinned memory, batch size...) go in the ``config`` event."""
+        self._learn_loader(iterable)
         return TimedLoader(iterable, self, infer_batch_size)
 
     def flush(self, fsync: bool = False, timeout: float = 5.0) -> bool:

@@ -17,6 +17,7 @@ from typing import Any
 from dltop.probe.gradnorm import layers_record
 from dltop.probe.readback import Deadline, DeviceBatch, elapsed_s, host_scalar, is_device
 from dltop.probe.schema import EVAL, EVENT, HEARTBEAT, STEP
+from dltop.probe.whereabouts import Whereabouts
 
 OnError = Callable[[str, BaseException], None]
 
@@ -136,9 +137,15 @@ def scalar(
     return v
 
 
-def heartbeat(last_step: int | None, steps: int) -> dict[str, Any]:
-    """A ``heartbeat`` record: the run is alive at ``last_step``, ``steps`` recorded."""
-    return {"kind": HEARTBEAT, "t": time.time(), "step": last_step, "steps": steps}
+def heartbeat(
+    last_step: int | None, steps: int, where: Whereabouts | None = None
+) -> dict[str, Any]:
+    """A ``heartbeat`` record: the run is alive at ``last_step``, ``steps`` recorded, and
+    the training thread is at ``where`` (its place and since when, in Unix seconds)."""
+    rec: dict[str, Any] = {"kind": HEARTBEAT, "t": time.time(), "step": last_step, "steps": steps}
+    if where is not None:
+        rec["where"], rec["where_since"] = where.read()
+    return rec
 
 
 def event(kind: str, step: int | None, **fields: Any) -> dict[str, Any]:

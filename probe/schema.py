@@ -27,7 +27,7 @@ META = "meta"  # first line: schema version "v", run id, host, pid, rank, versio
 STEP = "step"  # one training step
 EVAL = "eval"  # evaluation metrics at a step
 SYS = "sys"  # sampled system metrics (process RSS/CPU, NVML per GPU)
-EVENT = "event"  # exception, oom, signal, exit, phase, note
+EVENT = "event"  # exception, oom, signal, exit, phase, note, config...
 HEARTBEAT = "heartbeat"  # the writer thread is alive; lets a viewer tell stalled from finished
 LAYERS = "layers"  # per-parameter grad norms and zero-gradient fractions, every N steps
 KINDS = (META, STEP, EVAL, SYS, EVENT, HEARTBEAT, LAYERS)
@@ -58,9 +58,13 @@ STEP_FIELDS = (
     "mem_reserved",  # int bytes, torch.cuda.memory_reserved
     "mem_max_allocated",  # int bytes, torch.cuda.max_memory_allocated
     "mem_limit",  # int bytes, the device's total memory (or the per-process cap)
+    # float, with Probe(scaler=...): the AMP GradScaler's scale at this step (read back
+    # from its device tensor like a CUDA loss, never with get_scale(), which syncs)
+    "loss_scale",
 )
 
 GRAD_SQ_LOCAL = "grad_sq_local"  # see STEP_FIELDS; its presence marks a sharded grad norm
+LOSS_SCALE = "loss_scale"  # see STEP_FIELDS; a GradScaler's scale
 
 # ``event`` record ``type`` values.
 EV_EXCEPTION = "exception"  # any exception that ended the run (type, message, traceback)
@@ -74,8 +78,8 @@ EV_WARNING = "warning"  # the probe degraded (e.g. could not write the file): ``
 # probe's queue was full: the log itself lacks them) or "viewer" (one live viewer fell
 # behind and the socket skipped them for it only; the log has them)
 EV_DROPPED = "dropped"
-# what the probe learned about the run's set-up, once and again when it changes: the
-# optimizer and its hyper-parameters, the data loader, AMP, clipping (docs/log-format.md)
+# what troubleshooting checklists ask, written when first learnt and again on a change:
+# ``optimizer``, ``loader``, ``amp``, ``clip``, ``precision`` sections (each when known)
 EV_CONFIG = "config"
 # the live socket's answer to a viewer it will not serve (a wrong token): ``message``;
 # sent on the socket only, never written to a log, so not one of EVENT_TYPES
@@ -90,6 +94,25 @@ EVENT_TYPES = (
     EV_WARNING,
     EV_DROPPED,
     EV_CONFIG,
+)
+
+# A ``heartbeat`` record's ``where``: the place of the training thread when it was written
+# (``where_since``: Unix seconds it entered that place). See probe/whereabouts.py.
+WHERE_OUTSIDE_LOOP = "outside_loop"  # before the first loop activity, after the Probe block
+WHERE_DATA_WAIT = "data_wait"  # blocked in next() of probe.loader()
+WHERE_FORWARD = "forward"  # batch handed out / forward began, no gradient of the step yet
+WHERE_COMPUTE = "compute"  # batch handed out, the probe has no model to split the step
+WHERE_BACKWARD = "backward"  # first gradient -> end of backward (DDP: the all-reduce wait)
+WHERE_OPTIMIZER = "optimizer"  # inside optimizer.step()
+WHERE_AFTER_STEP = "after_step"  # backward or optimizer step ended, or probe.step() returned
+WHERE_PLACES = (
+    WHERE_OUTSIDE_LOOP,
+    WHERE_DATA_WAIT,
+    WHERE_FORWARD,
+    WHERE_COMPUTE,
+    WHERE_BACKWARD,
+    WHERE_OPTIMIZER,
+    WHERE_AFTER_STEP,
 )
 
 # The longest line a reader accepts. The probe's longest records (a ``layers`` record of

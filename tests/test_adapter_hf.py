@@ -139,6 +139,43 @@ def test_each_step_has_its_loss_pre_clip_norm_and_lr(
     assert note["framework"] == "transformers" and note["loss"] == "training_step"
     assert events(log, "exit")[0]["status"] == "ok"
     assert "training_step" not in vars(trainer)  # the Trainer is left as it was found
+    # the Trainer's settings: its optimizer (behind Accelerate's wrapper), clip, precision
+    config = events(log, "config")[-1]  # all of it by the first step (a slow start: two)
+    assert len(events(log, "config")) <= 2
+    assert config["optimizer"]["class"] == "AdamW"
+    assert config["optimizer"]["groups"][0]["betas"] == [0.9, 0.999]
+    assert config["clip"] == {"max_norm": CLIP, "norm_type": 2.0}
+    assert config["precision"] == ("bf16" if bf16 else "fp32")
+    assert config["amp"] == {"dtype": "bfloat16" if bf16 else None, "scaler": False}
+    assert not events(log, "warning")  # the optimizer inside Accelerate's wrapper is hooked
+
+
+class SlowStep(RefTrainer):
+    """Step 2's training_step blocks (its forward) between two marks."""
+
+    def __init__(self, *a: Any, **kw: Any) -> None:
+        super().__init__(*a, **kw)
+        self.marks: list[float] = []
+
+    def compute_loss(self, *a: Any, **kw: Any) -> Any:
+        if self.state.global_step == 2 and not self.marks:
+            self.marks.append(time.time())
+            time.sleep(0.6)
+            self.marks.append(time.time())
+        return super().compute_loss(*a, **kw)
+
+
+def test_heartbeats_say_where_the_trainer_is(tmp_path: Path) -> None:
+    log = tmp_path / "run.jsonl"
+    cb = DltopCallback(path=log, socket=False, system=False, heartbeat_every=0.05)
+    args = _args(tmp_path, max_steps=4, max_grad_norm=CLIP)
+    trainer = SlowStep(model=_gpt2(), args=args, train_dataset=_tokens(32), callbacks=[cb])
+    trainer.train()
+    begin, end = trainer.marks
+    during = [b for b in records(log, "heartbeat") if begin < b["t"] < end - 0.05]
+    assert len(during) >= 3 and {b["where"] for b in during} == {"forward"}
+    assert begin - 0.3 < during[0]["where_since"] <= begin
+    assert {b["step"] for b in during} == {1}
 
 
 class SlowEval(RefTrainer):

@@ -155,6 +155,74 @@ def test_each_step_has_its_loss_pre_clip_norm_and_lr(
         evals
     )
     assert events(log, "exit")[0]["status"] == "ok"
+    # the trainer's settings: the real optimizer behind the lr snapshot, its clip, precision
+    config = events(log, "config")[-1]  # all of it by the first step (a slow start: two)
+    assert len(events(log, "config")) <= 2
+    assert config["optimizer"]["class"] == "SGD"
+    assert [g["lr"] for g in config["optimizer"]["groups"]] == [0.05, 0.025]  # initial lrs
+    assert config["clip"] == {"max_norm": CLIP, "norm_type": 2.0}
+    assert config["precision"] == precision
+    assert config["amp"] == {"dtype": "bfloat16" if "bf16" in precision else None, "scaler": False}
+
+
+def test_the_config_event_says_value_clipping_or_none(tmp_path: Path) -> None:
+    for algorithm, clip in (("value", {"max_value": 0.5}), (None, None)):
+        log = tmp_path / f"{algorithm}.jsonl"
+        cb = DltopCallback(path=log, socket=False, system=False)
+        kw: dict[str, Any] = {"gradient_clip_val": 0.5, "gradient_clip_algorithm": "value"}
+        trainer = _trainer([cb], max_steps=2, **(kw if algorithm else {}))
+        trainer.fit(Tiny(), DataLoader(_data(16), batch_size=8))
+        config = events(log, "config")[-1]
+        assert config.get("clip") == clip and config["precision"] == "32-true"
+
+
+class SlowData(TensorDataset):
+    """Sample 20 (the first of step 2's batch) takes long to load."""
+
+    def __init__(self, marks: dict[str, list[float]]) -> None:
+        super().__init__(*_data(64).tensors)
+        self.marks = marks
+
+    def __getitem__(self, i: int) -> Any:
+        if i == 20 and not self.marks["data"]:
+            _blocked(self.marks["data"])
+        return super().__getitem__(i)
+
+
+class SlowStep(Tiny):
+    """Step 4's training_step takes long (its forward, inside the optimizer's closure)."""
+
+    def __init__(self, marks: dict[str, list[float]]) -> None:
+        super().__init__()
+        self.marks = marks
+
+    def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+        if self.global_step == 4 and not self.marks["forward"]:
+            _blocked(self.marks["forward"])
+        return super().training_step(batch, batch_idx)
+
+
+def _blocked(marks: list[float]) -> None:
+    marks.append(time.time())
+    time.sleep(0.6)
+    marks.append(time.time())
+
+
+def test_heartbeats_say_where_the_lightning_loop_is(tmp_path: Path) -> None:
+    """Lightning fetches the batch itself and runs the forward inside the optimizer's
+    closure: the adapter's marks say ``data_wait`` while the fetch blocks, ``forward``
+    while ``training_step`` does, each since the moment it began."""
+    log = tmp_path / "run.jsonl"
+    marks: dict[str, list[float]] = {"data": [], "forward": []}
+    cb = DltopCallback(path=log, socket=False, system=False, heartbeat_every=0.05)
+    _trainer([cb], max_steps=6).fit(SlowStep(marks), DataLoader(SlowData(marks), batch_size=10))
+    beats = records(log, "heartbeat")
+    for key, place in (("data", "data_wait"), ("forward", "forward")):
+        begin, end = marks[key]
+        during = [b for b in beats if begin < b["t"] < end - 0.05]
+        assert len(during) >= 3 and {b["where"] for b in during} == {place}, key
+        assert begin - 0.3 < during[0]["where_since"] <= begin
+    assert not events(log, "warning")
 
 
 def _slow_eval_and_save(log: Path, tmp_path: Path) -> None:

@@ -157,3 +157,45 @@ def test_sparse_gradients_on_a_gpu_are_said_in_one_line_never_synced(tmp_path: P
     assert len(steps) == 3 and all("grad_norm" not in s for s in steps)
     (warning,) = [r["message"] for r in recs if r.get("type") == "warning"]
     assert "sparse gradients on a GPU" in warning and "\n" not in warning
+
+
+def test_loss_scale_and_the_amp_config_under_fp16_autocast_without_a_sync(tmp_path: Path) -> None:
+    """``Probe(scaler=...)``: each step's ``loss_scale`` is the GradScaler's device scale,
+    read back like the loss (``get_scale()`` would sync). The training's own
+    ``scaler.step()`` syncs (it reads found_inf), so only the probe's parts run under the
+    debug mode: the backward with its hooks, and ``probe.step()``."""
+    log = tmp_path / "run.jsonl"
+    dev = torch.device("cuda")
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.ReLU(), torch.nn.Linear(64, 1))
+    model = model.to(dev)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    scaler = torch.amp.GradScaler("cuda", init_scale=2.0**12)
+    scales = []
+    with Probe(path=log, model=model, optimizer=opt, scaler=scaler, system=False) as probe:
+        for i in range(6):
+            x = torch.randn(16, 32, device=dev)
+            torch.cuda.set_sync_debug_mode("error")
+            try:
+                with torch.autocast("cuda", dtype=torch.float16):
+                    loss = model(x).float().pow(2).mean()
+                if i == 3:
+                    loss = loss * float("inf")  # an overflow: step skipped, scale halved
+                scaler.scale(loss).backward()
+            finally:
+                torch.cuda.set_sync_debug_mode(0)
+            scaler.step(opt)
+            scaler.update()
+            opt.zero_grad()
+            scales.append(scaler.get_scale())  # the test's reference: a sync of its own
+            torch.cuda.set_sync_debug_mode("error")
+            try:
+                probe.step(loss=loss)
+            finally:
+                torch.cuda.set_sync_debug_mode(0)
+    recs, steps = _read(log)
+    assert [s["loss_scale"] for s in steps] == scales
+    assert scales[3] == scales[2] / 2
+    (config,) = [r for r in recs if r.get("type") == "config"]
+    assert config["amp"] == {"dtype": "float16", "scaler": True}
+    assert not [r for r in recs if r.get("type") == "warning"]
