@@ -41,6 +41,7 @@ class LoopHooks:
         self._compiling = torch.compiler.is_compiling
         self._where = where
         self._handles: list[Any] = []
+        self._forward_handle: Any = None  # the model's forward pre-hook (``drop_forward``)
         self._on_amp = on_amp
         self._amp_module: Any = None  # the first module holding parameters
         self._amp_handle: Any = None
@@ -54,10 +55,21 @@ class LoopHooks:
     # --- forward ---------------------------------------------------------------------
     def watch_model(self, model: Any) -> None:
         """``forward`` at each call of ``model``; the autocast look inside it."""
-        self._handles.append(model.register_forward_pre_hook(self._pre_forward))
+        self._forward_handle = model.register_forward_pre_hook(self._pre_forward)
+        self._handles.append(self._forward_handle)
         if self._on_amp is not None:
             self._amp_module = _first_with_params(model)
             self.arm_amp()
+
+    def drop_forward(self) -> None:
+        """``probe.loader()`` marks ``forward`` as it hands out each batch: the model's
+        own hook is then redundant, and any hook sends every call of the model through
+        torch's slower hooked path (~10-18 us a call measured on a 2-CPU VM)."""
+        h = self._forward_handle
+        if h is not None:
+            self._forward_handle = None
+            h.remove()
+            self._handles = [x for x in self._handles if x is not h]
 
     def _pre_forward(self, _module: Any, _args: Any) -> None:
         if self._compiling():

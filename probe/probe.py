@@ -521,6 +521,10 @@ class Probe:
         self._loader_used = True
         if self._steps == 0:
             self._prev_end = t0  # the first step is timed from the first next()
+        loop = self._loop
+        if loop is not None:
+            with contextlib.suppress(Exception):
+                loop.drop_forward()  # the loader marks forward from now on
 
     def _emit(self, record: dict[str, Any]) -> None:
         """Queue a record from any thread; events are written at once."""

@@ -117,10 +117,13 @@ def judge(ranks: Sequence[Rank]) -> None:
 
 # ------------------------------------------------------------------ the rank a hung job waits for
 
-# where a rank can be in one training step, in the order it passes through them: in a hung
-# data-parallel job the rank the others wait for is the one that got least far (its loader
-# or its own code never returned), while the others wait in the backward all-reduce
-LOOP_ORDER = {"data_wait": 0, "compute": 1, "forward": 1, "backward": 2, "optimizer": 3}
+# where a rank can be between completing step L and completing step L + 1, in the order it
+# passes through them (the probe's heartbeat ``where``): in a hung data-parallel job the
+# rank the others wait for is the one that got least far (its own code after the step, its
+# loader, its forward), while the others wait in the backward all-reduce
+LOOP_ORDER = {
+    "after_step": 0, "data_wait": 1, "compute": 2, "forward": 2, "backward": 3, "optimizer": 4,
+}  # fmt: skip
 
 
 def _stall(r: Rank) -> Alert | None:

@@ -94,7 +94,7 @@ class Stall(Rule):
                     e, blk.steps[i - 1] if i else self.prev_step, gaps[i], fts[i], resumed=True
                 )
                 resumed_at = blk.steps[i]
-            if self.tr.active:
+            if self.tr.active and self._after_stall(blk.steps[-1]):
                 self.tr.clear(resumed_at)
                 self.explained_by_eval = False
             self.prev_t = ts[-1]
@@ -115,10 +115,18 @@ class Stall(Rule):
                     self.intervals.push(gap)
             prev = t
             self.prev_step = step
-            if self.tr.active:
+            if self.tr.active and self._after_stall(step):
                 self.tr.clear(step)
                 self.explained_by_eval = False
         self.prev_t = prev
+
+    def _after_stall(self, step: int) -> bool:
+        """A step after the one the stall waits behind: training resumed. The steps before
+        it, still buffered in the block that closes at the log's end (a killed job), do not
+        end the stall."""
+        a = self.tr.alert
+        last = a.evidence.get("last_step") if a is not None else None
+        return type(last) is not int or step > last
 
     def _clock_jumped(self, e: RuleEngine, rec: dict[str, Any]) -> None:
         """A stall raised from heartbeats while no step came, withdrawn when the step that
