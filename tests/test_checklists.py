@@ -419,3 +419,48 @@ def test_high_lr_steps_read_the_lr_at_the_alert_not_at_the_end_of_the_log(checkl
     for step in load_checklist(checklist_id).steps:
         if step.id == "lr_high" and step.check is not None:
             assert step.check.get("fact") != "lr_last", f"{checklist_id}: {step.check}"
+
+
+# ------------------------------------------------------------------ the probe's set-up answers
+
+
+def _marks(records: list[dict[str, Any]], alert_id: str) -> dict[str, str | None]:
+    """Each step of the first ``alert_id`` alert's checklist: its automatic mark."""
+    from dltop.tui.core.checklist_eval import evaluate
+    from dltop.tui.core.checklists import checklist_for
+    from dltop.tui.core.rules import RuleEngine
+
+    eng = RuleEngine()
+    eng.feed_many(records)
+    eng.finish()
+    (a,) = [x for x in eng.alerts() if x.id == alert_id][:1]
+    return {c.step.id: c.mark for c in evaluate(checklist_for(a), eng.facts(), a)}
+
+
+def _config(**sections: Any) -> dict[str, Any]:
+    return {"kind": "event", "type": "config", "t": 1.0, **sections}
+
+
+def test_the_probes_set_up_answers_what_was_a_question_mark() -> None:
+    """"Does the DataLoader use workers?" was "?" although probe.loader() wrapped it; the
+    batch size that grew 1024 -> 8192 before an OOM was in the log and unused."""
+    from rulekit import Run
+
+    loader = {"class": "DataLoader", "num_workers": 0, "pin_memory": False, "batch_size": 32}
+    slow = list(Run(share_at=lambda i: 0.5).records())
+    slow.insert(1, _config(loader=loader, amp={"dtype": None, "scaler": False}))
+    marks = _marks(slow, "data_bound")
+    assert marks["workers"] == "yes" and marks["pin_memory"] == "yes"
+
+    recs: list[dict[str, Any]] = [{"kind": "meta", "v": 1, "t": 0.0, "pid": 1}]
+    for i in range(40):
+        bs = 1024 * 2 ** (i // 10)  # 1024 -> 8192
+        recs.append({"kind": "step", "step": i, "t": float(i), "loss": 1.0 / (i + 1), "batch_size": bs})
+    recs.append({"kind": "event", "type": "oom", "exc_type": "torch.OutOfMemoryError",
+                 "message": "CUDA out of memory. Tried to allocate 2.00 GiB", "step": 40, "t": 41.0})  # fmt: skip
+    marks = _marks(recs, "oom")
+    assert marks["batch_grew"] == "yes"
+
+    nan = list(Run(loss_at=lambda i, x: math.nan if i >= 500 else x).records())
+    nan.insert(1, _config(amp={"dtype": None, "scaler": False}))
+    assert _marks(nan, "nan_loss")["mixed_precision"] == "no"

@@ -87,10 +87,20 @@ def test_demo_ends_with_its_alert(name: str, tmp_path: Path) -> None:
         assert 0.7 * demo.steps <= n <= 1.3 * demo.steps, (
             f"{name}: {n} steps, paced for {demo.steps}"
         )
+    verdict = report["verdict"]  # the one line every surface starts with (the contract)
+    assert verdict and len(verdict) <= 400 and "\n" not in verdict, verdict
+    assert "normally" not in report["reason"], report["reason"]
     if demo.alert is None:
         assert report["alerts"] == [], f"{name} must stay quiet, got {report['alerts']}"
         assert report["status"] == "finished"
+        assert verdict.endswith("; no problem found"), verdict
         return
+    loud = [a for a in report["alerts"] if a["severity"] in ("warning", "critical")]
+    crashed = ("crashed at step", "out of GPU memory", "out of host memory")
+    assert any(a["title"] in verdict for a in loud) or verdict.startswith(crashed), (
+        f"{name}: the verdict names none of its faults: {verdict!r}"
+    )
+    assert " — " in verdict, f"{name}: the verdict says what to do first: {verdict!r}"
     ours = [a for a in report["alerts"] if a["id"] == demo.alert]  # an alert may come back later
     assert ours, f"{name}: expected '{demo.alert}', dltop check said {report}"
     steps = [a["step"] for a in ours]

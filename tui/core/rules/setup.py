@@ -66,7 +66,8 @@ class Setup:
                 self.clip_max_norm = 0.0  # said to be off
         amp = rec.get("amp")
         if isinstance(amp, dict):
-            self.amp_dtype = _name(amp.get("dtype"))
+            # no autocast seen in the training forward: the run computes in float32
+            self.amp_dtype = _name(amp.get("dtype")) or "float32"
             self.loss_scaler = _bool(amp.get("scaler"))
             self.param_dtype = _name(amp.get("param_dtype")) or self.param_dtype
         opt = rec.get("optimizer")

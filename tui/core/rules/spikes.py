@@ -78,6 +78,7 @@ class Aftermath:
 
 
 def _say_absorbed(a: Alert, after: float | None, before: float | None) -> None:
+    a.evidence["absorbed"] = True
     a.severity = INFO
     if "(absorbed)" not in a.title:
         a.title += " (absorbed)"
