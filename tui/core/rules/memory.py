@@ -32,8 +32,8 @@ MIB = 1 << 20
 WARM_S = 5.0  # seconds of training after which memory readings count, however few steps
 SPAN_S = 15.0  # seconds of readings that judge a run, however few steps it made
 SMALL_GROWTH = 16 * MIB  # a straight, clean climb this large counts below min_growth ...
-NOISE_SIGMAS = 20.0  # ... when it is this many times the readings' scatter around the line
-CLEAN_R2 = 0.95  # ... and the line explains this much of them
+NOISE_SIGMAS = 8.0  # ... when it is this many times the readings' scatter around the line
+CLEAN_R2 = 0.9  # ... and the line explains this much of them
 
 
 class MemoryGrowth(Rule):
