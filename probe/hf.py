@@ -17,7 +17,12 @@ it (the caller's frame: callbacks get no reference to it) and wraps, for the len
 - ``evaluate`` and ``_save_checkpoint``: run inside ``eval`` and ``checkpoint`` phases,
   so neither reads as a stall.
 
-An exception leaving any of them is recorded like ``with Probe(...)`` records it. The
+An exception leaving any of them is recorded like ``with Probe(...)`` records it; so is
+one raised by any other callback (the callback handler's ``call_event`` is wrapped too);
+and one raised anywhere else in the loop (the optimizer's step, the scheduler), which
+leaves ``train()`` without ``on_train_end``, is noticed by ``trainwatch.py`` and closes
+the log with exit status ``exception`` (a caller that catches it, a notebook, no longer
+leaves the log saying the run finished). The
 grad norm is the probe's own end-of-backward hooks on the model's parameters (before
 ``max_grad_norm`` clipping, after DDP's all-reduce, unscaled with the fp16
 ``GradScaler``); the lr is copied in ``on_optimizer_step``, before the scheduler steps;
@@ -32,6 +37,7 @@ without loss; a note in the log says so.
 from __future__ import annotations
 
 import sys
+import threading
 from time import perf_counter
 from typing import Any
 
@@ -44,6 +50,7 @@ from dltop.probe.adapter import (
     open_session,
 )
 from dltop.probe.runconfig import clip_section
+from dltop.probe.trainwatch import TrainWatch, frame_of
 from dltop.probe.whereabouts import DATA_WAIT, FORWARD
 
 try:
@@ -86,6 +93,7 @@ class DltopCallback(CallbackBase, transformers.TrainerCallback):
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(kwargs)
+        self._watch: TrainWatch | None = None
 
     # --- start and end -------------------------------------------------------------------
     def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
@@ -102,6 +110,7 @@ class DltopCallback(CallbackBase, transformers.TrainerCallback):
             self._session = None
 
     def _start(self, args: Any, model: Any, trainer: Any) -> None:
+        self._watch_train(trainer)
         s = self._session = open_session(
             self._kwargs,
             args.process_index,
@@ -176,8 +185,22 @@ class DltopCallback(CallbackBase, transformers.TrainerCallback):
 
             return make
 
+        def events(original: Any) -> Any:
+            def call(*a: Any, **kw: Any) -> Any:
+                try:
+                    return original(*a, **kw)
+                except BaseException as e:  # another callback raised: the run ends here
+                    if s.live:
+                        s.crashed(e)
+                    raise
+
+            return call
+
         p.wrap(trainer, "training_step", training_step)
         p.wrap(trainer, "get_batch_samples", batches)
+        handler = getattr(trainer, "callback_handler", None)
+        if handler is not None and hasattr(handler, "call_event"):
+            p.wrap(handler, "call_event", events)
         p.wrap(trainer, "evaluate", phased("eval"))
         if hasattr(trainer, "_save_checkpoint"):
             p.wrap(trainer, "_save_checkpoint", phased("checkpoint"))
@@ -190,7 +213,36 @@ class DltopCallback(CallbackBase, transformers.TrainerCallback):
             s.step.add(None, batch)
 
     def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        if self._watch is not None:
+            self._watch.stop()
         self._end()
+
+    def _watch_train(self, trainer: Any) -> None:
+        """Notice ``train()`` left without ``on_train_end`` (``trainwatch.py``)."""
+        if self._watch is not None:
+            self._watch.stop()
+            self._watch = None
+        frame = frame_of("train", trainer, sys._getframe()) if trainer is not None else None
+        if frame is None:
+            return
+        self._watch = TrainWatch(threading.get_ident(), frame.f_code, self._left_train)
+
+    def _left_train(self) -> None:
+        """``train()`` is gone from the training thread's stack, ``on_train_end`` never
+        came: an exception nothing wrapped ended it, and the caller caught it."""
+        s = self._live()
+        if s is None:
+            return
+        self._patches.undo()
+        s.guard(
+            "train left",
+            lambda: s.probe.note(
+                "Trainer.train() ended without on_train_end: an exception outside the "
+                "adapter's view (the optimizer's step, the scheduler, a collator) ended "
+                "training; its traceback is not in the log"
+            ),
+        )
+        s.guard("close", lambda: s.probe.close("exception"))
 
     # --- steps and evaluation ----------------------------------------------------------
     def on_optimizer_step(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:

@@ -255,6 +255,73 @@ def test_an_exception_in_the_training_step_is_a_crash(tmp_path: Path) -> None:
     assert report["status"] == "crashed" and "crash" in alert_ids(report)
 
 
+class _RaisesAtStep(transformers.TrainerCallback):
+    """Another callback of the user's that raises: outside the adapter's four methods."""
+
+    def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        if state.global_step == 3:
+            raise RuntimeError("a user callback broke")
+
+
+def test_an_exception_in_another_callback_caught_by_the_caller_is_a_crash(
+    tmp_path: Path,
+) -> None:
+    """A sweep loop or a notebook catches what train() raised and goes on: the log used
+    to say "exit ok" and `check` "finished normally"."""
+    log = tmp_path / "run.jsonl"
+    trainer = transformers.Trainer(
+        model=_Regressor(nn.Linear(4, 1)),
+        args=_args(tmp_path, max_steps=10),
+        train_dataset=_points(64),
+        callbacks=[DltopCallback(path=log, socket=False, system=False), _RaisesAtStep()],
+    )
+    try:
+        trainer.train()
+    except RuntimeError:
+        pass  # the caller goes on: a sweep's next configuration, the next notebook cell
+    (exc,) = events(log, "exception")
+    assert exc["exc_type"] == "RuntimeError" and "user callback" in exc["message"]
+    assert events(log, "exit")[0]["status"] == "exception"
+    report = check(log)
+    assert report["status"] == "crashed" and report["verdict"].startswith("crashed at step")
+
+
+class _BrokenSGD(torch.optim.SGD):
+    """An optimizer whose step raises at its 4th call: inside train(), outside any
+    method the adapter wraps and outside every callback."""
+
+    calls = 0
+
+    def step(self, closure: Any = None) -> Any:
+        type(self).calls += 1
+        if type(self).calls == 4:
+            raise RuntimeError("optimizer state is corrupt")
+        return super().step(closure)
+
+
+def test_an_exception_nothing_wrapped_sees_closes_the_log_as_a_crash(tmp_path: Path) -> None:
+    log = tmp_path / "run.jsonl"
+    model = _Regressor(nn.Linear(4, 1))
+    opt = _BrokenSGD(model.parameters(), lr=1e-3)
+    trainer = transformers.Trainer(
+        model=model,
+        args=_args(tmp_path, max_steps=10),
+        train_dataset=_points(64),
+        optimizers=(opt, None),
+        callbacks=[DltopCallback(path=log, socket=False, system=False)],
+    )
+    with pytest.raises(RuntimeError, match="corrupt"):
+        trainer.train()
+    deadline = time.monotonic() + 10  # the watch looks once a second
+    while not events(log, "exit") and time.monotonic() < deadline:
+        time.sleep(0.2)
+    (done,) = events(log, "exit")
+    assert done["status"] == "exception"
+    assert any("without on_train_end" in n.get("text", "") for n in events(log, "note"))
+    report = check(log)
+    assert report["status"] == "crashed", report["reason"]
+
+
 class _InOrder(transformers.Trainer):
     def _get_train_sampler(self, *a: Any, **kw: Any) -> Any:
         return torch.utils.data.SequentialSampler(self.train_dataset)
