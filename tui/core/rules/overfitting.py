@@ -218,7 +218,7 @@ class Overfitting(Rule):
         since = raw[b + 1 :]
         recent = min(raw[-EARLY_EVALS:])
         large = recent >= bloss * (1 + self.large) and (
-            n < NOISE_EVALS or recent >= bloss + self.noise_k * noise
+            n < NOISE_EVALS or recent >= bloss + (self.noise_k + _luck(n)) * noise
         )
         which = "eval loss" if es.name == "loss" else f"eval {es.name}"
         ev: dict[str, Any] = {
