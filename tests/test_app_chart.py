@@ -7,11 +7,9 @@ import math
 
 from dltop.tui.app.chart import BAD_MARK, GUTTER, Chart
 from dltop.tui.core.chartdata import (
-    EMA,
     ChartData,
     Trace,
     column_to_step,
-    ema_buckets,
     step_to_column,
     wants_log,
     y_range,
@@ -131,11 +129,6 @@ def test_chartdata_helpers() -> None:
     assert step_to_column(0, 0, 99, 10) == 0 and step_to_column(99, 0, 99, 10) == 9
     assert step_to_column(100, 0, 99, 10) is None
     assert column_to_step(5, 0, 99, 10) == 50
-    e = ema_buckets(_trace([0.0, 10.0, 10.0, 10.0]), alpha=0.5, steps_per_bucket=1)
-    assert e.style == EMA and e.hi[0] == 0.0 and e.hi[1] == 5.0 and e.hi[3] == 8.75
-    # a bucket of many steps converges faster than one step
-    wide = ema_buckets(_trace([0.0, 10.0]), alpha=0.1, steps_per_bucket=50)
-    assert wide.hi[1] is not None and wide.hi[1] > 9.9
     assert format_value(math.nan) == "NaN" and format_value(3 * 2**30, "B") == "3.0GiB"
     assert format_value(0.012, "s") == "12.0ms"
 

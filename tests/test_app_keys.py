@@ -43,13 +43,16 @@ async def _test_view_keys(tmp_path: Path) -> None:
     app = _replay(log, 300)
     async with app.run_test(size=(120, 40)) as pilot:
         await _loaded(pilot, app, 299)
-        assert "ema" in _legend(app) and "[log]" not in _legend(app)
+        assert "smooth(0.6)" in _legend(app) and "[log]" not in _legend(app)
         await pilot.press("l")
         await pilot.pause()
         assert "[log]" in _legend(app) and app.state.log_loss
-        await pilot.press("s")
+        await pilot.press("s")  # the weight steps up: 0.6 -> 0.8, said in the legend
         await pilot.pause()
-        assert "ema" not in _legend(app)
+        assert "smooth(0.8)" in _legend(app) and app.state.smoothing == 0.8
+        await pilot.press("S", "S")  # and down: 0.8 -> 0.6 -> off
+        await pilot.pause()
+        assert "smooth" not in _legend(app) and app.state.smoothing == 0.0
         await pilot.press("right")
         await pilot.pause()
         assert _legend(app).startswith("@0 ")

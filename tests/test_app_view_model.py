@@ -48,8 +48,8 @@ def test_panels_decimate_and_keep_nan_marks(tmp_path: Path) -> None:
     assert raw.bad[-1] and not raw.bad[0], "the NaN tail is marked in the last bucket"
     assert "loss NaN" in data.legend
     names = [t.name for t in data.traces]
-    assert names == ["loss", "ema", "eval"]
-    smooth_off = vm.panel_chart(model, "loss", vm.ViewState(smoothing=False), 40)
+    assert names == ["loss", "smooth(0.6)", "eval"]
+    smooth_off = vm.panel_chart(model, "loss", vm.ViewState(smoothing=0.0), 40)
     assert [t.name for t in smooth_off.traces] == ["loss", "eval"]
     at = vm.panel_chart(model, "loss", vm.ViewState(cursor=10), 40)
     assert at.legend.startswith("@10 loss ")

@@ -60,7 +60,7 @@ def test_a_line_per_run_in_its_own_colour_aligned_by_step() -> None:
 
 def test_the_raw_loss_without_smoothing_and_the_other_panels_compare_the_same_metric() -> None:
     runs = _runs("healthy", "data_bound")
-    raw = overlay_chart(runs, "loss", ViewState(smoothing=False), 40)
+    raw = overlay_chart(runs, "loss", ViewState(smoothing=0.0), 40)
     assert [t.name for t in raw.traces if t.connect] == ["A", "B"]
     st = overlay_chart(runs, "step_time", ViewState(), 40)
     assert st.unit == "s" and [t.name for t in st.traces] == ["A", "B"]

@@ -52,7 +52,7 @@ def _job(*per_rank: list[dict[str, Any]]) -> list[RankLog]:
 
 def test_the_chart_draws_the_median_of_the_ranks_over_their_min_max_band() -> None:
     ranks = _job(_steps(100, loss=1.0), _steps(100, loss=2.0), _steps(100, loss=10.0))
-    data = job_chart(ranks, "loss", ViewState(smoothing=False), 20)
+    data = job_chart(ranks, "loss", ViewState(smoothing=0.0), 20)
     band, line = data.traces
     assert band.style == BAND and line.name == "loss"
     assert set(line.hi) == {2.0}  # the median rank, not the mean (4.33)
@@ -65,13 +65,13 @@ def test_a_nan_on_one_rank_is_marked_on_the_chart_across_ranks() -> None:
     bad = _steps(50)
     bad[30]["loss"] = math.nan
     ranks = _job(_steps(50), bad, _steps(50))
-    line = job_chart(ranks, "loss", ViewState(smoothing=False), 50).traces[-1]
+    line = job_chart(ranks, "loss", ViewState(smoothing=0.0), 50).traces[-1]
     assert [i for i, b in enumerate(line.bad) if b] == [30]
 
 
 def test_ranks_of_different_lengths_span_the_longest() -> None:
     ranks = _job(_steps(100), _steps(40))
-    data = job_chart(ranks, "loss", ViewState(smoothing=False), 10)
+    data = job_chart(ranks, "loss", ViewState(smoothing=0.0), 10)
     assert (data.start, data.end) == (0, 99)
     band = data.traces[0]
     assert band.hi[-1] == 1.0  # the buckets only one rank reached still draw

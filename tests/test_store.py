@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 from dltop.tui.core.decimate import BLOCK, NAN, NEGINF, POSINF
+from dltop.tui.core.smoothing import smooth
 from dltop.tui.core.store import Store
 
 NONFINITE = (math.nan, math.inf, -math.inf)
@@ -110,7 +111,7 @@ def test_step_fields_become_columns_discovered_from_the_data() -> None:
         ]
     )
     names = set(store.names())
-    assert {"loss", "lr", "t", "acc", "lrs.0", "lrs.1", "loss.ema"} <= names
+    assert {"loss", "lr", "t", "acc", "lrs.0", "lrs.1"} <= names
     assert "note" not in names and "flag" not in names and "kind" not in names
     assert list(store.series("loss").ys) == [2.0, 1.5]
     assert store.series("lrs.1").last() == (1, 0.02)
@@ -209,7 +210,7 @@ def test_a_resumed_run_replaces_the_records_from_the_resume_step_on(batch: int) 
     steps = [*range(300), *range(150, 600), *range(590, 790)]
     steps = [*steps, *range(-5, 245)]
     points = list(zip(steps, vals, strict=True))
-    store = Store(ema={"loss": 0.5})
+    store = Store()
     recs = []
     for r in _steps(vals, steps):
         recs.append(r)
@@ -224,13 +225,12 @@ def test_a_resumed_run_replaces_the_records_from_the_resume_step_on(batch: int) 
     assert list(store.step_x) == [x for x, _ in kept]
     assert [x for x, _ in store.series("eval.loss").points()] == [-1, 49, 99, 149, 199]
     assert [x for x, _ in store.series("sys.rss").points()] == [-1, 49, 99, 149, 199]
-    assert len(store.series("loss.ema")) == len(loss)
-    # the EMA restarts from the point before the resume, not from the replaced tail
-    ref = Store(ema={"loss": 0.5})
+    smoothed = store.smoothed("loss", 0.5)
+    assert smoothed is not None and len(smoothed) == len(loss)
+    # the smoothed copy is that of the run as it continued, not of the replaced tail
+    ref = Store()
     ref.ingest(_steps([v for _, v in kept], [x for x, _ in kept]))
-    assert list(map(repr, store.series("loss.ema").ys)) == list(
-        map(repr, ref.series("loss.ema").ys)
-    )
+    assert list(map(repr, smoothed.ys)) == list(map(repr, ref.smoothed("loss", 0.5).ys))
     lo, hi = kept[0][0], kept[-1][0]
     for w in (1, 7, 120, 500):
         _check(store, "loss", kept, lo, hi, w)
@@ -319,13 +319,16 @@ def test_eval_sys_events_layers_heartbeat() -> None:
     assert store.last_heartbeat == 4.0 and store.kinds["mystery"] == 1
 
 
-def test_ema_of_loss_skips_nonfinite_values() -> None:
-    store = Store(ema={"loss": 0.5})
+def test_the_smoothed_loss_breaks_at_a_nonfinite_value_and_starts_again_debiased() -> None:
+    store = Store()
     store.ingest(_steps([2.0, 4.0, math.nan, 4.0]))
+    smoothed = store.smoothed("loss", 0.5)
+    assert smoothed is not None and smoothed.ys[0] == 2.0  # debiased: not dragged to 0
+    assert smoothed.ys[1] == pytest.approx((0.5 * 2.0 + 4.0) / 1.5)
+    assert math.isnan(smoothed.ys[2]) and smoothed.ys[3] == 4.0  # nothing carried over
     store.ingest(_steps([math.inf], [4]))
-    ema = store.series("loss.ema")
-    assert list(ema.ys) == [2.0, 3.0, 3.0, 3.5, 3.5]
-    assert ema.last() == (4, 3.5)
+    assert store.smoothed("loss", 0.5) is smoothed and math.isnan(smoothed.ys[4])
+    assert store.smoothed("loss", 0.0) is None and store.smoothed("nope", 0.6) is None
 
 
 def test_store_memory_stays_bounded_for_a_million_steps() -> None:
@@ -350,7 +353,7 @@ def test_store_memory_stays_bounded_for_a_million_steps() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     r = json.loads(out.stdout)
-    assert r["steps"] == 1_000_000 and r["series"] == 11  # 10 metrics + loss.ema
+    assert r["steps"] == 1_000_000 and r["series"] == 10  # 10 metrics
     assert r["arrays_mb"] < 110
     assert r["delta_mb"] < 150, r
 
@@ -374,15 +377,15 @@ def test_a_log_naming_a_new_field_every_step_keeps_a_bounded_number_of_series() 
     assert len(store.names()) == MAX_SERIES
     loss = store.series("loss")
     assert loss is not None and len(loss) == n, "an admitted series keeps every value"
-    assert store.series("loss.ema") is not None and store.series("t") is not None
-    # t, loss and loss.ema, then sample_ fields until the limit; the rest refused, each once
-    assert store.budget.refused == n - (MAX_SERIES - 3) and not store.budget.more
+    assert store.series("t") is not None
+    # t and loss, then sample_ fields until the limit; the rest refused, each once
+    assert store.budget.refused == n - (MAX_SERIES - 2) and not store.budget.more
     note = store.budget.note()
-    assert note == f"{n - (MAX_SERIES - 3)} fields not charted (a run keeps {MAX_SERIES} series)"
+    assert note == f"{n - (MAX_SERIES - 2)} fields not charted (a run keeps {MAX_SERIES} series)"
     store.ingest([{"kind": "step", "step": n, "loss": 0.4, "sample_0": 2.0, "sample_9999": 1.0}])
-    assert len(loss) == n + 1 and store.budget.refused == n - (MAX_SERIES - 3) + 1
+    assert len(loss) == n + 1 and store.budget.refused == n - (MAX_SERIES - 2) + 1
     store.ingest([{"kind": "step", "step": n + 1, "loss": 0.3, "wide": list(range(5000))}])
-    assert store.budget.refused == n - (MAX_SERIES - 3) + 2  # a list: one field
+    assert store.budget.refused == n - (MAX_SERIES - 2) + 2  # a list: one field
     store.ingest([{"kind": "sys", "t": 1.0, "d": {f"k{j}": 1.0 for j in range(5000)}}])
     assert store.budget.more and store.budget.note().startswith("4096+ fields not charted")
     assert len(store.names()) == MAX_SERIES and len(loss) == n + 2
@@ -427,7 +430,7 @@ def test_the_dashboard_series_are_charted_whatever_fills_the_limit_first() -> No
     store.ingest([{"kind": "step", "step": i, **base, **wide} for i in range(3)])
     store.ingest([{"kind": "sys", "t": 1.0, "rss": 1e9, "gpus": [{"index": 0, "util": 9.0}]}])
     store.ingest([{"kind": "eval", "step": 2, "loss": 0.9}])
-    for name in (*base, "loss.ema", "sys.rss", "sys.gpus.0.util", "eval.loss"):
+    for name in (*base, "sys.rss", "sys.gpus.0.util", "eval.loss"):
         assert store.series(name) is not None, name
     assert len(store.names()) <= MAX_SERIES + len(RESERVED)
 
@@ -483,30 +486,21 @@ def test_a_refused_field_costs_no_column(monkeypatch: pytest.MonkeyPatch) -> Non
     assert len(sparse) == 1
 
 
-def _ema_reference(values: list[float], alpha: float) -> list[float]:
-    """The EMA as written out once per value: the floats the store must give."""
-    acc: float | None = None
-    out = []
-    for x in values:
-        if math.isfinite(x):
-            acc = x if acc is None else acc + alpha * (x - acc)
-        out.append(acc if acc is not None else math.nan)
-    return out
-
-
 @pytest.mark.parametrize("batch", [1, 3, 64, 1000])
-def test_ema_is_the_same_floats_whatever_the_batches_and_gaps(batch: int) -> None:
+def test_smoothing_is_the_same_floats_whatever_the_batches_and_gaps(batch: int) -> None:
     rng = random.Random(batch)
     values = [rng.lognormvariate(0, 1) for _ in range(900)]
     for i in rng.sample(range(900), 40):  # NaN and infinities, some at a batch's start
         values[i] = rng.choice([math.nan, math.inf, -math.inf])
     values[:5] = [math.nan, math.inf, math.nan, math.nan, math.nan]  # no finite value yet
-    values[850:880] = [1e308, -1e308] * 15  # finite, but the EMA itself overflows
-    store = Store(ema={"loss": 0.3})
-    for i in range(0, len(values), batch):
-        store.ingest(_steps(values[i : i + batch], list(range(i, min(i + batch, 900)))))
-    got = list(map(repr, store.series("loss.ema").ys))
-    assert got == list(map(repr, _ema_reference(values, 0.3)))
+    values[850:880] = [1e308, -1e308] * 15  # finite, but the average itself may overflow
+    steps = [3 * i + (i % 2) for i in range(900)]  # uneven gaps: the weight is per step
+    store = Store()
+    for i in range(0, len(values), batch):  # extended as the run grows, drawn in between
+        store.ingest(_steps(values[i : i + batch], steps[i : i + batch]))
+        store.smoothed("loss", 0.9)
+    got = list(map(repr, store.smoothed("loss", 0.9).ys))
+    assert got == list(map(repr, smooth(steps, values, 0.9)))
 
 
 def test_a_list_field_refused_whole_is_not_read_again(monkeypatch: pytest.MonkeyPatch) -> None:

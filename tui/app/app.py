@@ -54,7 +54,7 @@ if TYPE_CHECKING:
 
 COMPACT_WIDTH, COMPACT_HEIGHT = 110, 32
 # fits 80 columns (the smallest supported terminal); the rest (e: svg) is in the help
-HINT = "q quit ? help 1-7 zoom l log s ema p pause ←→ cursor g goto a alerts c list"
+HINT = "q quit ? help 1-7 zoom l log s smooth p pause ←→ cursor g goto a alerts c list"
 # ranks (or overlaid runs) from which the charts' data are worked out beside the event
 # loop (see DltopApp._update_panels)
 OFFLOOP_RANKS = 8
@@ -81,7 +81,8 @@ class DltopApp(RankFocus, ViewKeys, AlertPane, Exports, App[int]):
         Binding("question_mark", "help", "help"),
         *[Binding(str(i), f"zoom({i})", f"panel {i}", show=False) for i in range(1, 10)],
         Binding("l", "toggle_log", "log scale"),
-        Binding("s", "toggle_smoothing", "smoothing"),
+        Binding("s", "smoothing(1)", "smoothing +"),
+        Binding("S", "smoothing(-1)", "smoothing -", show=False),
         Binding("p", "toggle_pause", "pause/follow"),
         Binding("left", "cursor(-1)", "cursor left", show=False),
         Binding("right", "cursor(1)", "cursor right", show=False),

@@ -18,7 +18,10 @@ KEYS = (
     ("tab / shift+tab", "move focus: badges, panels, checklist"),
     ("1 … 9", "zoom panel N (press again to restore)"),
     ("l", "log scale on the loss panel"),
-    ("s", "EMA smoothing on/off"),
+    (
+        "s / S",
+        "smoothing weight up / down: 0.6 0.8 0.9 0.95 0.99, then off (per step, as in TensorBoard)",
+    ),
     ("p", "pause the display / follow the run again"),
     ("← / →", "move the step cursor (values at the cursor in each panel)"),
     ("home / end", "cursor to the window's start / remove the cursor"),

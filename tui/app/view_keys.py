@@ -14,6 +14,7 @@ from dltop.tui.app.cards import GpuPanel
 from dltop.tui.app.chart import Chart
 from dltop.tui.app.mixin import AppMixin
 from dltop.tui.core import view_model as vm
+from dltop.tui.core.smoothing import lag_bound, step_weight
 from textual.widgets import Input
 
 if TYPE_CHECKING:
@@ -57,8 +58,17 @@ class ViewKeys(AppMixin):
         shown = self._chart("loss", 120).log
         self.set_state(log_loss=not shown)
 
-    def action_toggle_smoothing(self) -> None:
-        self.set_state(smoothing=not self.state.smoothing)
+    def action_smoothing(self, direction: int = 1) -> None:
+        """``s`` / ``S``: the next smoothing weight up / down (0, 0.6 ... 0.99, wrapping)."""
+        weight = step_weight(self.state.smoothing, direction)
+        self.set_state(smoothing=weight)
+        if weight:
+            lag = lag_bound(weight)
+            self.notify(
+                f"smoothing {weight:g} (lags a steady trend by ≤ {lag:.3g} steps)", timeout=2
+            )
+        else:
+            self.notify("smoothing off", timeout=2)
 
     def action_toggle_pause(self) -> None:
         if self.state.paused:  # resume: back to following the whole run

@@ -4,8 +4,8 @@ A chart is as wide as the terminal allows, so it never needs more than about two
 per character column: the store decimates each metric into buckets that keep the minimum,
 the maximum and whether any non-finite value fell inside. This module turns those buckets
 into ``ChartData`` (the one thing the chart widget reads) and holds the arithmetic that
-would otherwise hide in a widget: log transforms, the y range, EMA smoothing over buckets,
-and the mapping between steps and columns. It imports no Textual, so it is testable alone.
+would otherwise hide in a widget: log transforms, the y range and the mapping between
+steps and columns. It imports no Textual, so it is testable alone.
 """
 
 from __future__ import annotations
@@ -136,36 +136,3 @@ def column_to_step(column: int, start: int, end: int, columns: int) -> int:
     """The first step of a column: the inverse of :func:`step_to_column`."""
     span = end - start + 1
     return start + (column * span) // max(1, columns)
-
-
-def ema_buckets(trace: Trace, alpha: float, steps_per_bucket: float, name: str = "ema") -> Trace:
-    """An EMA over a decimated trace, without touching the raw series.
-
-    Each bucket is summarised by its mid-point and weighted as ``steps_per_bucket`` steps,
-    so the effective smoothing per bucket is ``1 - (1 - alpha) ** k``: the curve matches a
-    per-step EMA when a bucket is one step wide and stays a cheap O(width) pass when one
-    bucket holds thousands of steps. Non-finite buckets are skipped, not propagated: the raw
-    trace already marks them, and a smoothed line that went NaN forever would hide the rest.
-    """
-    k = max(1.0, steps_per_bucket)
-    a = 1.0 - (1.0 - alpha) ** k
-    out: list[float | None] = []
-    acc: float | None = None
-    for lo, hi in zip(trace.lo, trace.hi, strict=False):
-        if lo is None or hi is None:
-            out.append(None)
-            continue
-        mid = (lo + hi) / 2.0
-        acc = mid if acc is None else acc + a * (mid - acc)
-        out.append(acc)
-    return Trace(name=name, lo=out, hi=out, bad=(), style=EMA, connect=True)
-
-
-def ema_last(values: Sequence[float], alpha: float) -> float | None:
-    """The EMA of the finite values, in order: the smoothed "now" of a series."""
-    acc: float | None = None
-    for v in values:
-        if v != v or v in (math.inf, -math.inf):
-            continue
-        acc = v if acc is None else acc + alpha * (v - acc)
-    return acc

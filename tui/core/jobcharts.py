@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from dltop.tui.core import panels
+from dltop.tui.core import panels, smoothing
 from dltop.tui.core.chartdata import EMA, ChartData, Trace
 from dltop.tui.core.fmt import compact
 from dltop.tui.core.ranklog import RankLog
@@ -67,14 +67,22 @@ class _Column:
 
 
 def column(
-    model: RunModel, metric: str, span: tuple[int, int], buckets: int, at: int | None, invert: bool
+    model: RunModel,
+    metric: str,
+    span: tuple[int, int],
+    buckets: int,
+    at: int | None,
+    invert: bool,
+    smooth: float = 0.0,
 ) -> _Column | None:
+    """One rank's (or run's) ``metric`` in the chart's buckets; with ``smooth``, its
+    smoothed copy at that weight (``Store.smoothed``)."""
     with model.lock:
         store = model.store
-        series = store.series(metric)
+        series = store.smoothed(metric, smooth) if smooth else store.series(metric)
         if series is None or not len(series):
             return None
-        d = store.decimate(metric, span[0], span[1], buckets)
+        d = series.decimate(span[0], span[1], buckets)
         point = series.at_step(at) if at is not None else series.last()
         scale = panels.scale_of(store, metric)  # GPU memory in % of the device
     value = point[1] if point is not None else None
@@ -158,16 +166,20 @@ def job_chart(
     traces: list[Trace] = []
     bands: list[Trace] = []
     legend: list[str] = []
+    weight = state.smoothing
     wanted = [
-        (s.metric, s.label, s.style, s.connect, s is band_of, False)
+        (s.metric, smoothing.label(weight) if s.style == EMA else s.label, s.style, s.connect,
+         s is band_of, False, weight if s.style == EMA else 0.0)
         for s in spec.series
-        if s.style != EMA or state.smoothing
-    ]
+        if s.style != EMA or weight
+    ]  # fmt: skip
     if key == "throughput" and not any(_has(r.model, "samples_per_s") for r in ranks):
-        wanted = [("step_time", "steps/s", "raw", True, True, True)]
+        wanted = [("step_time", "steps/s", "raw", True, True, True, 0.0)]
     unit = "" if wanted and wanted[0][5] else spec.unit
-    for metric, label, style, connect, banded, invert in wanted:
-        named = [(r, c) for r in ranks if (c := column(r.model, metric, span, width, at, invert))]
+    for metric, label, style, connect, banded, invert, smooth in wanted:
+        named = [
+            (r, c) for r in ranks if (c := column(r.model, metric, span, width, at, invert, smooth))
+        ]
         if not named:
             continue
         med, lows, highs, bad = _combine([c for _, c in named], width)

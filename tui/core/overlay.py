@@ -75,13 +75,12 @@ class OverlayRun(RankLog):
         return f"{self.name} {visible(base, limit=40)}"
 
 
-def _metric(run: OverlayRun, key: str, smoothing: bool) -> tuple[str, bool] | None:
+def _metric(run: OverlayRun, key: str) -> tuple[str, bool] | None:
     """What a panel compares across runs: its first series as this run's panel draws it
-    (``panels.panel_spec``: RSS for a run without CUDA memory), the smoothed loss when
-    smoothing is on, and 1/step time for throughput without samples/s (inverted)."""
+    (``panels.panel_spec``: RSS for a run without CUDA memory), and 1/step time for
+    throughput without samples/s (inverted)."""
     if key == "loss":
-        name = "loss.ema" if smoothing else "loss"
-        return (name, False) if _has(run.model, name) else None
+        return ("loss", False) if _has(run.model, "loss") else None
     with run.model.lock:
         first = panels.panel_spec(run.model.store, key).series[0].metric
     if _has(run.model, first):
@@ -113,16 +112,17 @@ def overlay_chart(
     legend: list[str] = []
     inverted = False
     for run in runs:
-        chosen = _metric(run, key, state.smoothing)
+        chosen = _metric(run, key)
         if chosen is None:
             continue
         metric, invert = chosen
         inverted = inverted or invert
-        c = column(run.model, metric, span, width, at, invert)
+        smooth = state.smoothing if key == "loss" else 0.0  # the loss smoothed, when on
+        c = column(run.model, metric, span, width, at, invert, smooth)
         if c is None:
             continue
         bad = c.bad
-        if metric == "loss.ema":  # the smoothed line, the raw loss's NaN marks and value
+        if smooth:  # the smoothed line, the raw loss's NaN marks and value
             raw = column(run.model, "loss", span, width, at, False)
             if raw is not None:
                 bad, c.at = raw.bad, raw.at

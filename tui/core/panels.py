@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
+from dltop.tui.core import smoothing
 from dltop.tui.core.chartdata import ALT, ALT2, EMA, EVAL, RAW, ChartData, Trace, wants_log
 from dltop.tui.core.fmt import compact as format_value
 from dltop.tui.core.foreign.common import TOOL_NAME
@@ -49,7 +50,7 @@ class PanelSpec:
     # linear axis, where a data wait of 10 us looks as small as it is (on a log axis it
     # would look as big as the compute)
     auto_log: bool = False
-    smooth: bool = False  # EMA overlay on the first series
+    smooth: bool = False  # a smoothed copy of the first series over it (ViewState.smoothing)
     y_floor: float | None = None
     empty: str = "waiting for data"
     # what the panel draws, for "no <missing> in this Lightning log": another tool's log
@@ -64,7 +65,7 @@ PANELS: tuple[PanelSpec, ...] = (
         "loss",
         (
             Series("loss", "loss"),
-            Series("loss.ema", "ema", EMA),
+            Series("loss", "smooth", EMA),  # the smoothed copy, drawn over the raw line
             Series("eval.loss", "eval", EVAL, connect=False),
         ),
         smooth=True,
@@ -208,22 +209,25 @@ def store_chart(store: Store, key: str, state: ViewState, buckets: int) -> Chart
     lead: list[str] = []
     at = state.cursor
     for s in spec.series:
-        if s.style == EMA and not state.smoothing:
-            continue
-        series = store.series(s.metric)
+        if s.style == EMA:
+            series = store.smoothed(s.metric, state.smoothing)
+            label = smoothing.label(state.smoothing)
+        else:
+            series = store.series(s.metric)
+            label = s.label
         if series is None or not len(series):
             continue
-        d = store.decimate(s.metric, start, end, max(1, buckets))
+        d = series.decimate(start, end, max(1, buckets))
         lo, hi = d.lo, d.hi
         scale = scale_of(store, s.metric)
         if scale is not None:
             lo = [None if v is None else v * scale for v in lo]
             hi = [None if v is None else v * scale for v in hi]
-        traces.append(Trace(s.label, lo, hi, d.bad, s.style, s.connect))
+        traces.append(Trace(label, lo, hi, d.bad, s.style, s.connect))
         point = series.at_step(at) if at is not None else series.last()
         if point is not None:
             value = point[1] * scale if scale is not None else point[1]
-            (lead if s.lead else legend).append(f"{s.label} {format_value(value, spec.unit)}")
+            (lead if s.lead else legend).append(f"{label} {format_value(value, spec.unit)}")
     legend = lead + legend
     if key == "throughput" and not traces:
         traces, legend = _steps_per_second(store, start, end, buckets, at)

@@ -47,6 +47,7 @@ class Series:
         "_x_of",
         "_own",
         "_cache",
+        "cuts",
     )
 
     def __init__(
@@ -67,6 +68,7 @@ class Series:
         self._cache: tuple[int, dict[tuple[int, int, int], Decimated]] = (-1, {})
         self._x_of: Series | None = None  # a derived series takes its steps from another
         self._own = xs is None  # False: ``_xs`` is the store's shared step axis
+        self.cuts = 0  # times points were taken away (resumes): derived copies start over
 
     # -- reading -------------------------------------------------------------------------
     def __len__(self) -> int:
@@ -212,6 +214,7 @@ class Series:
         if n >= len(self.ys):
             return
         n = max(0, n)
+        self.cuts += 1
         del self.ys[n:]
         if self._own and self._x_of is None:
             del self._xs[self._x_off + n :]

@@ -20,7 +20,7 @@ _REMEMBERED = 4096  # refused names kept to count each once; past it the count s
 # or fills the limit before its first sys sample, still charts its loss and memory;
 # tests/test_store.py checks that every panel's series is here)
 RESERVED = frozenset(STEP_FIELDS) | {
-    "loss.ema", "eval.loss", "sys.rss", "sys.gpus.0.util", "sys.gpus.0.mem_used",
+    "eval.loss", "sys.rss", "sys.gpus.0.util", "sys.gpus.0.mem_used",
 }  # fmt: skip
 
 

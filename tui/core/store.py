@@ -7,7 +7,8 @@ what decides whether a replay is ready in two seconds. Which series exist is dis
 from the data: every numeric field of a ``step`` record (user extras included) becomes a
 series named by its key; ``eval`` fields become ``eval.<key>``, ``sys`` fields
 ``sys.<key>`` (nested: ``sys.<key>.<index-or-subkey>.<field>``); a list field such as
-``lrs`` becomes ``lrs.0``, ``lrs.1``... ``loss`` also gets a stored EMA, ``loss.ema``.
+``lrs`` becomes ``lrs.0``, ``lrs.1``... A smoothed copy of any series is worked out on demand
+for the weight a chart asks for (:meth:`Store.smoothed`, :mod:`smoothing`).
 
 Resumed runs: a training resumed from a checkpoint appends to the same log, so its steps
 go backwards. The later records replace the earlier ones from that step on (every series
@@ -33,20 +34,18 @@ from typing import Any
 
 from dltop.probe import schema
 from dltop.tui.core.decimate import Decimated
-from dltop.tui.core.ema import update_ema
 from dltop.tui.core.fieldnames import STEP_NOT_SERIES, dense, flatten, num
 from dltop.tui.core.series import Series
 from dltop.tui.core.serieslimit import RESERVED, SeriesBudget
+from dltop.tui.core.smoothing import Smoother
 
-__all__ = ["Store", "Series", "Decimated", "DEFAULT_EMA"]
-
-DEFAULT_EMA = {"loss": 0.02}  # series -> EMA alpha (0.02: ~50-step memory)
+__all__ = ["Store", "Series", "Decimated"]
 
 
 class Store:
     """Every series of one run; ``version`` bumps once per non-empty :meth:`ingest`."""
 
-    def __init__(self, version: int = 0, ema: dict[str, float] | None = None) -> None:
+    def __init__(self, version: int = 0) -> None:
         self.version = version
         self.step_x = array("q")  # the step of every step record kept, sorted
         self.resumes: list[int] = []  # steps at which the log went backwards (resumed runs)
@@ -62,8 +61,9 @@ class Store:
         self.kinds: Counter[str] = Counter()  # records per kind, unknown kinds included
         self.events_version = version  # store version when events/meta/layers last changed
         self._series: dict[str, Series] = {}
-        self._ema = dict(DEFAULT_EMA if ema is None else ema)
-        self._ema_acc: dict[str, float] = {}
+        # name -> (weight, the source's cuts, smoothed copy, its running state): one weight
+        # per series at a time, the one the charts last asked for
+        self._smoothed: dict[str, tuple[float, int, Series, Smoother]] = {}
         self._changed: set[Series] = set()
         self._extended: set[Series] = set()
         self._first_step_hint: int | None = None
@@ -93,6 +93,29 @@ class Store:
     def latest(self, name: str) -> float | None:
         s = self._series.get(name)
         return None if s is None or not len(s) else s.ys[-1]
+
+    def smoothed(self, name: str, weight: float) -> Series | None:
+        """``name`` smoothed with ``weight`` (:mod:`smoothing`), ``None`` when the series does
+        not exist or smoothing is off. Kept for the weight last asked for and extended by
+        the points added since; a new weight or a resume (the tail replaced) starts over.
+        Call it under the model lock, like every read: it writes only this cache."""
+        src = self._series.get(name)
+        if src is None or weight <= 0.0:
+            return None
+        kept = self._smoothed.get(name)
+        if kept is None or kept[0] != weight or kept[1] != src.cuts:
+            out = Series(f"{name}~{weight:g}", "derived", version=src.version)
+            out.follow_x(src)
+            kept = (weight, src.cuts, out, Smoother(weight))
+            self._smoothed[name] = kept
+        out, smoother = kept[2], kept[3]
+        n = len(out)
+        if n < len(src):
+            out.extend(smoother.extend(src.xs(n), src.ys[n:]), None, src.version)
+            out.summarize()
+        elif out.version < src.version:
+            out.version = src.version  # same points: only the decimation cache is renewed
+        return out
 
     def decimate(self, name: str, start: int, end: int, width: int) -> Decimated:
         """``name`` in ``width`` min/max buckets over steps ``start..end``; all-empty buckets
@@ -174,7 +197,6 @@ class Store:
         self.kinds[schema.STEP] += nsteps
         for s in self._changed:
             s.summarize()
-        update_ema(self._series, self._ema, self._ema_acc, v)
         return v
 
     def _step_column(self, batch: list[dict[str, Any]]) -> array:
@@ -219,13 +241,6 @@ class Store:
             src = s.follows
             if src is not None and len(s) > len(src):
                 s.truncate(len(src), v)
-        for name in self._ema:
-            e = self._series.get(name + ".ema")
-            if e is not None:
-                last = e.ys[-1] if len(e) else None
-                self._ema_acc.pop(name, None)
-                if last is not None and last - last == 0:
-                    self._ema_acc[name] = last
 
     def _ingest_part(
         self,

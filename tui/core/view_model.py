@@ -37,6 +37,7 @@ from dltop.tui.core.panels import (  # noqa: F401 - re-exported
     panel_signature,
 )
 from dltop.tui.core.safetext import visible
+from dltop.tui.core.smoothing import DEFAULT_WEIGHT
 
 if TYPE_CHECKING:
     from dltop.tui.core.checklist_eval import CheckedStep
@@ -51,7 +52,7 @@ class ViewState:
     window: tuple[int, int] | None = None  # None: follow the whole run
     cursor: int | None = None
     log_loss: bool | None = None  # None: linear, or log by itself over > 3 decades
-    smoothing: bool = True
+    smoothing: float = DEFAULT_WEIGHT  # the smoothed line's weight per step; 0: off
     paused: bool = False
     selected: str | None = None  # alert key
 
