@@ -191,13 +191,13 @@ async def _test_small_terminal_collapses_panels(tmp_path: Path) -> None:
     async with app.run_test(size=(80, 24)) as pilot:
         await _loaded(pilot, app, 99)
         assert app.screen.has_class("-compact")
-        assert not app.query_one("#panel-lr").display
-        assert app.query_one("#panel-loss").display and app.query_one("#panel-memory").display
-        await pilot.press("3")  # a panel hidden on small screens can still be zoomed
+        assert not app.query_one("#panel-memory").display
+        assert app.query_one("#panel-loss").display and app.query_one("#panel-lr").display
+        await pilot.press("5")  # a panel hidden on small screens can still be zoomed
         await pilot.pause()
-        lr = app.query_one("#panel-lr", Chart)
-        assert app.screen.maximized is lr and lr.display and lr.size.width >= 70
-        assert "lr 0.001" in lr.render_line(0).text
+        memory = app.query_one("#panel-memory", Chart)
+        assert app.screen.maximized is memory and memory.display and memory.size.width >= 70
+        assert "rss 9" in memory.render_line(0).text
 
 
 async def _test_crash_banner_and_gpu_panel(tmp_path: Path) -> None:
@@ -272,23 +272,23 @@ def test_no_color_is_respected(tmp_path: Path, monkeypatch: object) -> None:
 async def _test_escape_restores_a_zoom_and_one_panel_zooms_at_a_time(tmp_path: Path) -> None:
     log = write_log(tmp_path / "run.jsonl", "healthy", 100)
     app = _replay(log, 100)
-    async with app.run_test(size=(80, 24)) as pilot:  # small: panel 3 is hidden unzoomed
+    async with app.run_test(size=(80, 24)) as pilot:  # small: panel 5 is hidden unzoomed
         await _loaded(pilot, app, 99)
-        lr = app.query_one("#panel-lr")
-        assert not lr.display
-        await pilot.press("3")
+        memory = app.query_one("#panel-memory")
+        assert not memory.display
+        await pilot.press("5")
         await pilot.pause()
-        assert app.screen.maximized is lr and lr.display
+        assert app.screen.maximized is memory and memory.display
         await pilot.press("escape")
         await pilot.pause()
-        assert app.screen.maximized is None and not lr.display, "the layout is back"
+        assert app.screen.maximized is None and not memory.display, "the layout is back"
         assert not app.query(".-zoomed") and app._zoomed is None
-        await pilot.press("3", "6")
+        await pilot.press("5", "6")
         await pilot.pause()
         gpu = app.query_one("#panel-gpu")
         assert app.screen.maximized is gpu
         assert list(app.query(".-zoomed")) == [gpu], "only the last zoomed panel"
-        assert not lr.display
+        assert not memory.display
         await pilot.press("escape")
         await pilot.pause()
         assert app.screen.maximized is None and not app.query(".-zoomed")

@@ -42,7 +42,7 @@ async def _loaded(pilot: object, app: DltopApp) -> None:
 def _lines(app: DltopApp, key: str = "loss") -> list[str]:
     data = app.query_one(f"#panel-{key}", Chart).data
     assert data is not None
-    return [t.name for t in data.traces if t.connect]
+    return [t.name for t in data.traces if not t.markers]  # evals are lines with markers
 
 
 async def _test_two_runs(tmp_path: Path) -> None:

@@ -30,6 +30,8 @@ from dltop.tui.app.header import Header
 from dltop.tui.app.help import HelpScreen
 from dltop.tui.app.messages import Ingested, SourceEnded, SourceFailed
 from dltop.tui.app.offloop import OffLoop
+from dltop.tui.app.panel_set import ALWAYS, PanelSet
+from dltop.tui.app.picker import PanelPicker
 from dltop.tui.app.rank_focus import RankFocus
 from dltop.tui.app.rank_table import RankTable
 from dltop.tui.app.view_keys import ViewKeys
@@ -41,11 +43,12 @@ from dltop.tui.core.overlay_source import OverlaySource
 from dltop.tui.core.safetext import visible
 from dltop.tui.core.sources import FileSource, SourceError, open_source
 from dltop.tui.core.stream import SocketSource, StreamError, is_stream_spec, redact
-from textual import on
+from textual import events, on
 from textual.app import App, ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Container, Horizontal
 from textual.css.query import NoMatches
+from textual.geometry import Size
 from textual.widgets import Input, Static
 
 if TYPE_CHECKING:
@@ -54,7 +57,7 @@ if TYPE_CHECKING:
 
 COMPACT_WIDTH, COMPACT_HEIGHT = 110, 32
 # fits 80 columns (the smallest supported terminal); the rest (e: svg) is in the help
-HINT = "q quit ? help 1-7 zoom l log s smooth p pause ←→ cursor g goto a alerts c list"
+HINT = "q quit ? help 1-9 zoom m more l log s smooth p pause ←→ g goto a alerts c list"
 # ranks (or overlaid runs) from which the charts' data are worked out beside the event
 # loop (see DltopApp._update_panels)
 OFFLOOP_RANKS = 8
@@ -64,7 +67,7 @@ SWITCH_INTERVAL = 0.001
 FIXED_NOW_ENV = "DLTOP_FIXED_NOW"  # Unix seconds: freeze "now" (ages) for snapshots and demos
 
 
-class DltopApp(RankFocus, ViewKeys, AlertPane, Exports, App[int]):
+class DltopApp(RankFocus, ViewKeys, PanelSet, AlertPane, Exports, App[int]):
     """The dashboard. ``source`` is a log path; ``model`` may be given instead (tests).
     ``config`` (``rules.Config``: ``--config FILE`` / ``--set KEY=VALUE``) sets the rule
     thresholds of every rules engine the viewer builds for this run."""
@@ -91,6 +94,7 @@ class DltopApp(RankFocus, ViewKeys, AlertPane, Exports, App[int]):
         Binding("g", "goto", "go to step"),
         Binding("a", "next_alert", "next alert"),
         Binding("c", "toggle_checklist", "checklist"),
+        Binding("m", "pick_panels", "more panels"),
         Binding("f", "focus_rank", "next rank / all ranks"),
         Binding("escape", "reset_view", show=False),
         Binding("e", "screenshot_svg", "screenshot"),
@@ -110,6 +114,8 @@ class DltopApp(RankFocus, ViewKeys, AlertPane, Exports, App[int]):
         poll_interval: float = 0.1,
         config: Config | None = None,
         overlay: list[str] | None = None,
+        panels: tuple[str, ...] = (),
+        smoothing: float | None = None,
     ) -> None:
         super().__init__()
         self.config = config
@@ -133,7 +139,10 @@ class DltopApp(RankFocus, ViewKeys, AlertPane, Exports, App[int]):
             if self.overlay is not None
             else rankjob.JobView(self._rank_logs)
         )
-        self.state = vm.ViewState()
+        self.state = vm.ViewState(panels=tuple(panels))
+        if smoothing is not None:
+            self.state = vm.replace_state(self.state, smoothing=smoothing)
+        self._extra_widgets: dict[str, Chart] = {}  # picked panels (panel_set.py)
         self.ticks = self._ticks_beside(source)  # one Ticks per sidecar (rank_focus.py)
         self.screenshot_dir = screenshot_dir
         self.poll_interval = poll_interval
@@ -164,7 +173,8 @@ class DltopApp(RankFocus, ViewKeys, AlertPane, Exports, App[int]):
                     else:
                         widget = Chart(provider, id=f"panel-{spec.key}")
                     widget.add_class("panel")
-                    widget.set_class(spec.minor, "-minor")
+                    # a small terminal keeps three panels and one more (panel_set.py)
+                    widget.set_class(spec.key not in ALWAYS and spec.key != "step_time", "-minor")
                     widget.border_title = f"{i} {visible(spec.title)}"
                     yield widget
             yield ChecklistPane(id="checklist")
@@ -194,11 +204,13 @@ class DltopApp(RankFocus, ViewKeys, AlertPane, Exports, App[int]):
         if self.reader is not None:
             self.reader.stop()
 
-    def on_resize(self) -> None:
-        self._apply_size_classes()
+    def on_resize(self, event: events.Resize) -> None:
+        # the event's size: ``self.size`` still holds the old one here, which left the
+        # layout one resize behind (all panels squeezed into 80 columns after 160 -> 80)
+        self._apply_size_classes(event.size)
 
-    def _apply_size_classes(self) -> None:
-        w, h = self.size
+    def _apply_size_classes(self, size: Size | None = None) -> None:
+        w, h = size if size is not None else self.size
         compact = w < COMPACT_WIDTH or h < COMPACT_HEIGHT
         self.screen.set_class(compact, "-compact")
 
@@ -258,7 +270,8 @@ class DltopApp(RankFocus, ViewKeys, AlertPane, Exports, App[int]):
         """A truncated or replaced log is a new run: forget the old view (window, cursor,
         selected alert) and say so. The restart is model state (``RunModel.restarted``),
         pulled at the tick like everything else, not a message from the reader thread."""
-        self.state = vm.ViewState(smoothing=self.state.smoothing, log_loss=self.state.log_loss)
+        old = self.state
+        self.state = vm.ViewState(smoothing=old.smoothing, log_loss=old.log_loss, panels=old.panels)
         self._drawn.clear()
         self._pane_user = None
         self._auto_explained = False
@@ -329,11 +342,13 @@ class DltopApp(RankFocus, ViewKeys, AlertPane, Exports, App[int]):
                 gpu_na = vm.gpu_na_reason(model)
                 checklist = self._checklist_view(alerts) if self._pane_shown() else None
             if charts_due:
-                sigs = {p.key: self._signature(p.key) for p in vm.PANELS}
+                sigs = {key: self._signature(key) for key in self._panel_keys()}
         header_widget.show(header, self.screen.has_class("-compact"))
         self._draw_ranks(now)
         if not (info_due or charts_due):
             return
+        if info_due:
+            self._sync_panels(alerts)
         self.ticks_drawn += 1
         if info_due:
             self.query_one(BadgeBar).show(alerts, self.state.selected)
@@ -351,11 +366,11 @@ class DltopApp(RankFocus, ViewKeys, AlertPane, Exports, App[int]):
             self._drawn["status"] = status
         if charts_due:
             due: list[Chart | GpuPanel] = []
-            for spec in vm.PANELS:
-                if self._drawn.get(spec.key) == sigs[spec.key]:
+            for key, sig in sigs.items():
+                if self._drawn.get(key) == sig:
                     continue
-                self._drawn[spec.key] = sigs[spec.key]
-                widget = self.query_one(f"#panel-{spec.key}")
+                self._drawn[key] = sig
+                widget = self._panel_widget(key)
                 if isinstance(widget, (Chart, GpuPanel)):  # cheap: charts pull when painted
                     due.append(widget)
             self._update_panels(due)
@@ -397,6 +412,10 @@ class DltopApp(RankFocus, ViewKeys, AlertPane, Exports, App[int]):
     @on(StepList.Ticked)
     def _ticked(self, event: StepList.Ticked) -> None:
         self._tick(event.step_id)
+
+    @on(PanelPicker.Toggled)
+    def _picked(self, event: PanelPicker.Toggled) -> None:
+        self._panels_picked(event.keys)
 
 
 def _env_float(name: str) -> float | None:

@@ -13,7 +13,8 @@ Layout inside the widget (border and title come from CSS):
     row h-1        x axis: first, middle and last step of the window
 
 Non-finite buckets are drawn as a red ``✕`` on the plot's top row (and a NaN count in the
-legend), never as a gap; a step cursor is a highlighted column.
+legend), never as a gap; a step cursor is a highlighted column; the points of a trace
+with markers (evaluations) are a ``●`` on the line through them.
 """
 
 from __future__ import annotations
@@ -44,6 +45,7 @@ from textual.widget import Widget
 _BRAILLE_BITS = ((0x01, 0x02, 0x04, 0x40), (0x08, 0x10, 0x20, 0x80))
 GUTTER = 9  # y-axis label width, including the separator
 BAD_MARK = "✕"
+POINT_MARK = "●"  # a point of a trace drawn with markers (an evaluation)
 
 Provider = Callable[[int], ChartData]
 
@@ -214,6 +216,7 @@ class Chart(Widget):
         bits = [[0] * cols for _ in range(plot_h)]
         owner: list[list[str | None]] = [[None] * cols for _ in range(plot_h)]
         bad_cols: set[int] = set()
+        marks: dict[tuple[int, int], str] = {}  # (row, column) -> style: a trace's points
         if rng is not None:
             lo_v, hi_v = rng
             scale = (dots_h - 1) / (hi_v - lo_v)
@@ -234,6 +237,9 @@ class Chart(Widget):
                 nbad = len(bad)
                 style = trace.style
                 connect = trace.connect
+                # a mark per point while the points are sparse (evaluations); a series
+                # evaluated at every step is a line, marks would only blot it
+                mark_points = trace.markers and sum(v is not None for v in trace.hi) <= cols // 3
                 prev: int | None = None
                 prev_x = 0
                 for i, (a, b) in enumerate(zip(trace.lo, trace.hi, strict=False)):
@@ -257,6 +263,8 @@ class Chart(Widget):
                     prev = (top + bottom) >> 1
                     prev_x = x
                     cx = x >> 1
+                    if mark_points:
+                        marks[(prev >> 2, cx)] = style
                     column_bits = _BRAILLE_BITS[x & 1]
                     for dy in range(top, bottom + 1):
                         cy = dy >> 2
@@ -289,6 +297,8 @@ class Chart(Widget):
             for c in range(cols):
                 if r == 0 and c in bad_cols:
                     ch, st = BAD_MARK, bad_style
+                elif (r, c) in marks:
+                    ch, st = POINT_MARK, styles.get(marks[(r, c)], axis)
                 elif row_bits[c]:
                     ch, st = chr(0x2800 + row_bits[c]), styles.get(row_owner[c] or "raw", axis)
                 else:

@@ -33,7 +33,7 @@ if TYPE_CHECKING:
     from dltop.tui.core.status import RunState
     from dltop.tui.core.stream import SocketSource
 
-HINT_RANKS = "q quit ? help 1-7 zoom l log p pause ←→ cursor g goto a alerts c list f rank"
+HINT_RANKS = "q quit ? help 1-9 zoom m more l log s smooth g goto a alerts c list f rank"
 
 
 class RankFocus(AppMixin):

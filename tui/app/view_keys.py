@@ -19,6 +19,7 @@ from textual.widgets import Input
 
 if TYPE_CHECKING:
     from dltop.tui.core.run import RunModel
+    from textual.widget import Widget
 
 
 class ViewKeys(AppMixin):
@@ -32,13 +33,16 @@ class ViewKeys(AppMixin):
 
         def set_state(self, **changes: Any) -> None: ...
         def _chart(self, key: str, buckets: int) -> vm.ChartData: ...
+        def _panel_keys(self) -> list[str]: ...
+        def _panel_widget(self, key: str) -> Widget: ...
 
     def action_zoom(self, n: int) -> None:
-        if n > len(vm.PANELS):
-            self.notify(f"there are {len(vm.PANELS)} panels", timeout=2)
+        keys = self._panel_keys()
+        if n > len(keys):
+            self.notify(f"there are {len(keys)} panels (m adds more)", timeout=2)
             return
-        key = vm.PANELS[n - 1].key
-        widget = self.query_one(f"#panel-{key}")
+        key = keys[n - 1]
+        widget = self._panel_widget(key)
         was = self._zoomed
         self._zoomed = None
         for panel in self.query(".panel.-zoomed"):  # one zoomed panel at most
@@ -130,7 +134,12 @@ class ViewKeys(AppMixin):
             self._hide_goto()
             return
         if self._zoomed is not None:
-            self.action_zoom(next(i for i, p in enumerate(vm.PANELS, 1) if p.key == self._zoomed))
+            keys = self._panel_keys()
+            if self._zoomed in keys:
+                self.action_zoom(keys.index(self._zoomed) + 1)
+                return
+            self._zoomed = None  # its panel was unpicked meanwhile
+            self.screen.minimize()
             return
         self.set_state(window=None, cursor=None, paused=False)
 

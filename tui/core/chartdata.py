@@ -28,7 +28,8 @@ class Trace:
     hi: Sequence[float | None]
     bad: Sequence[bool] = ()
     style: str = RAW
-    connect: bool = True  # draw a line through buckets; False draws points (sparse evals)
+    connect: bool = True  # draw a line through buckets; False draws points only
+    markers: bool = False  # mark each bucket that holds a point (evals: where they were taken)
 
 
 @dataclass(frozen=True)

@@ -169,14 +169,14 @@ def job_chart(
     weight = state.smoothing
     wanted = [
         (s.metric, smoothing.label(weight) if s.style == EMA else s.label, s.style, s.connect,
-         s is band_of, False, weight if s.style == EMA else 0.0)
+         s is band_of, False, weight if s.style == EMA else 0.0, s.markers)
         for s in spec.series
         if s.style != EMA or weight
     ]  # fmt: skip
     if key == "throughput" and not any(_has(r.model, "samples_per_s") for r in ranks):
-        wanted = [("step_time", "steps/s", "raw", True, True, True, 0.0)]
+        wanted = [("step_time", "steps/s", "raw", True, True, True, 0.0, False)]
     unit = "" if wanted and wanted[0][5] else spec.unit
-    for metric, label, style, connect, banded, invert, smooth in wanted:
+    for metric, label, style, connect, banded, invert, smooth, markers in wanted:
         named = [
             (r, c) for r in ranks if (c := column(r.model, metric, span, width, at, invert, smooth))
         ]
@@ -185,7 +185,7 @@ def job_chart(
         med, lows, highs, bad = _combine([c for _, c in named], width)
         if banded and len(named) > 1:
             bands.append(Trace(f"{label} min–max", lows, highs, (), BAND, connect))
-        traces.append(Trace(label, med, med, bad, style, connect))
+        traces.append(Trace(label, med, med, bad, style, connect, markers))
         values = [(r, c.at) for r, c in named if c.at is not None and math.isfinite(c.at)]
         if values:
             mid = compact(median_of(v for _, v in values), unit)

@@ -105,7 +105,7 @@ def overlay_chart(
 ) -> ChartData:
     """One panel with a line per run in the run's colour (eval points too on the loss),
     aligned by step over every run's steps (or the chosen window)."""
-    spec = panels.PANEL_BY_KEY[key]
+    spec = panels.spec_for(key)
     start, end = window if window is not None else job_window(runs, state)
     span, width, at = (start, end), max(1, buckets), state.cursor
     traces: list[Trace] = []
@@ -130,7 +130,9 @@ def overlay_chart(
         if key == "loss" and _has(run.model, "eval.loss"):
             e = column(run.model, "eval.loss", span, width, None, False)
             if e is not None:
-                traces.append(Trace(f"{run.name} eval", e.lo, e.hi, e.bad, run.style, False))
+                traces.append(
+                    Trace(f"{run.name} eval", e.lo, e.hi, e.bad, run.style, True, markers=True)
+                )
         if c.at is not None:  # compact() writes NaN/Inf as such: a run that went NaN says so
             legend.append(f"{run.name} {compact(c.at, '' if invert else spec.unit)}")
     unit = "" if inverted else spec.unit

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from dltop.tui.core import smoothing
 from dltop.tui.core.chartdata import ALT, ALT2, EMA, EVAL, RAW, ChartData, Trace, wants_log
+from dltop.tui.core.extra_panels import extra_spec, is_extra
 from dltop.tui.core.fmt import compact as format_value
 from dltop.tui.core.foreign.common import TOOL_NAME
 from dltop.tui.core.safetext import visible
@@ -34,6 +35,7 @@ class Series:
     style: str = RAW
     connect: bool = True
     lead: bool = False  # its value comes first in the legend (a narrow panel cuts the end)
+    markers: bool = False  # a mark on each point (evals: a line through them, and where they are)
 
 
 @dataclass(frozen=True)
@@ -56,7 +58,6 @@ class PanelSpec:
     # what the panel draws, for "no <missing> in this Lightning log": another tool's log
     # cannot take the probe's hints (pass model=...); it simply never had the values
     missing: str = ""
-    minor: bool = False  # hidden on small terminals (still reachable with its number key)
 
 
 PANELS: tuple[PanelSpec, ...] = (
@@ -66,7 +67,7 @@ PANELS: tuple[PanelSpec, ...] = (
         (
             Series("loss", "loss"),
             Series("loss", "smooth", EMA),  # the smoothed copy, drawn over the raw line
-            Series("eval.loss", "eval", EVAL, connect=False),
+            Series("eval.loss", "eval", EVAL, markers=True),
         ),
         smooth=True,
         auto_log=True,
@@ -87,7 +88,6 @@ PANELS: tuple[PanelSpec, ...] = (
         (Series("lr", "lr"),),
         empty="no lr (pass optimizer= or lr=)",
         missing="learning rate",
-        minor=True,
     ),
     PanelSpec(
         "step_time",
@@ -122,7 +122,6 @@ PANELS: tuple[PanelSpec, ...] = (
         (Series("sys.gpus.0.util", "util", RAW), Series("sys.gpus.0.mem_used", "mem", ALT)),
         unit="%",
         y_floor=0.0,
-        minor=True,
     ),
     PanelSpec(
         "throughput",
@@ -131,7 +130,6 @@ PANELS: tuple[PanelSpec, ...] = (
         y_floor=0.0,
         empty="no throughput (pass batch_size or samples)",
         missing="throughput",
-        minor=True,
     ),
 )
 PANEL_BY_KEY = {p.key: p for p in PANELS}
@@ -146,9 +144,18 @@ CPU_MEMORY = PanelSpec(
 )
 
 
+def spec_for(key: str) -> PanelSpec:
+    """A built-in panel by key, or the panel of a picked series (``+acc``)."""
+    if is_extra(key):
+        return extra_spec(key)
+    return PANEL_BY_KEY[key]
+
+
 def panel_spec(store: Store, key: str) -> PanelSpec:
     """The spec to draw now: the memory panel shows RSS when the log has no CUDA memory;
     another tool's log says what it lacks instead of the probe's hints."""
+    if is_extra(key):
+        return extra_spec(key, store)
     if (
         key == "memory"
         and store.series("mem_allocated") is None
@@ -223,7 +230,7 @@ def store_chart(store: Store, key: str, state: ViewState, buckets: int) -> Chart
         if scale is not None:
             lo = [None if v is None else v * scale for v in lo]
             hi = [None if v is None else v * scale for v in hi]
-        traces.append(Trace(label, lo, hi, d.bad, s.style, s.connect))
+        traces.append(Trace(label, lo, hi, d.bad, s.style, s.connect, s.markers))
         point = series.at_step(at) if at is not None else series.last()
         if point is not None:
             value = point[1] * scale if scale is not None else point[1]

@@ -53,6 +53,7 @@ class ViewState:
     cursor: int | None = None
     log_loss: bool | None = None  # None: linear, or log by itself over > 3 decades
     smoothing: float = DEFAULT_WEIGHT  # the smoothed line's weight per step; 0: off
+    panels: tuple[str, ...] = ()  # picked panels (``+acc``: extra_panels), in order
     paused: bool = False
     selected: str | None = None  # alert key
 
