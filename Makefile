@@ -6,14 +6,19 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-dev
+# setuptools warns on every editable install that it is one ("Editable installation...
+# folders with the same name as your package"): true of every editable install, and
+# nothing a user can act on. The project's own warnings are fixed (data folders listed as
+# packages, an SPDX licence), and a test keeps them so (tests/test_install.py).
+QUIET := PYTHONWARNINGS=ignore
 
 .PHONY: demo test test-all lint bench clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -q --upgrade pip
+	$(QUIET) $(PY) -m pip install -q --upgrade pip
 	# torch is pinned in the dev extra: a CPU wheel, never a multi-GB CUDA build
-	$(PY) -m pip install -q -e '.[dev]'
+	$(QUIET) $(PY) -m pip install -q -e '.[dev]'
 	touch $(STAMP)
 
 DEMO ?= nan

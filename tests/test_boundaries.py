@@ -112,6 +112,11 @@ def test_every_package_folder_is_listed_in_pyproject() -> None:
         for init in base.rglob("__init__.py"):
             rel = init.parent.relative_to(base).parts
             found.add(".".join((name, *rel)))
+    # folders of data (checklists, translations): listed too, or setuptools prints
+    # "Package would be ignored" for each of them on every install
+    for folder in [TUI / "data", *(TUI / "data").rglob("*")]:
+        if folder.is_dir() and folder.name != "__pycache__":
+            found.add(".".join(("dltop.tui", *folder.relative_to(TUI).parts)))
     assert found == listed, (
         f"pyproject packages differ: missing {found - listed}, stale {listed - found}"
     )
