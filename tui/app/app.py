@@ -82,6 +82,7 @@ class DltopApp(RankFocus, ViewKeys, AlertPane, Exports, App[int]):
         *[Binding(str(i), f"zoom({i})", f"panel {i}", show=False) for i in range(1, 10)],
         Binding("l", "toggle_log", "log scale"),
         Binding("s", "toggle_smoothing", "smoothing"),
+        Binding("t", "toggle_x_axis", "step / time axis"),
         Binding("p", "toggle_pause", "pause/follow"),
         Binding("left", "cursor(-1)", "cursor left", show=False),
         Binding("right", "cursor(1)", "cursor right", show=False),
@@ -257,7 +258,9 @@ class DltopApp(RankFocus, ViewKeys, AlertPane, Exports, App[int]):
         """A truncated or replaced log is a new run: forget the old view (window, cursor,
         selected alert) and say so. The restart is model state (``RunModel.restarted``),
         pulled at the tick like everything else, not a message from the reader thread."""
-        self.state = vm.ViewState(smoothing=self.state.smoothing, log_loss=self.state.log_loss)
+        self.state = vm.ViewState(
+            smoothing=self.state.smoothing, log_loss=self.state.log_loss, x_axis=self.state.x_axis
+        )
         self._drawn.clear()
         self._pane_user = None
         self._auto_explained = False

@@ -19,6 +19,7 @@ KEYS = (
     ("1 … 9", "zoom panel N (press again to restore)"),
     ("l", "log scale on the loss panel"),
     ("s", "EMA smoothing on/off"),
+    ("t", "x axis: steps, or elapsed wall time (a stall takes its width)"),
     ("p", "pause the display / follow the run again"),
     ("← / →", "move the step cursor (values at the cursor in each panel)"),
     ("home / end", "cursor to the window's start / remove the cursor"),

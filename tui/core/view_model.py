@@ -54,6 +54,7 @@ class ViewState:
     smoothing: bool = True
     paused: bool = False
     selected: str | None = None  # alert key
+    x_axis: str = "step"  # "step", or "time": columns uniform in elapsed wall time (`t`)
 
 
 @contextlib.contextmanager
