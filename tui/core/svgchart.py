@@ -41,7 +41,7 @@ BAD = "#cf222e"
 COLOURS = {RAW: "#0969da", EMA: "#9a6700", EVAL: "#1a7f37", ALT: "#8250df", ALT2: "#6e7781"}
 DASHED = {ALT2: "6 3"}
 FONT = "DejaVu Sans, Helvetica, Arial, sans-serif"
-TICK_ROW_PX, TICK_COLUMN_PX = 6, 7  # the text grid the axis rules count in (11 px text)
+TICK_ROW_PX, TICK_COLUMN_PX = 8, 7  # the text grid the axis rules count in (11 px text)
 
 
 def _esc(value: str, limit: int = 160) -> str:
