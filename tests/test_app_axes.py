@@ -72,6 +72,21 @@ async def _test_zeros_on_a_log_axis_sit_on_the_floor_with_their_own_mark() -> No
     assert all(not BRAILLE.search(row[11:14]) for row in plot)
 
 
+async def _test_values_at_the_edges_of_a_float_draw_instead_of_crashing() -> None:
+    # subnormal values (a broken log): their span made the drawing scale infinite
+    for values in ([1e-310, 1.05e-310, 1.1e-310], [0.0, 1e-323], [-1e300, 1e300]):
+        v: list[float | None] = list(values)
+        app = ChartApp(ChartData(start=0, end=2, traces=(Trace("x", v, v, [False] * 3),)))
+        async with app.run_test(size=(40, 12)) as pilot:
+            await pilot.pause()
+            lines = _lines(app.query_one(Chart))
+        assert any(BRAILLE.search(row) for row in lines[1:-1]), values
+
+
+def test_values_at_the_edges_of_a_float_draw_instead_of_crashing() -> None:
+    asyncio.run(_test_values_at_the_edges_of_a_float_draw_instead_of_crashing())
+
+
 def test_ticks_sit_on_the_rows_of_their_values() -> None:
     asyncio.run(_test_ticks_sit_on_the_rows_of_their_values())
 

@@ -67,10 +67,11 @@ def tick_counts(rows: int) -> tuple[float, int]:
 def _steps(span: float, most: int) -> Iterator[tuple[int, int]]:
     """Steps ``m × 10^k`` (m in 1, 2, 5), coarse to fine, from the one that leaves a
     single tick down to the one that would give about ``most`` ticks."""
-    if not (span > 0) or not math.isfinite(span):
+    finest = span / max(1, most)
+    if not (finest > 0) or not math.isfinite(span):
         return
     top = math.floor(math.log10(span)) + 1
-    bottom = math.floor(math.log10(span / max(1, most))) - 1
+    bottom = math.floor(math.log10(finest)) - 1
     for k in range(top, bottom - 1, -1):
         for m in (5, 2, 1):
             yield m, k
@@ -79,10 +80,15 @@ def _steps(span: float, most: int) -> Iterator[tuple[int, int]]:
 def _multiples(lo: float, hi: float, m: int, k: int, limit: int) -> list[float] | None:
     """The multiples of ``m × 10^k`` inside ``[lo, hi]``, as exact decimals (``n * m``
     scaled by a power of ten, so 0.3 is 0.3, not 0.30000000000000004); ``None`` when
-    there would be more than ``limit``."""
-    step = m * 10.0**k
-    first = math.ceil(lo / step - _EPS)
-    last = math.floor(hi / step + _EPS)
+    there would be more than ``limit`` (or the step is beyond what a float holds: a
+    hostile log's 1e-320 or 1e308)."""
+    step = float(f"{m}e{k}")
+    if not (0 < step < math.inf):
+        return None
+    a, b = lo / step - _EPS, hi / step + _EPS
+    if not (math.isfinite(a) and math.isfinite(b)) or b - a > limit + 1:
+        return None
+    first, last = math.ceil(a), math.floor(b)
     if last - first + 1 > limit:
         return None
     if k >= 0:
@@ -240,7 +246,7 @@ def log_ticks(
             power(m, k)
             for k in range(first - 1, last + 1)
             for m in (1, 2, 5)
-            if lo - _EPS <= k + math.log10(m) <= hi + _EPS
+            if lo - _EPS <= k + math.log10(m) <= hi + _EPS and math.isfinite(float(f"{m}e{k}"))
         ]
         for every in (1, 2, 3, 4, 5, 10, 20, 25, 50, 100, 200, 250, 500):
             if decades // every <= rows:
@@ -254,10 +260,14 @@ def y_ticks(
     lo: float, hi: float, rows: int, log: bool, unit: str = "", width: int = LABEL_WIDTH
 ) -> list[Tick]:
     """The ticks of a y axis whose range is ``lo..hi`` in chart space (decades on a log
-    axis, as ``chartdata.y_range`` gives it)."""
-    if log:
-        return log_ticks(lo, hi, rows, unit, width)
-    return linear_ticks(lo, hi, rows, unit, width)
+    axis, as ``chartdata.y_range`` gives it); none where the arithmetic fails on a
+    hostile log's values at the edges of what a float holds, rather than a crashed chart."""
+    try:
+        if log:
+            return log_ticks(lo, hi, rows, unit, width)
+        return linear_ticks(lo, hi, rows, unit, width)
+    except (ArithmeticError, ValueError):
+        return []
 
 
 # ------------------------------------------------------------------------ x axes
@@ -267,10 +277,11 @@ def _x_best(
     candidates: Iterator[list[Tick] | None], column: Callable[[float], int], columns: int
 ) -> list[tuple[int, str]]:
     """(column where the label starts, label) of the candidate whose labels, centred on
-    their tick and kept inside the axis, leave two blanks between neighbours."""
+    their tick and kept inside the axis, leave two blanks between neighbours: two at
+    least where two fit, else the nearest to one per :data:`COLUMNS_PER_TICK` columns."""
     target = columns / COLUMNS_PER_TICK
     best: list[tuple[int, str]] = []
-    best_key: float | None = None
+    best_key: tuple[bool, float] | None = None
     for ticks in candidates:
         if not ticks:
             continue
@@ -282,7 +293,7 @@ def _x_best(
             continue
         if any(a + len(s) + 2 > b for (a, s), (b, _) in zip(placed, placed[1:], strict=False)):
             continue
-        key = abs(len(ticks) - target)
+        key = (len(ticks) < 2, abs(len(ticks) - target))  # one label gives no scale
         if best_key is None or key < best_key:
             best, best_key = placed, key
     return best
@@ -311,7 +322,7 @@ def step_ticks(start: int, end: int, columns: int) -> list[tuple[int, str]]:
 
     def candidates() -> Iterator[list[Tick] | None]:
         for m, k in _steps(max(1, end - start), columns):
-            if k < 0:
+            if k < 0 or m * 10**k > max(1, end - start):
                 continue
             values = _multiples(start, end, m, k, columns)
             if values is not None:
@@ -364,7 +375,7 @@ def time_ticks(left: float, right: float, columns: int) -> list[tuple[int, str]]
         fine = [(m, k) for m, k in _steps(min(span, 1.0), columns) if k < 0]
         steps = [m * 10.0**k for m, k in fine] + [float(s) for s in _TIME_STEPS]
         for step in sorted(steps, reverse=True):
-            if span / step > columns:
+            if step > span or span / step > columns:  # a day's step under 40 s: "0d"
                 continue
             first = math.ceil(left / step - _EPS)
             last = math.floor(right / step + _EPS)

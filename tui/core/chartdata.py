@@ -131,7 +131,12 @@ def y_range(data: ChartData) -> tuple[float, float] | None:
     if floor is None and not data.log and lo >= 0:
         floor = 0.0
     bottom = max(lo - pad, floor) if floor is not None and lo >= floor else lo - pad
-    return bottom, hi + pad
+    # subnormal values (1e-310 from a broken log) leave a span whose drawing scale is
+    # infinite: the chart crashed on them; they are drawn flat instead
+    return bottom, max(hi + pad, bottom + _MIN_SPAN)
+
+
+_MIN_SPAN = 1e-300
 
 
 DECADES_FOR_LOG = 3.0  # a visible range wider than this many decades is drawn on a log axis
