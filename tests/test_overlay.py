@@ -45,10 +45,10 @@ def _view(runs: tuple[OverlayRun, ...]) -> OverlayView:
 def test_a_line_per_run_in_its_own_colour_aligned_by_step() -> None:
     runs = _runs("healthy", "nan", "healthy")
     data = overlay_chart(runs, "loss", ViewState(), 60)
-    lines = [t for t in data.traces if t.connect]
+    lines = [t for t in data.traces if not t.markers]
     assert [t.name for t in lines] == ["A", "B", "C"]
     assert [t.style for t in lines] == list(RUN_STYLES[:3])
-    evals = [t for t in data.traces if not t.connect]  # eval points in the run's colour
+    evals = [t for t in data.traces if t.markers]  # evals in the run's colour, with marks
     assert [t.style for t in evals] == list(RUN_STYLES[:3])
     assert (data.start, data.end) == (0, 299)
     # the smoothed line, but the raw loss's NaN marks and last value: a run gone NaN says so
@@ -61,7 +61,7 @@ def test_a_line_per_run_in_its_own_colour_aligned_by_step() -> None:
 def test_the_raw_loss_without_smoothing_and_the_other_panels_compare_the_same_metric() -> None:
     runs = _runs("healthy", "data_bound")
     raw = overlay_chart(runs, "loss", ViewState(smoothing=0.0), 40)
-    assert [t.name for t in raw.traces if t.connect] == ["A", "B"]
+    assert [t.name for t in raw.traces if not t.markers] == ["A", "B"]
     st = overlay_chart(runs, "step_time", ViewState(), 40)
     assert st.unit == "s" and [t.name for t in st.traces] == ["A", "B"]
     mem = overlay_chart(runs, "memory", ViewState(), 40)  # no CUDA memory: the RSS

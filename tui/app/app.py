@@ -86,6 +86,7 @@ class DltopApp(RankFocus, ViewKeys, PanelSet, AlertPane, Exports, App[int]):
         Binding("l", "toggle_log", "log scale"),
         Binding("s", "smoothing(1)", "smoothing +"),
         Binding("S", "smoothing(-1)", "smoothing -", show=False),
+        Binding("t", "toggle_x_axis", "step / time axis"),
         Binding("p", "toggle_pause", "pause/follow"),
         Binding("left", "cursor(-1)", "cursor left", show=False),
         Binding("right", "cursor(1)", "cursor right", show=False),
@@ -271,7 +272,9 @@ class DltopApp(RankFocus, ViewKeys, PanelSet, AlertPane, Exports, App[int]):
         selected alert) and say so. The restart is model state (``RunModel.restarted``),
         pulled at the tick like everything else, not a message from the reader thread."""
         old = self.state
-        self.state = vm.ViewState(smoothing=old.smoothing, log_loss=old.log_loss, panels=old.panels)
+        self.state = vm.ViewState(
+            smoothing=old.smoothing, log_loss=old.log_loss, panels=old.panels, x_axis=old.x_axis
+        )
         self._drawn.clear()
         self._pane_user = None
         self._auto_explained = False

@@ -9,12 +9,14 @@ that list. Repaints caused by anything else (focus, a neighbour's resize) cost n
 Layout inside the widget (border and title come from CSS):
 
     row 0          legend (values, cursor readout)
-    rows 1..h-2    the plot: a y-axis gutter, then braille cells (2x4 dots each)
-    row h-1        x axis: first, middle and last step of the window
+    rows 1..h-2    the plot: a y-axis gutter (round ticks, ``axis.py``), then braille
+                   cells (2x4 dots each)
+    row h-1        x axis: round steps, or elapsed times when the columns follow the clock
 
 Non-finite buckets are drawn as a red ``✕`` on the plot's top row (and a NaN count in the
-legend), never as a gap; a step cursor is a highlighted column; the points of a trace
-with markers (evaluations) are a ``●`` on the line through them.
+legend), never as a gap; zero or below on a log axis as ``▁`` on the bottom row (the
+legend says so); a step cursor is a highlighted column; the points of a trace with
+markers (evaluations) are a ``●`` on the line through them.
 """
 
 from __future__ import annotations
@@ -25,14 +27,8 @@ from collections.abc import Callable
 from typing import ClassVar
 
 from dltop.tui.app.offloop import OffLoop
-from dltop.tui.core.chartdata import (
-    ChartData,
-    column_to_step,
-    step_to_column,
-    untransform,
-    y_range,
-)
-from dltop.tui.core.fmt import compact as format_value
+from dltop.tui.core.axis import row_of, step_ticks, time_ticks, y_ticks
+from dltop.tui.core.chartdata import FLOOR_MARK, ChartData, at_floor, y_range
 from dltop.tui.core.overlay import RUN_COLOURS, RUN_STYLES
 from rich.segment import Segment
 from rich.style import Style
@@ -217,16 +213,21 @@ class Chart(Widget):
         owner: list[list[str | None]] = [[None] * cols for _ in range(plot_h)]
         bad_cols: set[int] = set()
         marks: dict[tuple[int, int], str] = {}  # (row, column) -> style: a trace's points
+        log = data.log
+        # zero or below on a log axis: no place on it, so a mark on the floor (bottom row)
+        floor: dict[int, str] = {}
+        if log:
+            for trace in data.traces:
+                n = max(1, len(trace.lo))
+                for i in at_floor(trace):
+                    floor[i * cols // n] = trace.style
         if rng is not None:
             lo_v, hi_v = rng
             scale = (dots_h - 1) / (hi_v - lo_v)
             last_dot = dots_h - 1
-            log = data.log
 
-            def to_dot(v: float) -> int:
+            def to_dot(v: float) -> int:  # axis.dot_of, inlined: called per bucket
                 if log:
-                    if v <= 0:  # non-positive under log: pinned to the bottom edge
-                        return last_dot
                     v = math.log10(v)
                 d = int((hi_v - v) * scale + 0.5)
                 return 0 if d < 0 else (last_dot if d > last_dot else d)
@@ -251,16 +252,26 @@ class Chart(Widget):
                         if not connect:
                             prev = None
                         continue
+                    if log and a <= 0:  # its floor mark says so; the line goes on above 0
+                        if b <= 0:
+                            prev = None
+                            continue
+                        a = b
                     top = to_dot(b)
                     bottom = top if a == b else to_dot(a)
+                    mid = (top + bottom) >> 1
                     if connect and prev is not None:
-                        if x - prev_x > 1:  # empty buckets between (a zoomed-in window)
-                            _bridge(bits, owner, style, prev_x, prev, x, (top + bottom) >> 1)
+                        span = x - prev_x
+                        if span > 1:  # empty buckets between (a zoomed-in window, a stall)
+                            _bridge(bits, owner, style, prev_x, prev, x, mid)
+                            prev += (mid - prev) * (span - 1) // span  # the bridge's last dot
                         if prev < top:
                             top = prev
                         elif prev > bottom:
                             bottom = prev
-                    prev = (top + bottom) >> 1
+                    # the line goes on from this bucket's own middle: from the joint with
+                    # the previous one, a jump (3 -> 1) rang on for buckets after it
+                    prev = mid
                     prev_x = x
                     cx = x >> 1
                     if mark_points:
@@ -276,11 +287,7 @@ class Chart(Widget):
                 for i, flag in enumerate(trace.bad):
                     if flag:
                         bad_cols.add(min(cols - 1, i * cols // max(1, n)))
-        cursor_col = (
-            step_to_column(data.cursor, data.start, data.end, cols)
-            if data.cursor is not None
-            else None
-        )
+        cursor_col = data.column_of(data.cursor, cols) if data.cursor is not None else None
         labels = _y_labels(rng, plot_h, data)
         styles = {
             key: self._style(key)
@@ -294,9 +301,12 @@ class Chart(Widget):
             run_text: list[str] = []
             run_style: Style | None = None
             row_bits, row_owner = bits[r], owner[r]
+            row_floor = floor if r == plot_h - 1 else {}
             for c in range(cols):
                 if r == 0 and c in bad_cols:
                     ch, st = BAD_MARK, bad_style
+                elif c in row_floor:
+                    ch, st = FLOOR_MARK, styles.get(row_floor[c], axis)
                 elif (r, c) in marks:
                     ch, st = POINT_MARK, styles.get(marks[(r, c)], axis)
                 elif row_bits[c]:
@@ -318,17 +328,18 @@ class Chart(Widget):
         return out
 
     def _x_axis(self, data: ChartData, cols: int, width: int, axis: Style) -> Strip:
+        """Round steps, or round elapsed times on a wall-time axis, each centred on its
+        column; the gutter says which."""
         line = [" "] * cols
-        first = str(data.start)
-        mid = str(column_to_step(cols // 2, data.start, data.end, cols))
-        last = str(data.end)
-        if cols >= len(first) + len(last) + 1:
-            _put(line, 0, first)
-        if cols > len(first) + len(mid) + len(last) + 4:
-            _put(line, cols // 2 - len(mid) // 2, mid)
-        _put(line, cols - len(last), last)
+        if data.x_time is not None:
+            ticks = time_ticks(data.x_time[0], data.x_time[1], cols)
+        else:
+            ticks = step_ticks(data.start, data.end, cols)
+        for at, text in ticks:
+            _put(line, at, text)
         return Strip(
-            [Segment("step".rjust(GUTTER - 1) + " ", axis), Segment("".join(line), axis)], width
+            [Segment(data.x_name.rjust(GUTTER - 1) + " ", axis), Segment("".join(line), axis)],
+            width,
         )
 
 
@@ -352,20 +363,14 @@ def _bridge(
 
 
 def _y_labels(rng: tuple[float, float] | None, plot_h: int, data: ChartData) -> list[str]:
-    """Gutter text per plot row: top, middle and bottom values, blank elsewhere."""
-    labels = [" " * GUTTER] * plot_h
+    """Gutter text per plot row: each round tick on the row where its value is drawn
+    (``axis.row_of``, the mapping of the dots), an axis line elsewhere."""
     if rng is None:
-        return labels
+        return [" " * GUTTER] * plot_h
+    labels = [" " * (GUTTER - 1) + "│"] * plot_h
     lo, hi = rng
-    marks = {0: hi, plot_h - 1: lo}
-    if plot_h >= 5:
-        marks[(plot_h - 1) // 2] = hi - (hi - lo) * ((plot_h - 1) // 2) / max(1, plot_h - 1)
-    for row, v in marks.items():
-        text = format_value(untransform(v, data.log), data.unit)
-        labels[row] = text[: GUTTER - 2].rjust(GUTTER - 2) + " ┤"
-    for r in range(plot_h):
-        if r not in marks:
-            labels[r] = " " * (GUTTER - 1) + "│"
+    for tick in y_ticks(lo, hi, plot_h, data.log, data.unit, GUTTER - 2):
+        labels[row_of(tick.at, lo, hi, plot_h)] = tick.label.rjust(GUTTER - 2) + " ┤"
     return labels
 
 

@@ -22,6 +22,7 @@ KEYS = (
         "s / S",
         "smoothing weight up / down: 0.6 0.8 0.9 0.95 0.99, then off (per step, as in TensorBoard)",
     ),
+    ("t", "x axis: steps, or elapsed wall time (a stall takes its width)"),
     ("p", "pause the display / follow the run again"),
     ("← / →", "move the step cursor (values at the cursor in each panel)"),
     ("home / end", "cursor to the window's start / remove the cursor"),

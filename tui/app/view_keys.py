@@ -1,4 +1,5 @@
-"""The keys that move the view: zoom, log scale, smoothing, pause, cursor, go-to, escape.
+"""The keys that move the view: zoom, log scale, smoothing, x axis, pause, cursor, go-to,
+escape.
 
 They change only the ``ViewState`` (or which panel is maximized) and ask for a redraw:
 the window, the cursor and the scale are the person's, the data stays the model's, so the
@@ -15,9 +16,11 @@ from dltop.tui.app.chart import Chart
 from dltop.tui.app.mixin import AppMixin
 from dltop.tui.core import view_model as vm
 from dltop.tui.core.smoothing import lag_bound, step_weight
+from dltop.tui.core.timeaxis import STEP, TIME, has_wall_clock, move_cursor
 from textual.widgets import Input
 
 if TYPE_CHECKING:
+    from dltop.tui.core.rankjob import JobView
     from dltop.tui.core.run import RunModel
     from textual.widget import Widget
 
@@ -27,6 +30,7 @@ class ViewKeys(AppMixin):
 
     model: RunModel
     state: vm.ViewState
+    job: JobView
     _zoomed: str | None
 
     if TYPE_CHECKING:  # what DltopApp and the other mixins provide
@@ -74,6 +78,21 @@ class ViewKeys(AppMixin):
         else:
             self.notify("smoothing off", timeout=2)
 
+    def action_toggle_x_axis(self) -> None:
+        """Steps, or elapsed wall time; a log without clock times keeps steps and says why."""
+        if self.state.x_axis == TIME:
+            self.set_state(x_axis=STEP)
+            return
+        models = [r.model for r in self.job.ranks()] if self.job.across else [self.model]
+        timed = False
+        for model in models:
+            with vm.locked(model):
+                timed = timed or has_wall_clock(model.store)
+        if not timed:
+            self.notify("x axis stays on steps: no wall-clock times in this log", timeout=4)
+            return
+        self.set_state(x_axis=TIME)
+
     def action_toggle_pause(self) -> None:
         if self.state.paused:  # resume: back to following the whole run
             self.set_state(paused=False, window=None)
@@ -83,8 +102,13 @@ class ViewKeys(AppMixin):
         self.set_state(paused=True, window=window)
 
     def action_cursor(self, direction: int) -> None:
-        with vm.locked(self.model):
-            cursor = vm.move_cursor(self.model, self.state, direction, self._plot_columns())
+        data = self.query_one("#panel-loss", Chart).data
+        cursor: int | None
+        if data is not None and data.edges:  # a wall-time axis: one column of time
+            cursor = move_cursor(data.edges, self.state.cursor, direction, self._plot_columns())
+        else:
+            with vm.locked(self.model):
+                cursor = vm.move_cursor(self.model, self.state, direction, self._plot_columns())
         self.set_state(cursor=cursor)
 
     def action_cursor_home(self) -> None:

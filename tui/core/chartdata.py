@@ -14,6 +14,8 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from dltop.tui.core.timeaxis import STEP, TIME, column_of
+
 # Style keys a trace may ask for; the chart widget maps each to a component class.
 RAW, EMA, EVAL, ALT, ALT2 = "raw", "ema", "eval", "alt", "alt2"
 
@@ -46,6 +48,10 @@ class ChartData:
     empty_text: str = "waiting for data"
     y_floor: float | None = None  # force the range to include this value (0 for memory)
     extra: dict[str, str] = field(default_factory=dict)
+    # a wall-time x axis (``timeaxis.py``): the step boundaries of the buckets and the
+    # elapsed seconds at the left and right edges; () and None: columns uniform in steps
+    edges: tuple[int, ...] = ()
+    x_time: tuple[float, float] | None = None
 
     @property
     def has_points(self) -> bool:
@@ -53,10 +59,39 @@ class ChartData:
             b for t in self.traces for b in t.bad
         )
 
+    @property
+    def x_name(self) -> str:
+        """What the x axis counts, as its gutter says."""
+        return TIME if self.x_time is not None else STEP
+
+    def column_of(self, step: float, columns: int) -> int | None:
+        """The column (of ``columns``) a step is drawn in, on either x axis."""
+        if self.edges:
+            return column_of(self.edges, step, columns)
+        return step_to_column(step, self.start, self.end, columns)
+
+
+FLOOR_MARK = "▁"  # a value of zero or below on a log axis, drawn on the bottom row
+
+
+def at_floor(trace: Trace) -> list[int]:
+    """The buckets holding a value a log axis cannot place (zero or below): drawn at
+    the floor with :data:`FLOOR_MARK` instead of vanishing."""
+    return [i for i, a in enumerate(trace.lo) if a is not None and a <= 0]
+
+
+def floor_note(traces: Sequence[Trace]) -> str:
+    """The legend's word for those marks: ``▁ 0 at floor``, or ``▁ ≤0 at floor`` when
+    some are negative; "" when there are none."""
+    lows = [a for t in traces for a in t.lo if a is not None and a <= 0]
+    if not lows:
+        return ""
+    return f"{FLOOR_MARK} {'0' if min(lows) == 0 else '≤0'} at floor"
+
 
 def transform(value: float, log: bool) -> float | None:
     """A finite value in chart space (log10 under a log scale); ``None`` when it cannot be
-    drawn (non-positive under log: such a point sits on the bottom edge)."""
+    placed (non-positive under log: drawn at the floor, see :func:`at_floor`)."""
     if not log:
         return value
     return math.log10(value) if value > 0 else None
@@ -97,7 +132,12 @@ def y_range(data: ChartData) -> tuple[float, float] | None:
     if floor is None and not data.log and lo >= 0:
         floor = 0.0
     bottom = max(lo - pad, floor) if floor is not None and lo >= floor else lo - pad
-    return bottom, hi + pad
+    # subnormal values (1e-310 from a broken log) leave a span whose drawing scale is
+    # infinite: the chart crashed on them; they are drawn flat instead
+    return bottom, max(hi + pad, bottom + _MIN_SPAN)
+
+
+_MIN_SPAN = 1e-300
 
 
 DECADES_FOR_LOG = 3.0  # a visible range wider than this many decades is drawn on a log axis

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from array import array
 from bisect import bisect_left, bisect_right
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 BLOCK = 128  # points per summary block: measured 28 ms / 1 M points to build, ~1 ms to decimate
@@ -186,6 +187,48 @@ def decimate_rows(
     """Decimate a series whose point ``i`` is ``(xs[x_off + i], ys[i])`` with sorted xs."""
     n = len(ys)
     edges = [e - x_off for e in bucket_edges(xs, x_off, x_off + n, start, end, width)]
+    return _decimate_edges(name, ys, blo, bhi, nf, edges, start, end, version)
+
+
+def decimate_between(
+    name: str,
+    xs: array,
+    x_off: int,
+    ys: array,
+    blo: array,
+    bhi: array,
+    nf: NonFinite,
+    steps: Sequence[int],
+    version: int = 0,
+) -> Decimated:
+    """Decimate into buckets between explicit step boundaries: bucket ``c`` holds the
+    steps ``steps[c] <= s < steps[c + 1]`` (non-decreasing; an empty bucket is two equal
+    boundaries). Columns uniform in wall time are such buckets: a stall is a run of empty
+    ones, a fast stretch packs many steps into one. Same min/max and NaN marks per bucket
+    as :func:`decimate_rows`, at the same cost."""
+    n = len(ys)
+    edges: list[int] = []
+    row = x_off
+    for s in steps:
+        row = bisect_left(xs, s, row, x_off + n)
+        edges.append(row - x_off)
+    start, end = steps[0], max(steps[0], steps[-1] - 1)
+    return _decimate_edges(name, ys, blo, bhi, nf, edges, start, end, version)
+
+
+def _decimate_edges(
+    name: str,
+    ys: array,
+    blo: array,
+    bhi: array,
+    nf: NonFinite,
+    edges: list[int],
+    start: int,
+    end: int,
+    version: int,
+) -> Decimated:
+    """The buckets of rows ``[edges[c], edges[c + 1])``."""
+    width = len(edges) - 1
     pairs = list(zip(edges, edges[1:], strict=False))
     counts = [b - a for a, b in pairs]
     if nf.marks(edges[0], edges[-1]) == 0:

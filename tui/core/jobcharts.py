@@ -19,6 +19,7 @@ from dltop.tui.core.chartdata import EMA, ChartData, Trace
 from dltop.tui.core.fmt import compact
 from dltop.tui.core.ranklog import RankLog
 from dltop.tui.core.rules.window import median_of
+from dltop.tui.core.timeaxis import TIME, TimeColumns, has_wall_clock
 
 if TYPE_CHECKING:
     from dltop.tui.core.run import RunModel
@@ -53,7 +54,23 @@ def job_signature(
     anyway while the job runs; a signature per rank and panel cost 64 x 7 lookups a tick)."""
     versions = tuple(int(r.model.version) for r in ranks)
     span = window if window is not None else job_window(ranks, state)
-    return (key, versions, span, state.cursor, state.log_loss, state.smoothing)
+    return (key, versions, span, state.cursor, state.log_loss, state.smoothing, state.x_axis)
+
+
+def job_x(
+    ranks: Sequence[RankLog], state: ViewState, span: tuple[int, int], buckets: int
+) -> TimeColumns | None:
+    """A wall-time axis across ranks, on the clock of the first rank that has one: the
+    ranks of a data-parallel job take each step together (the all-reduce waits for the
+    slowest), so a step's moment is the same on every rank to within that step."""
+    if state.x_axis != TIME:
+        return None
+    for r in ranks:
+        with r.model.lock:
+            store = r.model.store
+            if has_wall_clock(store):
+                return panels.x_columns(store, state, span[0], span[1], buckets)
+    return None
 
 
 @dataclass
@@ -74,6 +91,7 @@ def column(
     at: int | None,
     invert: bool,
     smooth: float = 0.0,
+    x: TimeColumns | None = None,
 ) -> _Column | None:
     """One rank's (or run's) ``metric`` in the chart's buckets; with ``smooth``, its
     smoothed copy at that weight (``Store.smoothed``)."""
@@ -82,7 +100,7 @@ def column(
         series = store.smoothed(metric, smooth) if smooth else store.series(metric)
         if series is None or not len(series):
             return None
-        d = series.decimate(span[0], span[1], buckets)
+        d = panels.decimate(series, span[0], span[1], buckets, x)
         point = series.at_step(at) if at is not None else series.last()
         scale = panels.scale_of(store, metric)  # GPU memory in % of the device
     value = point[1] if point is not None else None
@@ -162,6 +180,7 @@ def job_chart(
     span = (start, end)
     width = max(1, buckets)
     at = state.cursor
+    x = job_x(ranks, state, span, width)
     band_of = _band_series(spec)
     traces: list[Trace] = []
     bands: list[Trace] = []
@@ -178,7 +197,9 @@ def job_chart(
     unit = "" if wanted and wanted[0][5] else spec.unit
     for metric, label, style, connect, banded, invert, smooth, markers in wanted:
         named = [
-            (r, c) for r in ranks if (c := column(r.model, metric, span, width, at, invert, smooth))
+            (r, c)
+            for r in ranks
+            if (c := column(r.model, metric, span, width, at, invert, smooth, x))
         ]
         if not named:
             continue
@@ -198,4 +219,4 @@ def job_chart(
             else:
                 legend.append(text)
     # the band first: the median lines are drawn over it
-    return panels.assemble(spec, state, start, end, bands + traces, legend, at, unit)
+    return panels.assemble(spec, state, start, end, bands + traces, legend, at, unit, x=x)

@@ -32,6 +32,7 @@ from dltop.tui.core.fmt import compact
 from dltop.tui.core.rankjob import JobView, RankLog, RankRow, column, job_signature, job_window
 from dltop.tui.core.ranks import FAILURES
 from dltop.tui.core.safetext import visible
+from dltop.tui.core.timeaxis import TIME
 
 if TYPE_CHECKING:
     from dltop.tui.core.run import RunModel
@@ -52,6 +53,7 @@ RUN_COLOURS = (
     "#ff9da7",
 )
 RUN_STYLES = tuple(f"run{i}" for i in range(MAX_RUNS))
+CLOCKS_DIFFER = "x: step (runs' clocks differ)"  # the legend's word in time mode
 
 
 @dataclass(frozen=True)
@@ -136,7 +138,10 @@ def overlay_chart(
         if c.at is not None:  # compact() writes NaN/Inf as such: a run that went NaN says so
             legend.append(f"{run.name} {compact(c.at, '' if invert else spec.unit)}")
     unit = "" if inverted else spec.unit
-    return panels.assemble(spec, state, start, end, traces, legend, at, unit)
+    # each run's own clock started at its own time, on its own machine: columns of elapsed
+    # time would put unrelated moments side by side, so the runs stay aligned by step
+    note = CLOCKS_DIFFER if state.x_axis == TIME else ""
+    return panels.assemble(spec, state, start, end, traces, legend, at, unit, note=note)
 
 
 class OverlayView(JobView):

@@ -14,14 +14,27 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from dltop.tui.core import smoothing
-from dltop.tui.core.chartdata import ALT, ALT2, EMA, EVAL, RAW, ChartData, Trace, wants_log
+from dltop.tui.core.chartdata import (
+    ALT,
+    ALT2,
+    EMA,
+    EVAL,
+    RAW,
+    ChartData,
+    Trace,
+    floor_note,
+    wants_log,
+)
 from dltop.tui.core.extra_panels import extra_spec, is_extra
 from dltop.tui.core.fmt import compact as format_value
 from dltop.tui.core.foreign.common import TOOL_NAME
 from dltop.tui.core.safetext import visible
+from dltop.tui.core.timeaxis import CLOCK, TIME, TimeColumns, time_columns
 
 if TYPE_CHECKING:
+    from dltop.tui.core.decimate import Decimated
     from dltop.tui.core.run import RunModel
+    from dltop.tui.core.series import Series as StoreSeries
     from dltop.tui.core.store import Store
     from dltop.tui.core.view_model import ViewState
 
@@ -198,7 +211,30 @@ def panel_signature(model: RunModel, key: str, state: ViewState) -> tuple[Any, .
         versions += (getattr(store.series("step_time"), "version", -1),)
     log = (spec.log, state.log_loss if key == "loss" else None)
     smooth = state.smoothing if spec.smooth else None
-    return (spec.title, versions, window(store, state), state.cursor, log, smooth)
+    x: tuple[str, int] = (state.x_axis, -1)
+    if state.x_axis == TIME:  # the columns follow the clock too
+        x = (state.x_axis, getattr(store.series(CLOCK), "version", -1))
+    return (spec.title, versions, window(store, state), state.cursor, log, smooth, x)
+
+
+def x_columns(
+    store: Store, state: ViewState, start: int, end: int, buckets: int
+) -> TimeColumns | None:
+    """The buckets of a wall-time x axis (``x`` or ``ViewState.x_axis == "time"``), or
+    ``None`` for columns uniform in steps (the step axis; a run without times)."""
+    if state.x_axis != TIME:
+        return None
+    return time_columns(store.series(CLOCK), start, end, max(1, buckets))
+
+
+def decimate(
+    series: StoreSeries, start: int, end: int, buckets: int, x: TimeColumns | None
+) -> Decimated:
+    """A series (a stored one, or its smoothed copy) in the chart's buckets: uniform in
+    steps, or between the step boundaries of a wall-time axis."""
+    if x is None:
+        return series.decimate(start, end, max(1, buckets))
+    return series.decimate_between(x.edges)
 
 
 def panel_chart(model: RunModel, key: str, state: ViewState, buckets: int) -> ChartData:
@@ -211,6 +247,7 @@ def store_chart(store: Store, key: str, state: ViewState, buckets: int) -> Chart
     from the records it read, without a live model."""
     spec = panel_spec(store, key)
     start, end = window(store, state)
+    x = x_columns(store, state, start, end, buckets)
     traces: list[Trace] = []
     legend: list[str] = []
     lead: list[str] = []
@@ -224,7 +261,7 @@ def store_chart(store: Store, key: str, state: ViewState, buckets: int) -> Chart
             label = s.label
         if series is None or not len(series):
             continue
-        d = series.decimate(start, end, max(1, buckets))
+        d = decimate(series, start, end, buckets, x)
         lo, hi = d.lo, d.hi
         scale = scale_of(store, s.metric)
         if scale is not None:
@@ -237,8 +274,8 @@ def store_chart(store: Store, key: str, state: ViewState, buckets: int) -> Chart
             (lead if s.lead else legend).append(f"{label} {format_value(value, spec.unit)}")
     legend = lead + legend
     if key == "throughput" and not traces:
-        traces, legend = _steps_per_second(store, start, end, buckets, at)
-    return assemble(spec, state, start, end, traces, legend, at, spec.unit)
+        traces, legend = _steps_per_second(store, start, end, buckets, at, x)
+    return assemble(spec, state, start, end, traces, legend, at, spec.unit, x=x)
 
 
 def assemble(
@@ -250,12 +287,17 @@ def assemble(
     legend: list[str],
     at: int | None,
     unit: str,
+    x: TimeColumns | None = None,
+    note: str = "",
 ) -> ChartData:
     """A panel's chart from its traces and legend items: the log-axis decision and its
-    mark, the cursor's ``@step`` prefix, the legend made safe to print (metric and run
-    names are the user's). One assembly for a single run, a job and an overlay."""
+    mark, the mark of values at the floor of a log axis, the cursor's ``@step`` prefix,
+    the legend made safe to print (metric and run names are the user's); ``x``: the
+    buckets of a wall-time axis, ``note`` a word on the x axis. One assembly for a
+    single run, a job and an overlay."""
     log, mark = log_scale(spec, state, traces)
-    items = [mark, *legend] if mark else legend
+    floor = floor_note(traces) if log else ""
+    items = [i for i in (mark, floor) if i] + legend + ([note] if note else [])
     prefix = f"@{at} " if at is not None else ""
     return ChartData(
         start=start,
@@ -267,6 +309,8 @@ def assemble(
         unit=unit,
         empty_text=spec.empty,
         y_floor=None if log else spec.y_floor,
+        edges=x.edges if x is not None else (),
+        x_time=(x.left, x.right) if x is not None else None,
     )
 
 
@@ -295,13 +339,13 @@ def scale_of(store: Store, metric: str) -> float | None:
 
 
 def _steps_per_second(
-    store: Store, start: int, end: int, buckets: int, at: int | None
+    store: Store, start: int, end: int, buckets: int, at: int | None, x: TimeColumns | None
 ) -> tuple[list[Trace], list[str]]:
     """Without ``samples_per_s``, throughput is 1 / step_time (min and max swap)."""
     series = store.series("step_time")
     if series is None or not len(series):
         return [], []
-    d = store.decimate("step_time", start, end, max(1, buckets))
+    d = decimate(series, start, end, buckets, x)
     lo = [1.0 / v if v else None for v in d.hi]
     hi = [1.0 / v if v else None for v in d.lo]
     point = series.at_step(at) if at is not None else series.last()

@@ -18,12 +18,14 @@ from __future__ import annotations
 
 from array import array
 from bisect import bisect_left, bisect_right
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
+from typing import Any
 
 from dltop.tui.core.decimate import (
     BLOCK,
     Decimated,
     NonFinite,
+    decimate_between,
     decimate_rows,
     summarize,
 )
@@ -65,7 +67,7 @@ class Series:
         # the last decimations asked for, valid while ``version`` is theirs: a redraw that
         # finds this series unchanged (an overlaid run that is done, a panel drawn twice)
         # costs a dict lookup instead of a pass over the buckets
-        self._cache: tuple[int, dict[tuple[int, int, int], Decimated]] = (-1, {})
+        self._cache: tuple[int, dict[tuple[Any, ...], Decimated]] = (-1, {})
         self._x_of: Series | None = None  # a derived series takes its steps from another
         self._own = xs is None  # False: ``_xs`` is the store's shared step axis
         self.cuts = 0  # times points were taken away (resumes): derived copies start over
@@ -148,12 +150,8 @@ class Series:
             raise ValueError("width must be >= 1")
         if end < start:
             start, end = end, start
-        version, done = self._cache
-        if version != self.version:
-            done = {}
-            self._cache = (self.version, done)
         key = (start, end, width)
-        found = done.get(key)
+        found = self._cached(key)
         if found is not None:
             return found
         xs, off = self._x()
@@ -161,6 +159,33 @@ class Series:
             self.name, xs, off, self.ys, self._blo, self._bhi, self.nonfinite,
             start, end, width, self.version,
         )  # fmt: skip
+        return self._keep(key, d)
+
+    def decimate_between(self, steps: Sequence[int]) -> Decimated:
+        """Buckets between explicit step boundaries (``steps[c] <= s < steps[c + 1]``,
+        at least two boundaries): the columns of a wall-time axis; see :mod:`decimate`."""
+        if len(steps) < 2:
+            raise ValueError("at least two boundaries")
+        key = (tuple(steps),)  # never equal to a (start, end, width) key
+        found = self._cached(key)
+        if found is not None:
+            return found
+        xs, off = self._x()
+        d = decimate_between(
+            self.name, xs, off, self.ys, self._blo, self._bhi, self.nonfinite,
+            steps, self.version,
+        )  # fmt: skip
+        return self._keep(key, d)
+
+    def _cached(self, key: tuple[Any, ...]) -> Decimated | None:
+        version, done = self._cache
+        if version != self.version:
+            self._cache = (self.version, {})
+            return None
+        return done.get(key)
+
+    def _keep(self, key: tuple[Any, ...], d: Decimated) -> Decimated:
+        done = self._cache[1]
         if len(done) >= CACHED_DECIMATIONS:
             done.clear()
         done[key] = d

@@ -5,7 +5,9 @@ is pasted into issue trackers and chats, which show SVG images, and the viewer m
 need a plotting library. The input is exactly what the braille chart draws (the store's
 min/max decimation, ``panels.store_chart``), so a one-step spike or a NaN shows in the
 report as on screen: each bucket is drawn from its minimum to its maximum, empty buckets
-are bridged, a NaN/Inf bucket breaks the line and gets a red cross on the top edge.
+are bridged, a NaN/Inf bucket breaks the line and gets a red cross on the top edge, a
+value of zero or below on a log axis a mark on the bottom edge. The axes tick where the
+viewer's do (``axis.py``: round values, powers of ten on a log axis, one format each).
 
 The image carries its own opaque background and a border, with colours picked for
 contrast on that background, so it reads the same on a tracker's dark or light theme.
@@ -17,6 +19,7 @@ from __future__ import annotations
 
 from xml.sax.saxutils import escape
 
+from dltop.tui.core.axis import step_ticks, time_ticks, y_ticks
 from dltop.tui.core.chartdata import (
     ALT,
     ALT2,
@@ -25,11 +28,10 @@ from dltop.tui.core.chartdata import (
     RAW,
     ChartData,
     Trace,
+    at_floor,
     transform,
-    untransform,
     y_range,
 )
-from dltop.tui.core.fmt import compact
 from dltop.tui.core.safetext import visible
 
 WIDTH, HEIGHT = 760, 260
@@ -39,6 +41,7 @@ BAD = "#cf222e"
 COLOURS = {RAW: "#0969da", EMA: "#9a6700", EVAL: "#1a7f37", ALT: "#8250df", ALT2: "#6e7781"}
 DASHED = {ALT2: "6 3"}
 FONT = "DejaVu Sans, Helvetica, Arial, sans-serif"
+TICK_ROW_PX, TICK_COLUMN_PX = 8, 7  # the text grid the axis rules count in (11 px text)
 
 
 def _esc(value: str, limit: int = 160) -> str:
@@ -64,12 +67,14 @@ class _Frame:
     def y(self, value: float) -> float:
         """Pixel row of a value; non-positive under a log scale sits on the bottom edge,
         as in the viewer."""
+        t = transform(value, self.data.log)
+        return self.y1 if t is None else self.y_at(t)
+
+    def y_at(self, t: float) -> float:
+        """Pixel row of a value in chart space (its log10 on a log axis)."""
         if self.range is None:
             return self.y1
         lo, hi = self.range
-        t = transform(value, self.data.log)
-        if t is None:
-            return self.y1
         frac = (hi - t) / (hi - lo) if hi > lo else 0.5
         return self.y0 + min(1.0, max(0.0, frac)) * (self.y1 - self.y0)
 
@@ -87,6 +92,11 @@ def _line_path(trace: Trace, f: _Frame) -> tuple[str, list[float]]:
             prev = None  # a NaN breaks the line; its mark says why
         if a is None or b is None:
             continue  # an empty bucket: bridged by the next point, as on screen
+        if f.data.log and a <= 0:  # at the floor: its own mark; the line goes on above 0
+            if b <= 0:
+                prev = None
+                continue
+            a = b
         top, bottom = f.y(b), f.y(a)
         # enter the bucket's min..max extent from the side nearest the line's last point
         first, second = (top, bottom) if prev is not None and prev <= top else (bottom, top)
@@ -117,32 +127,34 @@ def _points(trace: Trace, f: _Frame, colour: str) -> tuple[list[str], list[float
 
 
 def _axes(f: _Frame) -> list[str]:
-    """Grid lines with y labels (top, middle, bottom) and x labels (first, middle, last step)."""
+    """Grid lines at the viewer's round y ticks, and its round steps (or elapsed times)
+    under the plot, counted on a grid of text rows and columns."""
     out: list[str] = []
     data = f.data
     if f.range is not None:
         lo, hi = f.range
-        for frac in (0.0, 0.5, 1.0):
-            y = f.y0 + frac * (f.y1 - f.y0)
-            label = compact(untransform(hi - frac * (hi - lo), data.log), data.unit)
+        rows = max(1, int((f.y1 - f.y0) // TICK_ROW_PX))
+        for tick in y_ticks(lo, hi, rows, data.log, data.unit, LEFT // TICK_COLUMN_PX - 1):
+            y = f.y_at(tick.at)
             out.append(f'<line x1="{f.x0}" y1="{_n(y)}" x2="{f.x1}" y2="{_n(y)}" stroke="{GRID}"/>')
             out.append(
                 f'<text x="{f.x0 - 6}" y="{_n(y + 4)}" text-anchor="end" '
-                f'fill="{MUTED}" font-size="11">{_esc(label)}</text>'
+                f'fill="{MUTED}" font-size="11">{_esc(tick.label)}</text>'
             )
-    mid = (data.start + data.end) // 2
-    for x, step, anchor in (
-        (f.x0, data.start, "start"),
-        ((f.x0 + f.x1) / 2, mid, "middle"),
-        (f.x1, data.end, "end"),
-    ):
+    cols = max(1, int((f.x1 - f.x0) // TICK_COLUMN_PX))
+    if data.x_time is not None:
+        ticks = time_ticks(data.x_time[0], data.x_time[1], cols)
+    else:
+        ticks = step_ticks(data.start, data.end, cols)
+    for at, label in ticks:
+        x = f.x0 + (at + len(label) / 2) * (f.x1 - f.x0) / cols
         out.append(
-            f'<text x="{_n(x)}" y="{f.y1 + 16}" text-anchor="{anchor}" '
-            f'fill="{MUTED}" font-size="11">{step}</text>'
+            f'<text x="{_n(x)}" y="{f.y1 + 16}" text-anchor="middle" '
+            f'fill="{MUTED}" font-size="11">{_esc(label)}</text>'
         )
     out.append(
         f'<text x="{f.x0 - 6}" y="{f.y1 + 16}" text-anchor="end" '
-        f'fill="{MUTED}" font-size="11">step</text>'
+        f'fill="{MUTED}" font-size="11">{data.x_name}</text>'
     )
     out.append(
         f'<rect x="{f.x0}" y="{f.y0}" width="{f.x1 - f.x0}" height="{f.y1 - f.y0}" '
@@ -157,6 +169,12 @@ def _cross(x: float, y: float) -> str:
         f'<path d="M{_n(x - d)} {_n(y - d)} L{_n(x + d)} {_n(y + d)} '
         f'M{_n(x - d)} {_n(y + d)} L{_n(x + d)} {_n(y - d)}" stroke="{BAD}" stroke-width="2"/>'
     )
+
+
+def _floor(x: float, y: float, colour: str) -> str:
+    """A value a log axis cannot place (zero or below): a short bar on the bottom edge."""
+    d = f"M{_n(x - 3)} {_n(y - 1.5)} L{_n(x + 3)} {_n(y - 1.5)}"
+    return f'<path d="{d}" stroke="{colour}" stroke-width="3"/>'
 
 
 def _legend(data: ChartData, width: int) -> list[str]:
@@ -213,6 +231,9 @@ def render(data: ChartData, title: str, width: int = WIDTH, height: int = HEIGHT
                 dots, bad = _points(trace, f, colour)
                 body += dots
             bad_x.update(bad)
+            if data.log:  # zero or below: a mark on the floor, in the trace's colour
+                n = len(trace.lo)
+                body += [_floor(f.x(i, n), f.y1, colour) for i in at_floor(trace)]
         body += [_cross(x, f.y0 + 6) for x in sorted(bad_x)]
         body += _legend(data, width)
     return (

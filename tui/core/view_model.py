@@ -56,6 +56,7 @@ class ViewState:
     panels: tuple[str, ...] = ()  # picked panels (``+acc``: extra_panels), in order
     paused: bool = False
     selected: str | None = None  # alert key
+    x_axis: str = "step"  # "step", or "time": columns uniform in elapsed wall time (`t`)
 
 
 @contextlib.contextmanager
