@@ -27,6 +27,8 @@ from dltop.probe.jobpath import AUTO, default_run_id, nowhere_to_write
 from dltop.probe.jobpath import RUNS_DIR as RUNS_DIR  # re-exported: the default folder
 from dltop.probe.jobpath import default_path as default_path
 from dltop.probe.lifecycle import (
+    attach_notes,
+    closing_notes,
     exit_record,
     exit_status,
     hook_gradients,
@@ -208,6 +210,7 @@ class Probe:
         self._writer = w = Writer(
             sinks, heartbeat=self._heartbeat, heartbeat_every=self.heartbeat_every
         )
+        attach_notes(sinks, w.emit)
         self._put = w.put
         self._step_builder = w.register(self._records.build)
         self._layers_builder = w.register(build_layers)
@@ -263,6 +266,7 @@ class Probe:
             config = self._config.take(None, self._last_step)
             if config is not None:
                 w.emit(config)
+        closing_notes(w.sinks, w.emit)  # the live socket's counts not yet on record
         exit_rec = exit_record(status, self._last_step, self._steps, w.dropped)
         w.emit(exit_rec)
         w.close()
