@@ -17,7 +17,9 @@ What the server turns away (a flood of connections, a 17th viewer, wrong tokens,
 process short of descriptors) and the errors it contained to one connection are said,
 never silently: a ``warning`` event (``source: "live"``, with the counts) in the log the
 first time (and once on stderr), again at most every ``NOTE_EVERY_S`` while the counts
-grow, and a last one at close.
+grow, and a last one at close. Tokens: one shorter than ``MIN_TOKEN_CHARS`` is refused
+(one warning, no TCP listener); a token is never printed, nor put in a command line we
+suggest (``ps`` shows every process's argv to every local user).
 """
 
 from __future__ import annotations
@@ -37,7 +39,7 @@ from dltop.probe.admission import NOTE
 from dltop.probe.encoding import encode_record
 from dltop.probe.schema import EV_WARNING, EVENT
 from dltop.probe.socket_server import SocketServer
-from dltop.probe.viewerauth import is_loopback, mask_secret
+from dltop.probe.viewerauth import MIN_TOKEN_CHARS, is_loopback, mask_secret
 
 TOKEN_ENV = "DLTOP_TOKEN"
 NOTE_EVERY_S = 60.0  # the live socket's counts go to the log at most this often
@@ -135,7 +137,11 @@ class LiveSink:
             except OSError as exc:
                 _warn(f"could not write the token file ({exc})")
             else:
-                return f" (token {mask_secret(self.token)} in {path}; view with: dltop tcp://HOST:PORT?token=$(cat {path}))"
+                # the viewer reads it from its environment: never from its argv (``ps``)
+                return (
+                    f" (token {mask_secret(self.token)} in {path}; view with: "
+                    f"DLTOP_TOKEN=$(cat {path}) dltop tcp://HOST:PORT)"
+                )
         return (
             f" (generated token {mask_secret(self.token)}, not shown: set ${TOKEN_ENV} "
             "before the run to choose one)"
@@ -156,6 +162,19 @@ class LiveSink:
         # one, loopback needs none and any other address gets a generated one
         self.token = os.environ.get(TOKEN_ENV) or None
         self._token_from_env = self.token is not None
+        if self.token is not None and len(self.token) < MIN_TOKEN_CHARS:
+            # a short token is a guessable one: no TCP rather than a weak lock
+            message = (
+                f"${TOKEN_ENV} is too short ({len(self.token)} characters, at least "
+                f"{MIN_TOKEN_CHARS}; e.g. python -c 'import secrets; "
+                "print(secrets.token_urlsafe(16))'): no TCP listener"
+            )
+            self.token = None
+            self._token_from_env = False
+            if not unix:
+                raise ValueError(message)
+            _warn(f"{message}; the Unix socket still serves this run")
+            return None
         if self.token is None and not is_loopback(address[0]):
             self.token = secrets.token_urlsafe(16)
         return address

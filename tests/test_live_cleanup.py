@@ -25,6 +25,7 @@ from dltop.tui.core.stream import parse_address, peek
 from waiting import wait_for
 
 META = encode_record({"kind": "meta", "v": 1, "run_id": "r1", "t": 1.0})
+SECRET = "s3cret-of-20-chars.."
 
 
 @pytest.fixture
@@ -256,7 +257,7 @@ def test_a_bad_tcp_spec_keeps_the_unix_socket_and_warns_once(
 def test_an_explicit_token_is_enforced_on_loopback_too(
     runtime: Path, tmp_path: Path, capfd: pytest.CaptureFixture[str], monkeypatch
 ) -> None:
-    monkeypatch.setenv("DLTOP_TOKEN", "s3cret")
+    monkeypatch.setenv("DLTOP_TOKEN", SECRET)
     with Probe(path=str(tmp_path / "tok.jsonl"), system=False, socket=False, tcp="127.0.0.1:0"):
         host, port = _tcp_address(capfd.readouterr().err)
         bad = socket.create_connection((host, port), timeout=10)
@@ -264,7 +265,7 @@ def test_an_explicit_token_is_enforced_on_loopback_too(
         assert read_meta(bad)["type"] == "refused"
         bad.close()
         good = socket.create_connection((host, port), timeout=10)
-        good.sendall(json.dumps({"token": "s3cret"}).encode() + b"\n")
+        good.sendall(json.dumps({"token": SECRET}).encode() + b"\n")
         assert read_meta(good)["kind"] == "meta"
         good.close()
     monkeypatch.delenv("DLTOP_TOKEN")
@@ -274,6 +275,29 @@ def test_an_explicit_token_is_enforced_on_loopback_too(
         s.sendall(b'{"token": ""}\n')
         assert read_meta(s)["kind"] == "meta", "no token set: loopback needs none"
         s.close()
+
+
+@pytest.mark.parametrize("unix", [True, False])
+def test_a_short_token_is_refused_without_raising(
+    runtime: Path, tmp_path: Path, capfd: pytest.CaptureFixture[str], monkeypatch, unix: bool
+) -> None:
+    """A 9-character $DLTOP_TOKEN was served (and 4 of its characters printed): now the
+    probe warns once, without the token, and serves no TCP; the training goes on."""
+    short = "9chars-ok"
+    monkeypatch.setenv("DLTOP_TOKEN", short)
+    log = tmp_path / "short.jsonl"
+    with Probe(path=str(log), system=False, socket=unix, tcp="127.0.0.1:0") as probe:
+        probe.step(loss=1.0)
+        probe.flush()
+        err = capfd.readouterr().err
+        warnings = [line for line in err.splitlines() if line.startswith("dltop: warning")]
+        assert len(warnings) == 1 and "too short" in warnings[0], err
+        assert "serving this run on tcp://" not in err
+        assert short[:2] not in err.replace("dltop", "")  # not even masked
+        runs = rendezvous.list_runs()
+        assert len(runs) == (1 if unix else 0) and not (runs and runs[0].get("tcp"))
+    records, _ = read_records(str(log))
+    assert [r["step"] for r in records if r["kind"] == "step"] == [0]
 
 
 # ---- a dead server thread ---------------------------------------------------------------------
@@ -346,3 +370,4 @@ def test_long_keys_get_distinct_stable_names(short_dir: Path) -> None:
     assert rendezvous.entry_name("short.1", short_dir) == "short.1"
     for key in (a, "é" * 120):
         assert len(os.fsencode(rendezvous.socket_path(key, short_dir))) <= 100
+
