@@ -371,3 +371,59 @@ def test_long_keys_get_distinct_stable_names(short_dir: Path) -> None:
     for key in (a, "é" * 120):
         assert len(os.fsencode(rendezvous.socket_path(key, short_dir))) <= 100
 
+
+# ---- special files where the probe reads or writes ----------------------------------------------
+FIFO_RUN = """
+import sys
+from dltop.probe import Probe
+with Probe(path=sys.argv[1], system=False) as probe:
+    probe.step(loss=1.0)
+print("done", flush=True)
+"""
+
+
+def _run_child(*args: str) -> subprocess.CompletedProcess[str]:
+    """A child that must finish: a hang in open() fails the test at the timeout."""
+    return subprocess.run([sys.executable, "-c", *args], capture_output=True, text=True, timeout=30)
+
+
+def test_a_fifo_named_json_in_the_run_directory_hangs_no_probe(
+    runtime: Path, tmp_path: Path
+) -> None:
+    """Every new probe reads the run directory's ``*.json`` (stale entries are swept); a
+    FIFO there blocked its open() for a writer that never came, and Probe() with it."""
+    rendezvous.runtime_dir()
+    os.mkfifo(runtime / "evil.json")
+    done = _run_child(FIFO_RUN, str(tmp_path / "run.jsonl"))
+    assert done.returncode == 0 and "done" in done.stdout, done.stderr
+    assert "warning" not in done.stderr, done.stderr
+    assert (runtime / "evil.json").exists(), "skipped, neither read nor removed"
+    assert rendezvous.list_runs() == []
+
+
+def test_a_fifo_at_the_log_path_costs_only_the_log(runtime: Path, tmp_path: Path) -> None:
+    fifo = tmp_path / "run.jsonl"
+    os.mkfifo(fifo)
+    done = _run_child(FIFO_RUN, str(fifo))
+    assert done.returncode == 0 and "done" in done.stdout, done.stderr
+    assert "FIFO" in done.stderr and "without a log" in done.stderr
+
+
+REGISTER = """
+import os, sys
+from pathlib import Path
+from dltop.probe import rendezvous
+d = Path(sys.argv[1])
+name = rendezvous.entry_name("k.1", d)
+os.mkfifo(d / f".{name}.json.tmp")
+os.mkfifo(d / f"{name}.token")
+rendezvous.register("k.1", {"pid": os.getpid()}, d)
+token = rendezvous.write_token("k.1", "t" * 20, d)
+print("done", token.read_text().strip() == "t" * 20, flush=True)
+"""
+
+
+def test_the_probes_own_files_are_created_afresh_over_a_fifo(runtime: Path) -> None:
+    d = rendezvous.runtime_dir()
+    done = _run_child(REGISTER, str(d))
+    assert done.returncode == 0 and done.stdout.split() == ["done", "True"], done.stderr
