@@ -314,7 +314,7 @@ class SocketServer:
                 self._pause(listener, now + adm.FD_PAUSE_S)
                 return
             if not bucket.take(now):
-                self._pause(listener, now + bucket.wait())
+                self._pause(listener, now + max(bucket.wait(), adm.ACCEPT_PAUSE_S))
                 return
             try:
                 sock, addr = listener.accept()

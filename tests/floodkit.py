@@ -32,6 +32,14 @@ from dltop.probe import Probe
 def fds():
     return len(os.listdir("/proc/self/fd")) - 1
 
+def thread_cpu(thread):  # CPU seconds a thread of this process used (user + system)
+    try:
+        with open(f"/proc/self/task/{thread.native_id}/stat", "rb") as f:
+            fields = f.read().rsplit(b")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, AttributeError, IndexError, ValueError):
+        return None
+
 def rss():
     with open("/proc/self/statm", "rb") as f:
         return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
@@ -53,7 +61,8 @@ for line in sys.stdin:
         refusals = getattr(server, "refusals", None)  # None: a probe older than the limits
         out(rss=rss(), fds=fds(), viewers=server.viewers,
             pending=sum(not c.active for c in list(server._clients.values())),
-            refused=dict(refusals.counts) if refusals else None, dropped=server.total_dropped)
+            refused=dict(refusals.counts) if refusals else None, dropped=server.total_dropped,
+            server_cpu_s=thread_cpu(server._thread))
     elif cmd == "fill":
         probe.flush()
         want = os.path.getsize(args["log"]) + int(rest[0])
