@@ -68,9 +68,10 @@ def attach_notes(sinks: list[Sink], emit: Emit) -> None:
     """Give the sinks that have something to say on record (the live socket: connections
     it turned away, errors it contained) the writer's ``emit``."""
     for sink in sinks:
-        if hasattr(sink, "notify"):
+        notes_to = getattr(sink, "notes_to", None)  # a user's sink with a `notify` is not ours
+        if callable(notes_to):
             with contextlib.suppress(Exception):
-                sink.notify = emit
+                notes_to(emit)
 
 
 def closing_notes(sinks: list[Sink], emit: Emit) -> None:

@@ -242,6 +242,10 @@ class LiveSink:
                 pass
         return record
 
+    def notes_to(self, emit: Callable[[dict[str, Any]], None]) -> None:
+        """Where the notes go from now on: the writer's ``emit`` (``lifecycle.attach_notes``)."""
+        self.notify = emit
+
     def closing_note(self) -> dict[str, Any] | None:
         """The counts not yet said, for the log just before its ``exit`` record."""
         try:

@@ -104,9 +104,11 @@ class Probe:
             directory, where ``dltop`` and ``dltop ls`` find the run (on by default).
         tcp: also serve on TCP, ``"HOST:PORT"``; loopback needs no token unless
             ``$DLTOP_TOKEN`` is set (then it is required on any address); any other
-            address gets one (``$DLTOP_TOKEN`` or generated), printed once. A bad spec or a
-            port in use costs only the TCP listener (one warning); ``socket=False`` with
-            ``tcp=`` serves TCP only.
+            address gets one (``$DLTOP_TOKEN`` or generated; where to find it is printed
+            once, never the token). A ``$DLTOP_TOKEN`` under 16 characters, a bad spec or
+            a port in use costs only the TCP listener (one warning); ``socket=False`` with
+            ``tcp=`` serves TCP only. Connections and viewers are bounded (docs/live.md,
+            Limits); what was turned away is counted in the log.
         sinks: extra sinks (objects with ``write(bytes)`` and ``close()``) that receive
             every batch of lines.
         layers_every: steps between two ``layers`` records (per-layer grad norms and
