@@ -206,7 +206,7 @@ def test_a_hundred_silent_viewers_cost_the_training_no_memory(
         assert wait_for(lambda: training.ask("measure")["viewers"] == adm.MAX_VIEWERS, 10)
         time.sleep(0.5)  # let the server push what the sockets take
         during = training.ask("measure")
-        training.ask("fill 9000000")  # more than the window: the silent viewers skip
+        training.ask("fill 16000000")  # twice the window: the silent viewers skip
         after = training.ask("measure")
     finally:
         crowd.close()
