@@ -10,7 +10,18 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import stat
 from typing import Protocol, runtime_checkable
+
+
+def _kind(mode: int) -> str:
+    if stat.S_ISFIFO(mode):
+        return "a FIFO"
+    if stat.S_ISSOCK(mode):
+        return "a socket"
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        return "a device"
+    return "a directory" if stat.S_ISDIR(mode) else "a special file"
 
 
 @runtime_checkable
@@ -41,8 +52,23 @@ class FileSink:
         folder = os.path.dirname(os.path.abspath(path))
         os.makedirs(folder, exist_ok=True)
         self.path = path
-        self.fd: int | None = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-        st = os.fstat(self.fd)
+        # O_NONBLOCK: a FIFO at the log's path (no reader) would block this open, and with
+        # it Probe.start, forever; a log is a regular file, anything else is refused
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NONBLOCK, 0o644)
+        except OSError as e:
+            if e.errno == errno.ENXIO:  # what a FIFO without a reader answers
+                raise OSError(errno.ENXIO, "not a regular file (a FIFO)") from None
+            raise
+        try:
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode):
+                raise OSError(errno.EINVAL, f"not a regular file ({_kind(st.st_mode)})")
+            os.set_blocking(fd, True)
+        except BaseException:
+            os.close(fd)
+            raise
+        self.fd: int | None = fd
         self._ident = (st.st_dev, st.st_ino)
 
     def __repr__(self) -> str:

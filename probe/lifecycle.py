@@ -64,6 +64,28 @@ def open_sinks(
     return sinks, meta
 
 
+def attach_notes(sinks: list[Sink], emit: Emit) -> None:
+    """Give the sinks that have something to say on record (the live socket: connections
+    it turned away, errors it contained) the writer's ``emit``."""
+    for sink in sinks:
+        notes_to = getattr(sink, "notes_to", None)  # a user's sink with a `notify` is not ours
+        if callable(notes_to):
+            with contextlib.suppress(Exception):
+                notes_to(emit)
+
+
+def closing_notes(sinks: list[Sink], emit: Emit) -> None:
+    """What the sinks have not yet said, on record before the ``exit`` event."""
+    for sink in list(sinks):
+        note = getattr(sink, "closing_note", None)
+        if note is None:
+            continue
+        with contextlib.suppress(Exception):
+            record = note()
+            if record is not None:
+                emit(record)
+
+
 def hook_gradients(
     model: Any, optimizer: Any, scaler: Any, want_layers: bool, on_error: OnError
 ) -> GradNormTracker | None:

@@ -2,7 +2,9 @@
 
 A socket file left by a failed bind would be found by ``dltop ls`` and refuse every
 viewer, and a descriptor leaked per failed TCP bind adds up over restarts: each
-function closes (and unlinks) what it made before the error goes on.
+function closes (and unlinks) what it made before the error goes on. The listen queue
+is ``LISTEN_BACKLOG`` deep (it was 16: a burst of connections shut real viewers out while
+it lasted); the kernel caps it at ``net.core.somaxconn``.
 """
 
 from __future__ import annotations
@@ -11,6 +13,8 @@ import contextlib
 import errno
 import os
 import socket
+
+from dltop.probe.admission import LISTEN_BACKLOG
 
 
 def bind_unix(path: str) -> socket.socket:
@@ -39,7 +43,7 @@ def bind_unix(path: str) -> socket.socket:
         os.umask(old)
     try:
         os.chmod(path, 0o600)
-        sock.listen(16)
+        sock.listen(LISTEN_BACKLOG)
         sock.setblocking(False)
     except BaseException:
         sock.close()
@@ -56,7 +60,7 @@ def bind_tcp(host: str, port: int) -> socket.socket:
     try:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind((host, port))
-        sock.listen(16)
+        sock.listen(LISTEN_BACKLOG)
         sock.setblocking(False)
     except BaseException:
         sock.close()  # no descriptor leaks from a port in use

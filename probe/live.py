@@ -12,6 +12,14 @@ spec that is malformed, or a port that cannot be bound, costs the TCP listener o
 with one warning; the Unix socket still serves the run. The socket and its entry are
 removed at ``close``, and by the crash hooks (``rendezvous.remove_own``) when a fatal
 signal ends the process before any ``close`` can run.
+
+What the server turns away (a flood of connections, a 17th viewer, wrong tokens, a
+process short of descriptors) and the errors it contained to one connection are said,
+never silently: a ``warning`` event (``source: "live"``, with the counts) in the log the
+first time (and once on stderr), again at most every ``NOTE_EVERY_S`` while the counts
+grow, and a last one at close. Tokens: one shorter than ``MIN_TOKEN_CHARS`` is refused
+(one warning, no TCP listener); a token is never printed, nor put in a command line we
+suggest (``ps`` shows every process's argv to every local user).
 """
 
 from __future__ import annotations
@@ -20,16 +28,21 @@ import os
 import secrets
 import socket
 import sys
+import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from dltop.probe import rendezvous
+from dltop.probe.admission import NOTE
 from dltop.probe.encoding import encode_record
+from dltop.probe.schema import EV_WARNING, EVENT
 from dltop.probe.socket_server import SocketServer
-from dltop.probe.viewerauth import is_loopback, mask_secret
+from dltop.probe.viewerauth import MIN_TOKEN_CHARS, is_loopback, mask_secret
 
 TOKEN_ENV = "DLTOP_TOKEN"
+NOTE_EVERY_S = 60.0  # the live socket's counts go to the log at most this often
 
 
 def parse_tcp(spec: str) -> tuple[str, int]:
@@ -63,6 +76,12 @@ class LiveSink:
         self._dir: Path | None = None
         self._registered = False
         self._reported = False
+        # where the socket's notes go (the writer's emit, set by lifecycle.attach_notes)
+        self.notify: Callable[[dict[str, Any]], None] | None = None
+        self._noted: tuple[int, int] = (0, 0)  # the counts last said
+        self._noted_at: float | None = None
+        self.notes = 0  # notes written
+        self._note_lock = threading.Lock()  # the writer thread and close() both may note
         address = self._tcp_address(tcp, unix)
         if unix:
             rendezvous.cleanup_stale()
@@ -118,7 +137,11 @@ class LiveSink:
             except OSError as exc:
                 _warn(f"could not write the token file ({exc})")
             else:
-                return f" (token {mask_secret(self.token)} in {path}; view with: dltop tcp://HOST:PORT?token=$(cat {path}))"
+                # the viewer reads it from its environment: never from its argv (``ps``)
+                return (
+                    f" (token {mask_secret(self.token)} in {path}; view with: "
+                    f"DLTOP_TOKEN=$(cat {path}) dltop tcp://HOST:PORT)"
+                )
         return (
             f" (generated token {mask_secret(self.token)}, not shown: set ${TOKEN_ENV} "
             "before the run to choose one)"
@@ -139,6 +162,19 @@ class LiveSink:
         # one, loopback needs none and any other address gets a generated one
         self.token = os.environ.get(TOKEN_ENV) or None
         self._token_from_env = self.token is not None
+        if self.token is not None and len(self.token) < MIN_TOKEN_CHARS:
+            # a short token is a guessable one: no TCP rather than a weak lock
+            message = (
+                f"${TOKEN_ENV} is too short ({len(self.token)} characters, at least "
+                f"{MIN_TOKEN_CHARS}; e.g. python -c 'import secrets; "
+                "print(secrets.token_urlsafe(16))'): no TCP listener"
+            )
+            self.token = None
+            self._token_from_env = False
+            if not unix:
+                raise ValueError(message)
+            _warn(f"{message}; the Unix socket still serves this run")
+            return None
         if self.token is None and not is_loopback(address[0]):
             self.token = secrets.token_urlsafe(16)
         return address
@@ -178,6 +214,78 @@ class LiveSink:
             self._reported = True
             raise OSError(f"the live socket server stopped ({server.error!r})")
         server.write(batch)
+        if self.notify is not None:
+            self._note(final=False)
+
+    def _note(self, final: bool) -> dict[str, Any] | None:
+        """Say what the server turned away or dropped since the last note: at once the
+        first time, then at most every ``NOTE_EVERY_S`` (``final``: now, at close)."""
+        server = self.server
+        counts = (server.refusals.version, server.connection_errors)
+        if counts == self._noted:
+            return None
+        now = time.monotonic()
+        if not final and self._noted_at is not None and now - self._noted_at < NOTE_EVERY_S:
+            return None
+        with self._note_lock:
+            if counts == self._noted:
+                return None
+            self._noted, self._noted_at = counts, now
+            record = self.note_record()
+            self.notes += 1
+        if self.notes == 1:
+            _warn(f"{record['message']} (more in the log)")
+        if not final and self.notify is not None:
+            try:
+                self.notify(record)
+            except Exception:
+                pass
+        return record
+
+    def notes_to(self, emit: Callable[[dict[str, Any]], None]) -> None:
+        """Where the notes go from now on: the writer's ``emit`` (``lifecycle.attach_notes``)."""
+        self.notify = emit
+
+    def closing_note(self) -> dict[str, Any] | None:
+        """The counts not yet said, for the log just before its ``exit`` record."""
+        try:
+            return self._note(final=True)
+        except Exception:
+            return None
+
+    def note_record(self) -> dict[str, Any]:
+        """The ``warning`` event with the server's counts so far (``source: "live"``)."""
+        server = self.server
+        ref = server.refusals
+        counts = dict(ref.counts)
+        total = sum(counts.values())
+        parts = [f"{n} {NOTE[reason]}" for reason, n in counts.items() if n]
+        said = []
+        if total:
+            said.append(f"turned away {total} connection(s): " + ", ".join(parts))
+        if ref.evicted:
+            said.append(f"closed {ref.evicted} stuck viewer(s) to make room")
+        if ref.accept_errors:
+            said.append(f"could not accept {ref.accept_errors} time(s) (out of descriptors)")
+        errors = server.connection_errors
+        if errors:
+            first = server.first_connection_error
+            said.append(
+                f"dropped {errors} connection(s) after an unexpected error"
+                + (f" (first: {type(first).__name__})" if first is not None else "")
+            )
+        return {
+            "kind": EVENT,
+            "type": EV_WARNING,
+            "t": time.time(),
+            "source": "live",
+            "message": "the live socket " + "; ".join(said) + "; the training goes on",
+            "connections_refused": total,
+            "refused": counts,
+            "viewers_evicted": ref.evicted,
+            "accept_errors": ref.accept_errors,
+            "connection_errors": errors,
+        }
 
     def close(self) -> None:
         self.server.close()

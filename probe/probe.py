@@ -27,6 +27,8 @@ from dltop.probe.jobpath import AUTO, default_run_id, nowhere_to_write
 from dltop.probe.jobpath import RUNS_DIR as RUNS_DIR  # re-exported: the default folder
 from dltop.probe.jobpath import default_path as default_path
 from dltop.probe.lifecycle import (
+    attach_notes,
+    closing_notes,
     exit_record,
     exit_status,
     hook_gradients,
@@ -102,9 +104,11 @@ class Probe:
             directory, where ``dltop`` and ``dltop ls`` find the run (on by default).
         tcp: also serve on TCP, ``"HOST:PORT"``; loopback needs no token unless
             ``$DLTOP_TOKEN`` is set (then it is required on any address); any other
-            address gets one (``$DLTOP_TOKEN`` or generated), printed once. A bad spec or a
-            port in use costs only the TCP listener (one warning); ``socket=False`` with
-            ``tcp=`` serves TCP only.
+            address gets one (``$DLTOP_TOKEN`` or generated; where to find it is printed
+            once, never the token). A ``$DLTOP_TOKEN`` under 16 characters, a bad spec or
+            a port in use costs only the TCP listener (one warning); ``socket=False`` with
+            ``tcp=`` serves TCP only. Connections and viewers are bounded (docs/live.md,
+            Limits); what was turned away is counted in the log.
         sinks: extra sinks (objects with ``write(bytes)`` and ``close()``) that receive
             every batch of lines.
         layers_every: steps between two ``layers`` records (per-layer grad norms and
@@ -208,6 +212,7 @@ class Probe:
         self._writer = w = Writer(
             sinks, heartbeat=self._heartbeat, heartbeat_every=self.heartbeat_every
         )
+        attach_notes(sinks, w.emit)
         self._put = w.put
         self._step_builder = w.register(self._records.build)
         self._layers_builder = w.register(build_layers)
@@ -263,6 +268,7 @@ class Probe:
             config = self._config.take(None, self._last_step)
             if config is not None:
                 w.emit(config)
+        closing_notes(w.sinks, w.emit)  # the live socket's counts not yet on record
         exit_rec = exit_record(status, self._last_step, self._steps, w.dropped)
         w.emit(exit_rec)
         w.close()

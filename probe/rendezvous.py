@@ -9,6 +9,12 @@ the AF_UNIX limit (about 107 bytes): a long log name still gets its live socket.
 0700; a directory that is not ours or is open to others is refused rather than
 used, since a socket there could be read or replaced by another user.
 
+Nothing here ever opens a special file: an entry is read only when it is a regular
+file (``lstat`` first, then opened with ``O_NONBLOCK`` and checked again with ``fstat``)
+and at most ``ENTRY_MAX`` bytes; a FIFO named ``*.json`` in the directory hung every new
+probe's start (and ``dltop ls``) in ``open()``, waiting for a writer. Our own files are
+created afresh (``O_EXCL``), never opened over whatever has the name.
+
 The viewer imports this module too (it is stdlib-only, like the schema).
 """
 
@@ -28,6 +34,7 @@ DIR_MODE = 0o700
 SOCK_MODE = 0o600
 # sun_path is 108 bytes on Linux and 104 on macOS, the terminating NUL included
 MAX_SOCKET_PATH = 100
+ENTRY_MAX = 64 << 10  # bytes of a run's .json read at most (ours are a few hundred)
 
 # entries this process announced: (json path, socket path, pid), for removal at a fatal
 # signal, when no ``close`` will run (see ``remove_own``)
@@ -90,13 +97,48 @@ def socket_path(key: str, directory: Path | None = None) -> Path:
     return d / f"{entry_name(key, d)}.sock"
 
 
+def read_regular(path: Path | str, limit: int = ENTRY_MAX) -> bytes | None:
+    """The content of ``path`` when it is a regular file of at most ``limit`` bytes, else
+    None; never blocks. A FIFO, socket or device is skipped without being opened (and,
+    should it replace the file between the ``lstat`` and the ``open``, closed unread:
+    ``O_NONBLOCK`` makes the open of a FIFO return at once); a symlink is not followed."""
+    try:
+        if not stat.S_ISREG(os.lstat(path).st_mode):
+            return None
+        flags = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0)
+        fd = os.open(path, flags | getattr(os, "O_NOCTTY", 0))
+    except OSError:
+        return None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_size > limit:
+            return None
+        data = os.read(fd, limit + 1)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    return data if len(data) <= limit else None  # it grew meanwhile
+
+
+def _create(path: Path, mode: int) -> int:
+    """A new file at ``path`` for writing, whatever was there before (a FIFO left under
+    our name would block an ``O_WRONLY`` open until a reader came): it is removed first,
+    and ``O_EXCL`` makes sure the file written is the one just created."""
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
+    return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), mode)
+
+
 def register(key: str, info: dict[str, Any], directory: Path | None = None) -> Path:
     """Write the run's ``.json`` beside its socket (atomically) and return its path."""
     d = directory or runtime_dir()
     name = entry_name(key, d)
     target = d / f"{name}.json"
     tmp = d / f".{name}.json.tmp"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, SOCK_MODE)
+    fd = _create(tmp, SOCK_MODE)
     with os.fdopen(fd, "w") as f:
         json.dump(info, f)
     os.replace(tmp, target)
@@ -109,7 +151,7 @@ def write_token(key: str, token: str, directory: Path | None = None) -> Path:
     0700): the way to hand it to a viewer without printing it. Removed with the entry."""
     d = directory or runtime_dir()
     target = d / f"{entry_name(key, d)}.token"
-    fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+    fd = _create(target, 0o600)
     with os.fdopen(fd, "w") as f:
         f.write(token + "\n")
     return target
@@ -189,9 +231,12 @@ def list_runs(directory: Path | None = None, cleanup: bool = True) -> list[dict[
     runs: list[dict[str, Any]] = []
     for meta_file in d.glob("*.json"):
         name = meta_file.stem
+        raw = read_regular(meta_file)  # a FIFO or a device here is skipped, never opened
+        if raw is None:
+            continue
         try:
-            info = json.loads(meta_file.read_text())
-        except (OSError, ValueError, RecursionError):
+            info = json.loads(raw)
+        except (ValueError, RecursionError):
             continue
         if not isinstance(info, dict):
             continue

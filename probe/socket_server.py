@@ -5,10 +5,11 @@ which only appends to a queue and pokes a wake-up pipe. Everything else happens 
 the server's own thread with non-blocking sockets and a selector:
 
 - a connecting viewer first receives the ``meta`` line and a bounded backlog of
-  recent records (so a late viewer still sees history), then the live stream;
-- each viewer has a bounded queue (``socket_client.py``); a slow or stuck viewer loses records (whole
-  batches, counted), only for itself, and is told how many when it catches up
-  (an ``event`` record of type ``dropped``);
+  recent records (so a late viewer still sees history), then the live stream. Backlog
+  and stream are one shared sequence of the writer's batches (``sharedlog.py``), never
+  copied per viewer: a viewer is a position in it (``socket_client.py``). One that falls
+  further behind than the window (``client_max_bytes``) skips whole batches, for itself
+  only, and is told how many records it missed right at the gap (a ``dropped`` event);
 - TCP is optional: loopback by default; any other bind address requires a token,
   which the viewer sends as its first line (``{"token": "..."}``); a wrong or
   missing token gets one ``refused`` event and the connection closes. A token given
@@ -18,6 +19,10 @@ the server's own thread with non-blocking sockets and a selector:
 - the hello is read before the viewer is trusted: at most ``HELLO_MAX`` bytes within
   ``HELLO_TIMEOUT`` seconds, refused if nested (``viewerauth.parse_hello``); an unexpected error
   while serving one connection drops that connection only (``connection_errors``);
+- what a peer can make the server hold is bounded (``admission.py``): connections
+  waiting for their hello (in all and per address), viewers, descriptors (never within
+  ``FD_RESERVE`` of the process's limit) and the accept rate; each connection turned
+  away is counted by reason in ``refusals`` (the probe says them in the log);
 - a failure stays contained: a start that cannot bind everything it was asked to
   closes (and removes) what it had bound before raising; a server thread that dies
   marks the server dead (``error``) and ``write`` becomes a no-op, so nothing piles up
@@ -33,15 +38,19 @@ import selectors
 import socket
 import threading
 import time
-from collections import deque
 
+from dltop.probe import admission as adm
+from dltop.probe.admission import Bucket, FdHeadroom, Refusals, peer_address
 from dltop.probe.encoding import encode_record
 from dltop.probe.listeners import bind_tcp, bind_unix
 from dltop.probe.schema import EV_REFUSED
+from dltop.probe.sharedlog import SharedLog
 from dltop.probe.socket_client import Client
 from dltop.probe.viewerauth import HELLO_MAX, HELLO_TIMEOUT, is_loopback, parse_hello
 
 CLOSE_GRACE = 0.5  # seconds reading viewers get at close to receive the last records
+TICK = 0.5  # the longest the server thread sleeps with nothing to do
+_SENDMSG = hasattr(socket.socket, "sendmsg")
 
 
 class SocketServer:
@@ -66,15 +75,17 @@ class SocketServer:
         self.unix_path = unix_path
         self.tcp_address = tcp
         self._token = token.encode() if token and tcp else None
-        self._backlog: deque[bytes] = deque()
-        self._backlog_bytes = 0
-        self._backlog_max = backlog_bytes
-        self._client_max = client_max_bytes
+        # backlog and live stream, one copy for every viewer; a viewer may be at most
+        # client_max_bytes behind the live end
+        self._log = SharedLog(backlog_bytes, client_max_bytes)
         self._queue: collections.deque[bytes] = collections.deque()
         self._meta = b""
         self._meta_pending = True  # the writer's first batch repeats the meta line: skip it
         self._clients: dict[int, Client] = {}
         self._listeners: list[socket.socket] = []
+        self._buckets: dict[int, Bucket] = {}  # accept rate, per listener
+        self._paused: dict[socket.socket, float] = {}  # listeners not watched until then
+        self._fds = FdHeadroom()
         self._sel = selectors.DefaultSelector()
         self._wake_r, self._wake_w = socket.socketpair()
         self._wake_r.setblocking(False)
@@ -83,6 +94,7 @@ class SocketServer:
         self._thread: threading.Thread | None = None
         self.total_dropped = 0
         self.served = 0  # viewers accepted over the server's life
+        self.refusals = Refusals()  # connections turned away, by reason
         self.error: BaseException | None = None  # why the server thread died, if it did
         # unexpected errors contained to one connection (that connection was dropped)
         self.connection_errors = 0
@@ -105,6 +117,7 @@ class SocketServer:
                 self._listeners.append(bind_tcp(*self.tcp_address))
             self.failed_on = None
             for lst in self._listeners:
+                self._buckets[lst.fileno()] = Bucket()
                 self._sel.register(lst, selectors.EVENT_READ, "listen")
             self._sel.register(self._wake_r, selectors.EVENT_READ, "wake")
             self._thread = threading.Thread(target=self._run, name="dltop-socket", daemon=True)
@@ -167,6 +180,11 @@ class SocketServer:
         return sum(1 for c in list(self._clients.values()) if c.active)
 
     @property
+    def pending(self) -> int:
+        """Connections still to show their token."""
+        return sum(1 for c in list(self._clients.values()) if not c.active)
+
+    @property
     def bound_port(self) -> int | None:
         for lst in self._listeners:
             if lst.family in (socket.AF_INET, socket.AF_INET6):
@@ -184,7 +202,7 @@ class SocketServer:
     def _run(self) -> None:
         try:
             while not self._closing.is_set():
-                for key, mask in self._sel.select(timeout=0.5):
+                for key, mask in self._sel.select(timeout=self._timeout()):
                     try:
                         self._handle(key, mask)
                     except Exception as exc:  # one connection's problem, never the server's
@@ -192,7 +210,9 @@ class SocketServer:
                             raise  # the listener or the wake-up pipe: the server's own
                         self._contain(key, exc)
                 self._distribute()
-                self._expire_hellos()
+                now = time.monotonic()
+                self._expire_hellos(now)
+                self._resume_listeners(now)
         except Exception as exc:  # the server must never take the training down
             self.error = exc  # write() stops queueing; the owner (LiveSink) reports it once
             self._queue.clear()
@@ -202,7 +222,7 @@ class SocketServer:
                     self._distribute()
                     self._flush_at_close(time.monotonic() + CLOSE_GRACE)
                 for client in list(self._clients.values()):
-                    if self.error is None:
+                    if self.error is None and client.active:
                         self._send(client)
                     self._drop_client(client)
             except Exception as exc:  # not even a traceback on stderr from this thread
@@ -212,6 +232,17 @@ class SocketServer:
                     sock.close()
                 except OSError:
                     pass
+
+    def _timeout(self) -> float:
+        """How long the selector may sleep: until the next hello deadline or listener
+        resumption, at most ``TICK``."""
+        soonest = time.monotonic() + TICK
+        for client in self._clients.values():
+            if not client.active:
+                soonest = min(soonest, client.deadline)
+        for until in self._paused.values():
+            soonest = min(soonest, until)
+        return max(0.0, soonest - time.monotonic())
 
     def _handle(self, key: selectors.SelectorKey, mask: int) -> None:
         if key.data == "listen":
@@ -243,8 +274,9 @@ class SocketServer:
     def _flush_at_close(self, deadline: float) -> None:
         """Give reading viewers a moment to receive the run's last records (its ``exit``
         event above all) before their sockets close; a stuck one costs at most the grace."""
+        log = self._log
         try:
-            while any(c.pending for c in list(self._clients.values()) if c.active):
+            while any(c.active and c.behind(log) for c in list(self._clients.values())):
                 left = deadline - time.monotonic()
                 if left <= 0:
                     return
@@ -266,31 +298,142 @@ class SocketServer:
         try:
             while self._wake_r.recv(4096):
                 pass
-        except (BlockingIOError, OSError):
+        except (BlockingIOError, InterruptedError, OSError):
             pass
 
+    # ---- who gets in (the bounds are admission.py's) -----------------------------------
+
     def _accept(self, listener: socket.socket) -> None:
+        """Accept what waits, within the rate and the descriptors the process can spare;
+        past either, stop watching the listener for a while (the kernel queues the rest)."""
+        bucket = self._buckets[listener.fileno()]
         while True:
+            now = time.monotonic()
+            free = self._fds.free(now)
+            if free is not None and free < adm.FD_STOP:
+                self._pause(listener, now + adm.FD_PAUSE_S)
+                return
+            if not bucket.take(now):
+                self._pause(listener, now + max(bucket.wait(), adm.ACCEPT_PAUSE_S))
+                return
             try:
                 sock, addr = listener.accept()
             except (BlockingIOError, InterruptedError):
                 return
-            except OSError:
+            except OSError:  # EMFILE, ENFILE, ENOBUFS...: the listener stays readable
+                self.refusals.accept_errors += 1
+                self.refusals.version += 1
+                self._pause(listener, now + adm.FD_PAUSE_S)  # never a busy loop
                 return
+            self._admit(sock, addr, listener.family, now)
+
+    def _pause(self, listener: socket.socket, until: float) -> None:
+        if listener not in self._paused:
+            try:
+                self._sel.unregister(listener)
+            except (KeyError, ValueError):
+                pass
+        self._paused[listener] = until
+
+    def _resume_listeners(self, now: float) -> None:
+        for listener, until in list(self._paused.items()):
+            if now >= until:
+                del self._paused[listener]
+                self._sel.register(listener, selectors.EVENT_READ, "listen")
+
+    def _admit(self, sock: socket.socket, addr: object, family: int, now: float) -> None:
+        """A connection just accepted: turned away at once (counted, with the reason),
+        left to show its token, or streamed to."""
+        free = self._fds.free(now, sock.fileno())
+        if free is not None and free < adm.FD_RESERVE:
+            self._turn_away(sock, adm.DESCRIPTORS)
+            return
+        is_tcp = family != socket.AF_UNIX
+        needs_token = is_tcp and self._token is not None
+        address = peer_address(addr) if is_tcp else ""
+        if needs_token:
+            waiting = [c for c in self._clients.values() if not c.active]
+            if len(waiting) >= adm.MAX_PENDING:
+                self._turn_away(sock, adm.BUSY)
+                return
+            if sum(c.address == address for c in waiting) >= adm.MAX_PENDING_PER_ADDRESS:
+                self._turn_away(sock, adm.ADDRESS)
+                return
+        # a full run turns a newcomer away at once; a stuck viewer gives up its place
+        # only to one that is let in (never to a peer that has not shown its token)
+        if self.viewers >= adm.MAX_VIEWERS:
+            room = bool(self._stuck(now)) if needs_token else self._evict_stuck(now)
+            if not room:
+                self._turn_away(sock, adm.VIEWERS)
+                return
+        try:
             sock.setblocking(False)
-            is_tcp = listener.family != socket.AF_UNIX
-            needs_token = is_tcp and self._token is not None
-            client = Client(sock=sock, name=str(addr), active=not needs_token)
-            client.deadline = time.monotonic() + HELLO_TIMEOUT
+            client = Client(sock=sock, name=str(addr), active=False, address=address)
+            client.deadline = now + HELLO_TIMEOUT
             self._clients[sock.fileno()] = client
             self._sel.register(sock, selectors.EVENT_READ, "client")
-            if client.active:
-                self._activate(client)
+        except (OSError, ValueError):
+            self._clients.pop(sock.fileno(), None)
+            sock.close()
+            return
+        if not needs_token:
+            self._activate(client)
+            return
+        if self.pending >= adm.BUSY_PENDING:  # under pressure: every hello gets less time
+            soon = now + adm.HELLO_TIMEOUT_BUSY
+            for other in self._clients.values():
+                if not other.active:
+                    other.deadline = min(other.deadline, soon)
+
+    def _stuck(self, now: float) -> list[Client]:
+        """Viewers whose socket took nothing for ``STUCK_S`` while we had data for them."""
+        return [
+            c
+            for c in self._clients.values()
+            if c.active and c.stuck_since is not None and now - c.stuck_since >= adm.STUCK_S
+        ]
+
+    def _evict_stuck(self, now: float) -> bool:
+        """Make room for a new viewer: close the viewer stuck longest, if any."""
+        stuck = self._stuck(now)
+        if not stuck:
+            return False
+        self._drop_client(min(stuck, key=lambda c: c.stuck_since or now))
+        self.refusals.evicted += 1
+        self.refusals.version += 1
+        return True
+
+    def _turn_away(self, sock: socket.socket, reason: str) -> None:
+        """Refuse a connection we hold no state for: say why in one line, close."""
+        self.refusals.add(reason)
+        try:
+            sock.setblocking(False)
+            sock.send(self._refusal(reason))
+            sock.recv(HELLO_MAX)  # a hello left unread would turn our close into a reset
+        except OSError:
+            pass
+        finally:
+            sock.close()
+
+    @staticmethod
+    def _refusal(reason: str) -> bytes:
+        return encode_record(
+            {
+                "kind": "event",
+                "type": EV_REFUSED,
+                "t": time.time(),
+                "reason": reason,
+                "message": adm.WHY[reason],
+            }
+        )
 
     def _activate(self, client: Client) -> None:
+        if self.viewers >= adm.MAX_VIEWERS and not self._evict_stuck(time.monotonic()):
+            self._refuse(client, adm.VIEWERS)
+            return
         client.active = True
         self.served += 1
-        self._enqueue(client, self._meta + b"".join(self._backlog), force=True)
+        client.start(self._log, self._meta)
         self._send(client)
 
     def _on_readable(self, client: Client) -> None:
@@ -316,25 +459,26 @@ class SocketServer:
         ):
             self._activate(client)
         else:
-            self._refuse(client, "wrong or missing token: connect with tcp://HOST:PORT?token=...")
+            self._refuse(client, adm.TOKEN)
 
-    def _refuse(self, client: Client, message: str) -> None:
-        line = encode_record(
-            {"kind": "event", "type": EV_REFUSED, "t": time.time(), "message": message}
-        )
+    def _refuse(self, client: Client, reason: str) -> None:
+        self.refusals.add(reason)
         try:
-            client.sock.send(line)
+            client.sock.send(self._refusal(reason))
         except OSError:
             pass
         self._drop_client(client)
 
-    def _expire_hellos(self) -> None:
-        now = time.monotonic()
+    def _expire_hellos(self, now: float) -> None:
         for client in list(self._clients.values()):
             if not client.active and now > client.deadline:
-                self._refuse(client, "no token received in time")
+                self._refuse(client, adm.TIMEOUT)
+
+    # ---- the stream ----------------------------------------------------------------------
 
     def _distribute(self) -> None:
+        log = self._log
+        appended = False
         while self._queue:
             batch = self._queue.popleft()
             if self._meta_pending:
@@ -343,40 +487,39 @@ class SocketServer:
                     batch = batch[len(self._meta) :]
                     if not batch:
                         continue
-            self._backlog.append(batch)
-            self._backlog_bytes += len(batch)
-            while self._backlog_bytes > self._backlog_max and len(self._backlog) > 1:
-                self._backlog_bytes -= len(self._backlog.popleft())
-            for client in list(self._clients.values()):
-                if client.active:
-                    self._enqueue(client, batch)
-        for client in list(self._clients.values()):
-            if client.pending:
+            log.append(batch)
+            appended = True
+        clients = [c for c in self._clients.values() if c.active]
+        if appended:
+            # a viewer further behind than the window skips ahead (for itself only); the
+            # batches no viewer and no backlog needs any more are freed
+            keep = log.end
+            for client in clients:
+                self.total_dropped += client.skip_to(log, log.window_start)
+                keep = min(keep, client.next_seq)
+            log.trim(keep)
+        for client in clients:
+            if client.behind(log) and client.sock.fileno() in self._clients:
                 self._send(client)
 
-    def _enqueue(self, client: Client, data: bytes, force: bool = False) -> None:
-        self.total_dropped += client.enqueue(data, self._client_max, force)
-
     def _send(self, client: Client) -> None:
-        sock = client.sock
-        while client.pending:
-            head = client.pending[0]
+        sock, log = client.sock, self._log
+        while True:
+            bufs = client.buffers(log)
+            if not bufs:
+                break
             try:
-                n = sock.send(memoryview(head)[client.offset :])
+                n = sock.sendmsg(bufs) if _SENDMSG else sock.send(bufs[0])
             except (BlockingIOError, InterruptedError):
+                if client.stuck_since is None:
+                    client.stuck_since = time.monotonic()
                 break
             except OSError:
                 self._drop_client(client)
                 return
-            client.offset += n
-            if client.offset >= len(head):
-                client.pending.popleft()
-                client.pending_bytes -= len(head)
-                client.offset = 0
-                notice = client.drop_notice()
-                if notice is not None:
-                    self._enqueue(client, notice, force=True)
-        events = selectors.EVENT_READ | (selectors.EVENT_WRITE if client.pending else 0)
+            client.stuck_since = None
+            client.sent(log, n)
+        events = selectors.EVENT_READ | (selectors.EVENT_WRITE if client.behind(log) else 0)
         try:
             self._sel.modify(sock, events, "client")
         except (KeyError, ValueError, OSError):

@@ -13,11 +13,17 @@ import json
 
 HELLO_TIMEOUT = 3.0  # seconds a TCP viewer has to present its token
 HELLO_MAX = 4096  # bytes of hello read before a verdict: a longer one is refused
+# the shortest token a probe serves TCP with: a short one can be guessed (and a masked
+# one showed 4 of its 9 characters)
+MIN_TOKEN_CHARS = 16
+MASK_SHOWN = 2  # characters of a token (of MIN_TOKEN_CHARS or more) a message may show
 
 
 def mask_secret(secret: str) -> str:
-    """How a token may appear in any message: its first 4 characters and its length."""
-    return f"{secret[:4]}…({len(secret)} chars)" if len(secret) > 8 else f"…({len(secret)} chars)"
+    """How a token may appear in any message: at most its first 2 characters (none of a
+    token shorter than ``MIN_TOKEN_CHARS``) and its length."""
+    shown = secret[:MASK_SHOWN] if len(secret) >= MIN_TOKEN_CHARS else ""
+    return f"{shown}…({len(secret)} chars)"
 
 
 def parse_hello(line: bytes) -> bytes | None:

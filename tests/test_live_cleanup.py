@@ -25,6 +25,7 @@ from dltop.tui.core.stream import parse_address, peek
 from waiting import wait_for
 
 META = encode_record({"kind": "meta", "v": 1, "run_id": "r1", "t": 1.0})
+SECRET = "s3cret-of-20-chars.."
 
 
 @pytest.fixture
@@ -256,7 +257,7 @@ def test_a_bad_tcp_spec_keeps_the_unix_socket_and_warns_once(
 def test_an_explicit_token_is_enforced_on_loopback_too(
     runtime: Path, tmp_path: Path, capfd: pytest.CaptureFixture[str], monkeypatch
 ) -> None:
-    monkeypatch.setenv("DLTOP_TOKEN", "s3cret")
+    monkeypatch.setenv("DLTOP_TOKEN", SECRET)
     with Probe(path=str(tmp_path / "tok.jsonl"), system=False, socket=False, tcp="127.0.0.1:0"):
         host, port = _tcp_address(capfd.readouterr().err)
         bad = socket.create_connection((host, port), timeout=10)
@@ -264,7 +265,7 @@ def test_an_explicit_token_is_enforced_on_loopback_too(
         assert read_meta(bad)["type"] == "refused"
         bad.close()
         good = socket.create_connection((host, port), timeout=10)
-        good.sendall(json.dumps({"token": "s3cret"}).encode() + b"\n")
+        good.sendall(json.dumps({"token": SECRET}).encode() + b"\n")
         assert read_meta(good)["kind"] == "meta"
         good.close()
     monkeypatch.delenv("DLTOP_TOKEN")
@@ -274,6 +275,29 @@ def test_an_explicit_token_is_enforced_on_loopback_too(
         s.sendall(b'{"token": ""}\n')
         assert read_meta(s)["kind"] == "meta", "no token set: loopback needs none"
         s.close()
+
+
+@pytest.mark.parametrize("unix", [True, False])
+def test_a_short_token_is_refused_without_raising(
+    runtime: Path, tmp_path: Path, capfd: pytest.CaptureFixture[str], monkeypatch, unix: bool
+) -> None:
+    """A 9-character $DLTOP_TOKEN was served (and 4 of its characters printed): now the
+    probe warns once, without the token, and serves no TCP; the training goes on."""
+    short = "9chars-ok"
+    monkeypatch.setenv("DLTOP_TOKEN", short)
+    log = tmp_path / "short.jsonl"
+    with Probe(path=str(log), system=False, socket=unix, tcp="127.0.0.1:0") as probe:
+        probe.step(loss=1.0)
+        probe.flush()
+        err = capfd.readouterr().err
+        warnings = [line for line in err.splitlines() if line.startswith("dltop: warning")]
+        assert len(warnings) == 1 and "too short" in warnings[0], err
+        assert "serving this run on tcp://" not in err
+        assert short[:2] not in err.replace("dltop", "")  # not even masked
+        runs = rendezvous.list_runs()
+        assert len(runs) == (1 if unix else 0) and not (runs and runs[0].get("tcp"))
+    records, _ = read_records(str(log))
+    assert [r["step"] for r in records if r["kind"] == "step"] == [0]
 
 
 # ---- a dead server thread ---------------------------------------------------------------------
@@ -346,3 +370,60 @@ def test_long_keys_get_distinct_stable_names(short_dir: Path) -> None:
     assert rendezvous.entry_name("short.1", short_dir) == "short.1"
     for key in (a, "é" * 120):
         assert len(os.fsencode(rendezvous.socket_path(key, short_dir))) <= 100
+
+
+# ---- special files where the probe reads or writes ----------------------------------------------
+FIFO_RUN = """
+import sys
+from dltop.probe import Probe
+with Probe(path=sys.argv[1], system=False) as probe:
+    probe.step(loss=1.0)
+print("done", flush=True)
+"""
+
+
+def _run_child(*args: str) -> subprocess.CompletedProcess[str]:
+    """A child that must finish: a hang in open() fails the test at the timeout."""
+    return subprocess.run([sys.executable, "-c", *args], capture_output=True, text=True, timeout=30)
+
+
+def test_a_fifo_named_json_in_the_run_directory_hangs_no_probe(
+    runtime: Path, tmp_path: Path
+) -> None:
+    """Every new probe reads the run directory's ``*.json`` (stale entries are swept); a
+    FIFO there blocked its open() for a writer that never came, and Probe() with it."""
+    rendezvous.runtime_dir()
+    os.mkfifo(runtime / "evil.json")
+    done = _run_child(FIFO_RUN, str(tmp_path / "run.jsonl"))
+    assert done.returncode == 0 and "done" in done.stdout, done.stderr
+    assert "warning" not in done.stderr, done.stderr
+    assert (runtime / "evil.json").exists(), "skipped, neither read nor removed"
+    assert rendezvous.list_runs() == []
+
+
+def test_a_fifo_at_the_log_path_costs_only_the_log(runtime: Path, tmp_path: Path) -> None:
+    fifo = tmp_path / "run.jsonl"
+    os.mkfifo(fifo)
+    done = _run_child(FIFO_RUN, str(fifo))
+    assert done.returncode == 0 and "done" in done.stdout, done.stderr
+    assert "FIFO" in done.stderr and "without a log" in done.stderr
+
+
+REGISTER = """
+import os, sys
+from pathlib import Path
+from dltop.probe import rendezvous
+d = Path(sys.argv[1])
+name = rendezvous.entry_name("k.1", d)
+os.mkfifo(d / f".{name}.json.tmp")
+os.mkfifo(d / f"{name}.token")
+rendezvous.register("k.1", {"pid": os.getpid()}, d)
+token = rendezvous.write_token("k.1", "t" * 20, d)
+print("done", token.read_text().strip() == "t" * 20, flush=True)
+"""
+
+
+def test_the_probes_own_files_are_created_afresh_over_a_fifo(runtime: Path) -> None:
+    d = rendezvous.runtime_dir()
+    done = _run_child(REGISTER, str(d))
+    assert done.returncode == 0 and done.stdout.split() == ["done", "True"], done.stderr

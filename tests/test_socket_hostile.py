@@ -198,7 +198,10 @@ def test_parse_hello_is_total() -> None:
 
 
 def test_tokens_are_never_shown_whole() -> None:
-    assert TOKEN not in mask_secret(TOKEN) and mask_secret(TOKEN).startswith(TOKEN[:4])
+    assert TOKEN not in mask_secret(TOKEN) and mask_secret(TOKEN).startswith(TOKEN[:2])
+    assert not mask_secret(TOKEN).startswith(TOKEN[:3]), "at most 2 characters are shown"
+    short = "abcdefghi"  # 4 of its 9 characters were shown
+    assert mask_secret(short) == "…(9 chars)"
     assert TOKEN not in redact(f"tcp://127.0.0.1:7/?token={TOKEN}")
     with pytest.raises(StreamError) as err:
         parse_address(f"tcp://[::1:7?token={TOKEN}")
@@ -230,8 +233,48 @@ def test_a_real_run_never_prints_its_token(tmp_path: Path, short_dir: Path, from
     out = done.stdout + done.stderr
     assert "serving this run on tcp://" in out
     assert TOKEN not in out and TOKEN not in log.read_text()
+    # the hint never puts a token in the viewer's argv (``ps`` shows it to every user)
+    assert "?token=" not in out and "token=$(" not in out
     if from_env:
         assert "token from $DLTOP_TOKEN" in out
+
+
+def test_the_generated_tokens_hint_keeps_it_out_of_any_argv(
+    short_dir: Path, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """A generated token (any non-loopback bind) is in a 0600 file; the hint reads it
+    into the viewer's environment. ``?token=$(cat FILE)`` put it in the viewer's argv,
+    which ``ps`` shows to every local user. (The bind stays on loopback here: the test
+    only makes the probe treat it as the public address it would generate a token for.)"""
+    from dltop.probe import live
+
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(short_dir))
+    monkeypatch.delenv("DLTOP_TOKEN", raising=False)
+    monkeypatch.setattr(live, "is_loopback", lambda host: False)
+    sink = live.LiveSink("hint.1", {"run_id": "hint"}, tcp="127.0.0.1:0", unix=True)
+    try:
+        token = sink.token
+        assert token and len(token) >= 16
+        err = capfd.readouterr().err
+        assert token not in err and f"token {token[:2]}…({len(token)} chars) in" in err
+        assert "?token=" not in err
+        (path,) = short_dir.glob("dltop/*.token")
+        assert f"view with: DLTOP_TOKEN=$(cat {path}) dltop tcp://HOST:PORT" in err
+        assert path.read_text().strip() == token and (path.stat().st_mode & 0o077) == 0
+    finally:
+        sink.close()
+
+
+def test_refusals_never_suggest_a_token_in_an_address(served) -> None:
+    server, port = served
+    bad = _raw(port)
+    bad.sendall(b'{"token": "wrong"}\n')
+    bad.settimeout(5)
+    line = bad.recv(65536)
+    bad.close()
+    refusal = json.loads(line.split(b"\n", 1)[0])
+    assert refusal["type"] == "refused" and "token" in refusal["message"]
+    assert "?token=" not in refusal["message"] and "DLTOP_TOKEN" in refusal["message"]
 
 
 def test_a_hostile_server_cannot_crash_or_hang_the_viewer() -> None:

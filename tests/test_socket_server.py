@@ -116,7 +116,7 @@ def test_three_viewers_each_get_everything(sock_path: str) -> None:
 
 
 def test_stuck_viewer_never_blocks_and_is_told_what_it_lost(sock_path: str) -> None:
-    server = SocketServer(sock_path, client_max_bytes=1 << 20)
+    server = SocketServer(sock_path, backlog_bytes=256 << 10, client_max_bytes=1 << 20)
     server.start(META)
     try:
         stuck = _connect_unix(sock_path)
