@@ -11,6 +11,7 @@ import math
 import re
 import tomllib
 from pathlib import Path
+from typing import Any
 
 import pytest
 from dltop.tui.core import checklists as cl
