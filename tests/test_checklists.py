@@ -443,7 +443,7 @@ def _config(**sections: Any) -> dict[str, Any]:
 
 
 def test_the_probes_set_up_answers_what_was_a_question_mark() -> None:
-    """"Does the DataLoader use workers?" was "?" although probe.loader() wrapped it; the
+    """ "Does the DataLoader use workers?" was "?" although probe.loader() wrapped it; the
     batch size that grew 1024 -> 8192 before an OOM was in the log and unused."""
     from rulekit import Run
 
@@ -456,7 +456,9 @@ def test_the_probes_set_up_answers_what_was_a_question_mark() -> None:
     recs: list[dict[str, Any]] = [{"kind": "meta", "v": 1, "t": 0.0, "pid": 1}]
     for i in range(40):
         bs = 1024 * 2 ** (i // 10)  # 1024 -> 8192
-        recs.append({"kind": "step", "step": i, "t": float(i), "loss": 1.0 / (i + 1), "batch_size": bs})
+        recs.append(
+            {"kind": "step", "step": i, "t": float(i), "loss": 1.0 / (i + 1), "batch_size": bs}
+        )
     recs.append({"kind": "event", "type": "oom", "exc_type": "torch.OutOfMemoryError",
                  "message": "CUDA out of memory. Tried to allocate 2.00 GiB", "step": 40, "t": 41.0})  # fmt: skip
     marks = _marks(recs, "oom")
