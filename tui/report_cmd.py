@@ -44,6 +44,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     )
     thresholds_args.add_lang(parser)
     thresholds_args.add_arguments(parser)
+    check_cmd.add_follow(parser)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -57,7 +58,7 @@ def run(args: argparse.Namespace) -> int:
         return _fail("no SOURCE given", "usage: dltop report RUN.jsonl [-o FILE.md]")
     try:
         results, skipped = check_cmd.collect(
-            args.source, config, with_store=True, progress="dltop report"
+            args.source, config, with_store=True, progress="dltop report", follow=args.follow
         )
     except foreign.MissingExtra as exc:  # the whole line says what to install
         sys.stderr.write(f"dltop: {visible(str(exc))}\n")
