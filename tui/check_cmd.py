@@ -45,7 +45,7 @@ from dltop.tui.core.sourcefiles import (
 )
 from dltop.tui.core.status import RunState, explain_unrecorded_end, local_pid_alive
 from dltop.tui.core.store import Store
-from dltop.tui.core.stream import is_stream_spec
+from dltop.tui.core.stream import is_stream_spec, redact
 from dltop.tui.report_read import store_then_engine
 
 EXIT_OK, EXIT_WARN, EXIT_CRIT, EXIT_UNREADABLE = 0, 1, 2, 3
@@ -137,9 +137,9 @@ def run(args: argparse.Namespace) -> int:
     try:
         results, skipped = collect(args.source, config, progress="dltop check", follow=args.follow)
     except foreign.MissingExtra as exc:  # the whole line says what to install
-        sys.stderr.write(f"dltop: {visible(str(exc))}\n")
+        sys.stderr.write(f"dltop: {visible(redact(str(exc)))}\n")
         if args.json:
-            print_json(error_json(args.source, str(exc), ""))
+            print_json(error_json(redact(args.source), redact(str(exc)), ""))
         return EXIT_UNREADABLE
     except CheckError as exc:
         return _fail(str(exc), SOURCE_HINT, args)
@@ -151,13 +151,14 @@ def run(args: argparse.Namespace) -> int:
     said = verdict_of(results, args.lang)
     try:
         if args.json:
-            out = as_json(args.source, results, said)
+            out = as_json(redact(args.source), results, said)
             if skipped:
                 out["skipped_files"] = skipped
             print_json(out)
         else:
             # the report quotes the log (run ids, messages, file names): one boundary
-            sys.stdout.write(visible_lines(text_report(args.source, results, skipped, said)))
+            report = text_report(redact(args.source), results, skipped, said)
+            sys.stdout.write(visible_lines(report))
         sys.stdout.flush()
     except BrokenPipeError:  # `dltop check x | head`
         pass
@@ -299,9 +300,12 @@ def _workers_for(paths: list[str]) -> int:
 
 
 def _fail(message: str, hint: str, args: argparse.Namespace | None = None) -> int:
+    """One line on stderr (and ``--json``'s error object); a token in it masked."""
+    message = redact(message)
     sys.stderr.write(f"dltop check: error: {visible(message)} (hint: {hint})\n")
     if args is not None and getattr(args, "json", False):
-        print_json(error_json(args.source, message, hint))
+        source = redact(args.source) if args.source else args.source
+        print_json(error_json(source, message, hint))
     return EXIT_UNREADABLE
 
 

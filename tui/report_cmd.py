@@ -17,6 +17,7 @@ import sys
 from dltop.tui import check_cmd, thresholds_args
 from dltop.tui.check_output import primary, verdict_of
 from dltop.tui.core import foreign
+from dltop.tui.core.redact import redact
 from dltop.tui.core.rules import ConfigError
 from dltop.tui.core.safetext import visible
 from dltop.tui.core.ticks import Ticks
@@ -61,7 +62,7 @@ def run(args: argparse.Namespace) -> int:
             args.source, config, with_store=True, progress="dltop report", follow=args.follow
         )
     except foreign.MissingExtra as exc:  # the whole line says what to install
-        sys.stderr.write(f"dltop: {visible(str(exc))}\n")
+        sys.stderr.write(f"dltop: {visible(redact(str(exc)))}\n")
         return EXIT_FAILED
     except check_cmd.CheckError as exc:
         return _fail(str(exc), check_cmd.SOURCE_HINT)
@@ -122,5 +123,6 @@ def _ticks(path: str) -> Ticks:
 
 
 def _fail(message: str, hint: str) -> int:
-    sys.stderr.write(f"dltop report: error: {visible(message)} (hint: {hint})\n")
+    """One line on stderr; a token in it masked (the source may be a tcp:// address)."""
+    sys.stderr.write(f"dltop report: error: {visible(redact(message))} (hint: {hint})\n")
     return EXIT_FAILED

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from dltop.tui import thresholds_args
+from dltop.tui.core.redact import redact
 from dltop.tui.core.safetext import visible
 
 EXIT_NO_SOURCE = 3
@@ -191,7 +192,7 @@ def run(args: argparse.Namespace) -> int:
         paths = [resolve_source(s) for s in sources] if sources else [resolve_source(None)]
     except SourceError as e:
         # it may quote a crafted file name; only our own start hint keeps its line breaks
-        text = str(e) if str(e) == START_HINT else visible(e)
+        text = str(e) if str(e) == START_HINT else visible(redact(str(e)))
         print(f"dltop: {text}", file=sys.stderr)
         return EXIT_NO_SOURCE
     from dltop.tui.app.app import DltopApp  # Textual loads only when the UI starts
