@@ -130,6 +130,42 @@ def test_check_and_the_viewer_report_the_missing_records(tmp_path: Path) -> None
     assert info.lost == lost and info.dropped == 0
 
 
+def test_the_status_counts_the_steps_the_log_lacks(tmp_path: Path) -> None:
+    """Issue 29 (12): after dropped records the status said "finished after 262144 steps"
+    while the exit record said 300000: the run's step count is the exit record's, and the
+    status says how many of them the log lacks, in `check` and in the viewer."""
+    from dltop.tui.core.run import RunModel
+
+    log = tmp_path / "r.jsonl"
+    with Probe(path=str(log), system=False, socket=False) as probe:
+        w = probe._writer
+        assert w is not None
+        with w._lock:
+            for i in range(300_000):  # 262 144 fit; the rest is dropped and counted
+                probe.step(loss=1.0 / (i + 1))
+    said = "finished after 300000 steps, 37856 of them not in the log"
+    res = check_file(str(log), Config())
+    assert res.state.status == "finished" and res.state.reason == said
+    model = RunModel("r")
+    model.ingest(_events(log))
+    status = model.status(time.time())
+    assert status is not None and status.reason == said
+    done = subprocess.run(
+        [sys.executable, "-m", "dltop.tui", "check", str(log)],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert f"status:  finished ({said})" in done.stdout, done.stdout
+
+
+def test_without_drops_the_status_counts_the_steps_in_the_log() -> None:
+    e = RuleEngine()
+    e.feed({"kind": "meta", "t": 1.0, "pid": 1})
+    for i in range(20):
+        e.feed({"kind": "step", "step": i, "t": 1.0 + i, "loss": 1.0})
+    e.feed({"kind": "event", "type": "exit", "status": "ok", "steps": 25, "t": 30.0})
+    assert e.status().reason == "finished after 20 steps"  # no drop on record: the log's
+
+
 def test_a_viewer_side_drop_is_no_alert_about_the_run() -> None:
     e = RuleEngine()
     e.feed({"kind": "meta", "t": 1.0, "pid": 1})
