@@ -28,7 +28,7 @@ from dltop.tui.check_output import (
     verdict_of,
 )
 from dltop.tui.check_progress import Progress
-from dltop.tui.core import foreign, gradjoin, ranks, rules_worker, workers
+from dltop.tui.core import foreign, gradjoin, jobsplit, ranks, rules_worker, workers
 from dltop.tui.core.alerts import SEVERITY_RANK
 from dltop.tui.core.logread import Snapshot
 from dltop.tui.core.rules import Config, ConfigError, RuleEngine
@@ -38,9 +38,6 @@ from dltop.tui.core.sourcefiles import (
     is_missing,
     list_rank_files,
     open_log,
-    pick_rank_file,
-    separate_note,
-    separate_runs,
     total_size,
 )
 from dltop.tui.core.status import RunState, explain_unrecorded_end, local_pid_alive
@@ -312,7 +309,8 @@ def _fail(message: str, hint: str, args: argparse.Namespace | None = None) -> in
 def _log_files(source: str, skipped: list[str], aside: list[str]) -> list[str]:
     """The log, or a directory's rank files in rank order (the viewer's own list:
     ``sourcefiles.list_rank_files``); special files there are left out with a note. A
-    folder of separate runs gives its newest, and ``aside`` says so."""
+    folder of separate runs, or of several jobs' ranks, gives its newest run or job, and
+    ``aside`` says so (``jobsplit.choose``, as the viewer chooses)."""
     if is_stream_spec(source):
         raise CheckError(f"{source} is a live socket; `dltop check` reads log files")
     if foreign.detect(source) is not None:  # another tool's log (a file or a folder)
@@ -326,11 +324,11 @@ def _log_files(source: str, skipped: list[str], aside: list[str]) -> list[str]:
         skipped.extend(n.removeprefix("skipped ") for n in notes)
         if not found:
             raise CheckError(skipped[0] if skipped else f"directory {source} holds no .jsonl log")
-        if separate_runs(found):  # not a job: the newest run, as the viewer opens it
-            newest = pick_rank_file(found)
-            aside.append(separate_note(source, found, newest))
-            return [newest.path]
-        return [r.path for r in found]
+        # separate runs, or several jobs' ranks: the newest alone, as the viewer opens it
+        chosen = jobsplit.choose(source, found)
+        if chosen.note:
+            aside.append(chosen.note)
+        return [r.path for r in chosen.files]
     if is_missing(source):
         raise CheckError(f"{source}: no such file or directory")
     return [source]
