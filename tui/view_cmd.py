@@ -146,7 +146,19 @@ def resolve_source(source: str | None, cwd: Path | None = None) -> Path | str:
             raise SourceError(str(e)) from None
         return path
     if path.is_dir():
-        if not any(path.glob("*.jsonl")):
+        from dltop.tui.core.sourcefiles import SourceError as CoreError
+        from dltop.tui.core.sourcefiles import list_rank_files
+
+        skipped: list[str] = []  # a FIFO or device named *.jsonl: left out, never opened
+        try:
+            logs = list_rank_files(str(path), skipped)
+        except CoreError as e:
+            raise SourceError(str(e)) from None
+        if skipped and not logs:  # says what it is, with its own hint
+            raise SourceError(
+                f"{source} holds no log to read: {skipped[0].removeprefix('skipped ')}"
+            )
+        if not logs:
             raise SourceError(f"{source}: directory has no *.jsonl logs (hint: pass the log file)")
         return path
     from dltop.tui.core.sourcefiles import is_missing

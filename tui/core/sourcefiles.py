@@ -83,6 +83,18 @@ def stat_log(path: str) -> os.stat_result:
         raise SourceError(f"cannot read {path}: {exc.strerror or exc}") from None
 
 
+def is_regular(path: str | os.PathLike[str]) -> os.stat_result | None:
+    """``stat(path)`` when it is a regular file (a symlink to one counts), else ``None``:
+    what a listing asks before it may open a file (a FIFO blocks its reader, a device may
+    never end); gone or unreadable is ``None`` too. Whoever then opens it uses
+    :func:`open_log`, which checks again what it opened."""
+    try:
+        st = os.stat(path)
+    except (OSError, ValueError):
+        return None
+    return st if stat.S_ISREG(st.st_mode) else None
+
+
 def total_size(paths: list[str]) -> int:
     """The bytes of these files now; one that cannot be stat'ed counts 0 (whoever opens
     it names the error)."""
