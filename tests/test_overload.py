@@ -404,6 +404,15 @@ def test_events_kept_are_capped_in_bytes_whatever_their_size() -> None:
     kept = [e["i"] for e in store.events]
     assert 0 < len(kept) < 60 and kept[0] == 0 and kept[-1] == 59  # the first, the newest
     assert "60 note events" in log.note() and "capped at 16 MiB" in log.note()
+    # the last notes fill the budget; then the first exception, a big one, is taken (first
+    # events of a type are always taken while half the budget holds): the notes give way
+    store = Store()
+    store.ingest([{"kind": "event", "type": "note", "t": 1.0, "text": ""}] * 100)
+    mid = "y" * (200 << 10)
+    store.ingest([{"kind": "event", "type": "note", "t": 2.0, "text": mid}] * 100)
+    store.ingest([{"kind": "event", "type": "exception", "t": 3.0, "text": big}])
+    assert store.event_log.held <= eventlog.MAX_BYTES
+    assert store.events[-1]["type"] == "exception"
 
 
 def test_a_note_flood_over_a_live_socket_keeps_the_viewer_bounded(

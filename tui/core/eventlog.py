@@ -150,11 +150,21 @@ class EventLog:
             last.append((self._seq, size, typ, rec))
         self.held += size
         self._kept_of[typ] += 1
-        while self.held > MAX_BYTES and last:
-            _, gone, was, _ = last.popleft()
-            self.held -= gone
-            self._kept_of[was] -= 1
-            self._over += 1
+        if self.held > MAX_BYTES:
+            self._trim(keep)
+
+    def _trim(self, keep: _Keep) -> None:
+        """Let the oldest of the last events go until the budget holds: this stream's
+        first, then the others' (a first event taken may have passed it)."""
+        for k in (keep, self._other, *self._key.values()):
+            last = k.last
+            while self.held > MAX_BYTES and last:
+                _, gone, was, _ = last.popleft()
+                self.held -= gone
+                self._kept_of[was] -= 1
+                self._over += 1
+            if self.held <= MAX_BYTES:
+                return
 
     # -- reading -------------------------------------------------------------------------
     def events(self) -> list[dict[str, Any]]:
