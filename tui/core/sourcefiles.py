@@ -167,6 +167,9 @@ def check_log_file(path: str) -> None:
         raise SourceError(f"not a dltop log: {path} (binary data) — pass the run's .jsonl file")
 
 
+Family = tuple[str | None, str | None]  # (file name, run id) with the rank number as "#"
+
+
 @dataclass(frozen=True)
 class RankFile:
     """One log in a run directory; ``rank`` from its meta record, else from its name;
@@ -184,7 +187,7 @@ class RankFile:
     mtime: float
     job: bool | None = None
     world: int | None = None
-    family: tuple[str | None, str | None] = (None, None)  # (file name, run id) patterns
+    family: Family = (None, None)
 
 
 _MAX_FAMILY = 200  # characters of a name or run id kept as a job's family
@@ -196,9 +199,6 @@ def _pattern(text: object) -> str | None:
     if not isinstance(text, str) or not _RANK_RE.search(text):
         return None
     return _RANK_RE.sub(lambda m: m.group(0)[: -len(m.group(1))] + "#", text)[:_MAX_FAMILY]
-
-
-Family = tuple[str | None, str | None]
 
 
 def _rank_of(path: str) -> tuple[int | None, bool | None, int | None, Family]:
