@@ -146,3 +146,47 @@ def test_the_viewer_shows_visible_escapes_and_keeps_its_header(tmp_path: Path, s
         assert "step 59" in screen.splitlines()[0] or "step 59" in "".join(screen.splitlines()[:2])
     assert any("\\x1b" in s for s in seen), "the escapes are shown, not dropped"
     assert socket.gethostname()  # (host of the machine is irrelevant: the log's is shown)
+
+
+# -- a token typed in an address (issue 29, 5): `dltop check "tcp://h:p?token=S"` printed
+# the token in its error line, and error lines end up in CI logs
+
+SECRET = "Zq7Xk9Pw3Lm5Rt8Vy2Nb"
+
+
+def _no_piece_of_the_token(text: str, where: str) -> None:
+    """At most 2 characters of the token: none of its 3-character pieces is there."""
+    pieces = [SECRET[i : i + 3] for i in range(len(SECRET) - 2)]
+    shown = [p for p in pieces if p in text]
+    assert not shown, f"{where} shows the token ({shown}): {text!r}"
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("check", f"tcp://127.0.0.1:9?token={SECRET}"),
+        ("check", "--json", f"tcp://127.0.0.1:9?token={SECRET}"),
+        ("report", f"tcp://127.0.0.1:9?token={SECRET}"),
+        ("check", "run.jsonl", f"tcp://127.0.0.1:9?token={SECRET}"),  # argparse's own error
+        ("check", f"tcp:/127.0.0.1:9?token={SECRET}"),  # a typo: read as a path
+        ("check", f"tcp://127.0.0.1:9?a=1&tok%65n={SECRET}"),  # as urllib reads it
+        (f"tcp://127.0.0.1:9?token={SECRET}",),  # the viewer: nothing listens there
+    ],
+    ids=["check", "check-json", "report", "usage", "typo", "encoded", "viewer"],
+)
+def test_a_token_in_an_address_never_reaches_what_we_print(
+    tmp_path: Path, args: tuple[str, ...]
+) -> None:
+    done = _dltop(*args, cwd=tmp_path)
+    assert done.returncode == 3, done.stderr
+    assert "Traceback" not in done.stderr and len(done.stderr.splitlines()) == 1
+    _no_piece_of_the_token(done.stdout + done.stderr, " ".join(args[:1]))
+
+
+def test_a_masked_token_shows_at_most_two_characters() -> None:
+    from dltop.tui.core.stream import redact
+
+    masked = redact(f"tcp://gpu-box:7007?token={SECRET}")
+    assert masked == f"tcp://gpu-box:7007?token={SECRET[:2]}…({len(SECRET)} chars)"
+    assert redact("tcp://h:1?token=abcdefgh") == "tcp://h:1?token=…(8 chars)"  # short: none
+    assert redact("tcp://h:1?x=1") == "tcp://h:1?x=1"

@@ -156,6 +156,58 @@ def test_two_probes_on_one_path_are_named_not_called_divergence(tmp_path: Path) 
     assert mixed["checklist"], "its checklist says what to do"
 
 
+LOCKSTEP = """
+import math, sys, time
+from dltop.probe import Probe
+start, offset, level = float(sys.argv[2]), float(sys.argv[3]), float(sys.argv[4])
+with Probe(path=sys.argv[1], socket=False, system=False) as probe:
+    for i in range(40):  # a step every 0.2 s on a grid both writers share
+        time.sleep(max(0.0, start + 0.2 * i + offset - time.time()))
+        probe.step(loss=level * math.exp(-i / 30) * (1.1 if i % 2 else 0.9))
+"""
+
+
+def test_two_runs_writing_the_same_steps_in_lockstep_are_mixed_runs(tmp_path: Path) -> None:
+    """Issue 29 (10): two trainings at different loss levels, stepping at the same pace
+    on one path, write step 0, step 0, step 1, step 1... Their steps never go back, so
+    the file read as one loss swinging between two levels: `oscillation`. Real probes,
+    each step flushed (50 ms) before the other writer's."""
+    log = tmp_path / "shared.jsonl"
+    start = time.time() + 1.0
+    procs = [
+        subprocess.Popen([sys.executable, "-c", LOCKSTEP, str(log), str(start), off, level])
+        for off, level in (("0.0", "3.0"), ("0.1", "0.05"))
+    ]
+    for p in procs:
+        assert p.wait(timeout=120) == 0
+    records, _ = read_records(str(log))
+    steps = [r["step"] for r in records if r["kind"] == "step"]
+    assert sorted(steps) == sorted(list(range(40)) * 2)
+    done = subprocess.run(
+        [sys.executable, "-m", "dltop.tui", "check", str(log), "--json"],
+        capture_output=True, text=True, timeout=120, env={**os.environ, "TERM": "dumb"},
+    )  # fmt: skip
+    out = json.loads(done.stdout)
+    ids = [a["id"] for a in out["alerts"]]
+    assert "mixed_runs" in ids and "oscillation" not in ids, ids
+    (mixed,) = [a for a in out["alerts"] if a["id"] == "mixed_runs"]
+    assert mixed["evidence"]["runs"] == 2 and len(set(mixed["evidence"]["pids"])) == 2
+    # the same records without their metas (a log's head lost, or a writer of another
+    # kind): the step numbers that come twice in a row still name it
+    eng = _engine([r for r in records if r["kind"] != "meta"])
+    (alone,) = alerts_of(eng, "mixed_runs")
+    assert alone.evidence["repeated_steps"] is True and alone.evidence["runs"] == 2
+    assert alerts_of(eng, "oscillation") == []
+
+
+def test_one_repeated_step_is_no_second_writer() -> None:
+    """A step logged twice once (a retry) is not two runs: repeats must keep coming."""
+    recs = list(Run(end="ok").records())
+    i = next(k for k, r in enumerate(recs) if r.get("kind") == "step" and r["step"] == 100)
+    recs.insert(i + 1, dict(recs[i]))
+    assert alerts_of(_engine(recs), "mixed_runs") == []
+
+
 SLOW_PROBE = """
 import sys, time
 from dltop.probe import Probe

@@ -130,6 +130,42 @@ def test_check_and_the_viewer_report_the_missing_records(tmp_path: Path) -> None
     assert info.lost == lost and info.dropped == 0
 
 
+def test_the_status_counts_the_steps_the_log_lacks(tmp_path: Path) -> None:
+    """Issue 29 (12): after dropped records the status said "finished after 262144 steps"
+    while the exit record said 300000: the run's step count is the exit record's, and the
+    status says how many of them the log lacks, in `check` and in the viewer."""
+    from dltop.tui.core.run import RunModel
+
+    log = tmp_path / "r.jsonl"
+    with Probe(path=str(log), system=False, socket=False) as probe:
+        w = probe._writer
+        assert w is not None
+        with w._lock:
+            for i in range(300_000):  # 262 144 fit; the rest is dropped and counted
+                probe.step(loss=1.0 / (i + 1))
+    said = "finished after 300000 steps, 37856 of them not in the log"
+    res = check_file(str(log), Config())
+    assert res.state.status == "finished" and res.state.reason == said
+    model = RunModel("r")
+    model.ingest(_events(log))
+    status = model.status(time.time())
+    assert status is not None and status.reason == said
+    done = subprocess.run(
+        [sys.executable, "-m", "dltop.tui", "check", str(log)],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert f"status:  finished ({said})" in done.stdout, done.stdout
+
+
+def test_without_drops_the_status_counts_the_steps_in_the_log() -> None:
+    e = RuleEngine()
+    e.feed({"kind": "meta", "t": 1.0, "pid": 1})
+    for i in range(20):
+        e.feed({"kind": "step", "step": i, "t": 1.0 + i, "loss": 1.0})
+    e.feed({"kind": "event", "type": "exit", "status": "ok", "steps": 25, "t": 30.0})
+    assert e.status().reason == "finished after 20 steps"  # no drop on record: the log's
+
+
 def test_a_viewer_side_drop_is_no_alert_about_the_run() -> None:
     e = RuleEngine()
     e.feed({"kind": "meta", "t": 1.0, "pid": 1})
@@ -284,3 +320,140 @@ def test_a_queued_step_has_the_layout_records_declares(tmp_path: Path) -> None:
     assert got["step_time"] >= 0 and got["memory"] is None and got["device"] is None
     rec = probe._records.build(item, False)
     assert rec is not None and rec["step"] == 7 and rec["acc"] == 0.5 and rec["batch_size"] == 8
+
+
+# -- a flood of events (issue 29, 3): the store kept every event; a socket sending notes
+# took the viewer to 1.3 GB in 15 s and `dltop report` to 514 MB on an 88 MB log
+
+NOTES = textwrap.dedent(
+    """
+    import sys
+    from dltop.probe import Probe
+    n = int(sys.argv[2])
+    serve = sys.argv[3] == "socket"
+    with Probe(path=sys.argv[1], system=False, socket=serve, run_id="notes") as probe:
+        if serve:
+            print("ready", flush=True)
+            sys.stdin.readline()  # the viewer is connected
+        for i in range(50):
+            probe.step(loss=1.0 / (i + 1))
+        with probe.phase("eval"):
+            probe.eval(loss=0.5)
+        for i in range(n):
+            probe.note(f"note {i}")
+        for i in range(50, 60):
+            probe.step(loss=0.01)
+    """
+)
+
+
+def _kept_types(model) -> dict[str, int]:
+    from collections import Counter
+
+    return dict(Counter(e.get("type") for e in model.store.events))
+
+
+def test_a_flood_of_note_events_keeps_the_ends_counts_the_rest_and_says_so(
+    tmp_path: Path,
+) -> None:
+    """A real probe writes 30 000 notes between its steps. The viewer's core keeps the
+    first and last 100 notes, every event that says how the run went (phases, exit),
+    counts all of them, and its header and the report say what was kept."""
+    from dltop.tui.core.run import RunModel
+
+    log = tmp_path / "notes.jsonl"
+    subprocess.run(
+        [sys.executable, "-c", NOTES, str(log), "30000", "file"], check=True, timeout=120
+    )
+    recs = _events(log)
+    model = RunModel("notes")
+    for i in range(0, len(recs), 4096):  # as a source feeds it: one parsed chunk at a time
+        model.ingest(recs[i : i + 4096])
+    store = model.store
+    assert store.event_log.counts["note"] == 30_000
+    kinds = _kept_types(model)
+    assert kinds["note"] == 200
+    assert kinds["phase"] == 2 and kinds["exit"] == 1  # what a rule or the report reads
+    texts = [e["text"] for e in store.events if e.get("type") == "note"]
+    assert texts == [f"note {i}" for i in (*range(100), *range(29_900, 30_000))]
+    said = "30000 note events, the first and last 100 kept"
+    assert said in header_info(model, time.time(), ViewState(), follow=False).mode
+    assert model.status().status == "finished"  # the rules saw every event as it passed
+    done = subprocess.run(
+        [sys.executable, "-m", "dltop.tui", "report", str(log)],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert said in Path(done.stdout.strip()).read_text()
+
+
+def test_events_kept_are_capped_in_bytes_whatever_their_size() -> None:
+    """A line may be 8 MiB: counts alone bound nothing. 60 notes of 1 MiB each keep at
+    most MAX_BYTES of them, the newest, and the note says the cap bit."""
+    from dltop.tui.core import eventlog
+    from dltop.tui.core.store import Store
+
+    store = Store()
+    big = "x" * (1 << 20)  # one string shared: the test holds 1 MiB, the store counts 60
+    store.ingest([{"kind": "meta", "t": 1.0, "pid": 1}])
+    store.ingest(
+        [{"kind": "event", "type": "note", "t": 2.0 + i, "i": i, "text": big} for i in range(60)]
+    )
+    log = store.event_log
+    assert log.held <= eventlog.MAX_BYTES
+    kept = [e["i"] for e in store.events]
+    assert 0 < len(kept) < 60 and kept[0] == 0 and kept[-1] == 59  # the first, the newest
+    assert "60 note events" in log.note() and "capped at 16 MiB" in log.note()
+    # the last notes fill the budget; then the first exception, a big one, is taken (first
+    # events of a type are always taken while half the budget holds): the notes give way
+    store = Store()
+    store.ingest([{"kind": "event", "type": "note", "t": 1.0, "text": ""}] * 100)
+    mid = "y" * (200 << 10)
+    store.ingest([{"kind": "event", "type": "note", "t": 2.0, "text": mid}] * 100)
+    store.ingest([{"kind": "event", "type": "exception", "t": 3.0, "text": big}])
+    assert store.event_log.held <= eventlog.MAX_BYTES
+    assert store.events[-1]["type"] == "exception"
+
+
+def test_a_note_flood_over_a_live_socket_keeps_the_viewer_bounded(
+    tmp_path: Path, runtime: Path
+) -> None:
+    """The symptom as filed: a live run sends notes over its socket as fast as it can;
+    the viewer that follows it keeps the first and last 100 of them, whatever it got."""
+    from dltop.tui.core.run import RunModel
+    from dltop.tui.core.stream import SocketSource
+
+    log = tmp_path / "live.jsonl"
+    proc = subprocess.Popen(
+        [sys.executable, "-c", NOTES, str(log), "100000", "socket"],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    model = RunModel("live")
+    src = None
+    try:
+        assert proc.stdout is not None and proc.stdin is not None
+        assert proc.stdout.readline().strip() == "ready"
+        (run,) = [r for r in rendezvous.list_runs() if r["pid"] == proc.pid]
+        src = SocketSource(
+            f"unix:{run['socket']}",
+            model,
+            poll_interval=0.02,
+            reconnect=False,
+            fallback_to_file=False,
+        ).start()
+        assert wait_for(lambda: model.meta is not None, timeout=30), "the viewer is connected"
+        proc.stdin.write("go\n")
+        proc.stdin.flush()
+        _, err = proc.communicate(timeout=120)
+        assert proc.returncode == 0, err
+        assert wait_for(lambda: not src.alive, timeout=60), "the stream ended with the run"
+    finally:
+        proc.kill()
+        if src is not None:
+            src.stop()
+    events = model.store.event_log
+    # the viewer may fall behind and be skipped batches (counted in src.dropped): what it
+    # got went through the store, which kept the first and last 100 notes only
+    assert events.counts["note"] > 10_000
+    assert _kept_types(model)["note"] == 200
+    assert events.held < 100_000  # bytes: 200 short notes and a few other events

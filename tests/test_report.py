@@ -378,3 +378,78 @@ def test_last_values_say_what_is_not_listed_and_what_was_not_read() -> None:
     assert f"{kept - MAX_VALUES} more metrics are in the log, not listed here" in text
     refused = n - (kept - 1)
     assert re.search(rf"Left out of this report and the charts: {refused}\+? fields", text), text
+
+
+# ------------------------------------------------- planted symlinks (issue 29, 8)
+
+
+def _planted(tmp_path: Path) -> tuple[Path, Path]:
+    """A log, and a folder elsewhere holding files named like the report's charts."""
+    (tmp_path / "run").mkdir()
+    log = nan_log(tmp_path / "run" / "nan.jsonl")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    for name in ("loss.svg", "grad_norm.svg", "precious.md"):
+        (elsewhere / name).write_text(f"{name}: not yours to overwrite\n")
+    return log, elsewhere
+
+
+def _untouched(elsewhere: Path) -> None:
+    assert sorted(p.name for p in elsewhere.iterdir()) == [
+        "grad_norm.svg",
+        "loss.svg",
+        "precious.md",
+    ]
+    for p in elsewhere.iterdir():
+        assert p.read_text() == f"{p.name}: not yours to overwrite\n", p
+
+
+def _refused(p: subprocess.CompletedProcess[str], where: Path) -> None:
+    assert p.returncode == 3, p.stdout + p.stderr
+    assert p.stdout == "" and "Traceback" not in p.stderr
+    line = p.stderr.strip()
+    assert len(line.splitlines()) == 1 and "hint" in line, line
+    assert f"cannot write {where}: is a symbolic link (refused" in line, line
+
+
+def test_a_symlink_planted_as_the_charts_folder_is_refused(tmp_path: Path) -> None:
+    """`<log>.report -> elsewhere/`: the report used to write its charts there, over the
+    files of the same name."""
+    log, elsewhere = _planted(tmp_path)
+    folder = Path(report.charts_dir(report.default_path(str(log))))
+    folder.symlink_to(elsewhere, target_is_directory=True)
+    _refused(dltop("report", str(log)), folder)
+    _untouched(elsewhere)
+    assert folder.is_symlink() and not Path(report.default_path(str(log))).exists()
+
+
+@pytest.mark.parametrize("planted", ["loss.svg", "report"])
+def test_a_symlink_planted_as_a_file_of_the_report_is_refused(tmp_path: Path, planted: str) -> None:
+    """A chart file in a real folder, or the report itself, planted as a symlink: refused
+    (not replaced, not followed)."""
+    log, elsewhere = _planted(tmp_path)
+    md_path = Path(report.default_path(str(log)))
+    if planted == "report":
+        link = md_path
+        link.symlink_to(elsewhere / "precious.md")
+    else:
+        folder = Path(report.charts_dir(str(md_path)))
+        folder.mkdir()
+        link = folder / planted
+        link.symlink_to(elsewhere / planted)
+    _refused(dltop("report", str(log)), link)
+    _untouched(elsewhere)
+    assert link.is_symlink()
+
+
+def test_the_viewers_r_refuses_a_planted_charts_folder_too(tmp_path: Path) -> None:
+    from dltop.tui.core.run import RunModel
+
+    log, elsewhere = _planted(tmp_path)
+    model = RunModel(str(log))
+    model.ingest(list(Run(loss_at=lambda i, x: x).records()))
+    folder = Path(report.charts_dir(report.default_path(str(log))))
+    folder.symlink_to(elsewhere, target_is_directory=True)
+    with pytest.raises(OSError, match="symbolic link"):
+        report.write_from_model(model, str(log), None, "en", path=report.default_path(str(log)))
+    _untouched(elsewhere)

@@ -98,3 +98,84 @@ def test_the_viewer_opens_the_newest_of_separate_runs(tmp_path: Path) -> None:
     finally:
         src.stop()
     assert model.store.steps == 80
+
+
+# -- several jobs' ranks in one folder (issue 29, 9): three jobs (world sizes 2, 4, 8)
+# were read as "all 4 ranks" of one job, with two rank 0s
+
+
+def _three_jobs(folder: Path) -> None:
+    folder.mkdir()
+    _log(
+        folder / "a-rank0.jsonl",
+        Run(steps=300, seed=1),
+        1_000,
+        rank=0,
+        world_size=2,
+        run_id="a-rank0",
+    )
+    _log(
+        folder / "a-rank1.jsonl",
+        Run(steps=300, seed=2),
+        1_100,
+        rank=1,
+        world_size=2,
+        run_id="a-rank1",
+    )
+    _log(
+        folder / "b-rank0.jsonl",
+        Run(steps=500, loss_at=_nan),
+        2_000,
+        rank=0,
+        world_size=4,
+        run_id="b-rank0",
+    )
+    _log(folder / "c-rank5.jsonl", Run(steps=200, seed=4), 1_500, rank=5, world_size=8, run_id="c-rank5")  # fmt: skip
+
+
+def test_check_reads_one_job_of_several_and_says_which_files_are_whose(tmp_path: Path) -> None:
+    runs = tmp_path / "mixed"
+    _three_jobs(runs)
+    done = _check(str(runs), "--json")
+    out = json.loads(done.stdout)
+    assert "files" not in out  # one file read: job b's only rank here, not 4 "ranks"
+    assert {a["id"] for a in out["alerts"]} == {"nan_loss"} and out["steps"] == 500
+    (note,) = [s for s in out["skipped_files"] if "jobs in" in s]
+    assert note.startswith(f"3 jobs in {runs}, read as the newest alone: ")
+    assert "world size 4: b-rank0.jsonl (read)" in note
+    assert "world size 2: a-rank0.jsonl, a-rank1.jsonl (left out)" in note
+    assert "world size 8: c-rank5.jsonl (left out)" in note
+    text = _check(str(runs)).stdout
+    assert "skipped: 3 jobs in" in text and "(rank 0)" not in text
+    os.utime(runs / "a-rank1.jsonl", (3_000, 3_000))  # now job a is the newest: both ranks
+    out = json.loads(_check(str(runs), "--json").stdout)
+    assert [f["rank"] for f in out["files"]] == [0, 1] and out["alerts"] == []
+
+
+def test_jobs_of_one_world_size_are_told_apart_by_their_names(tmp_path: Path) -> None:
+    job = tmp_path / "job"
+    job.mkdir()
+    for prefix, mtime in (("x", 1_000), ("y", 2_000)):
+        for rank in (0, 1):
+            _log(job / f"{prefix}_rank{rank}.jsonl", Run(steps=100), mtime + rank, rank=rank, world_size=2)  # fmt: skip
+    out = json.loads(_check(str(job), "--json").stdout)
+    assert [os.path.basename(f["path"]) for f in out["files"]] == ["y_rank0.jsonl", "y_rank1.jsonl"]
+    assert any(
+        "2 jobs in" in s and "x_rank0.jsonl, x_rank1.jsonl (left out)" in s
+        for s in out["skipped_files"]
+    )
+
+
+def test_the_viewer_follows_one_job_of_several(tmp_path: Path) -> None:
+    runs = tmp_path / "mixed"
+    _three_jobs(runs)
+    model = RunModel("dir", Config())
+    src = open_source(str(runs), model, follow=False)
+    try:
+        ranks = [(r.rank, os.path.basename(r.path)) for r in src.ranks]  # type: ignore[attr-defined]
+        assert ranks == [(0, "b-rank0.jsonl")]
+        assert any("3 jobs in" in s for s in src.skipped)  # type: ignore[attr-defined]
+        src.run()
+    finally:
+        src.stop()
+    assert model.store.steps == 500

@@ -175,3 +175,58 @@ async def _viewer_given_a_fifo(fifo: Path) -> None:
 
 def test_the_viewer_given_a_fifo_shows_the_error_and_quits_on_q(fifo: Path):
     asyncio.run(_viewer_given_a_fifo(fifo))
+
+
+# ------------------------------------------- the run folder: `dltop ls`, a bare `dltop`
+
+
+def test_a_folder_holding_only_a_fifo_is_one_line_before_the_viewer_starts(tmp_path: Path):
+    """Issue 29 (11): `dltop DIR` checked only that DIR held a `*.jsonl` name, then started
+    the full-screen viewer on a FIFO it would never read. Now it is one line, exit 3."""
+    job = tmp_path / "job"
+    job.mkdir()
+    os.mkfifo(job / "rank0.jsonl")
+    line = _one_line_exit_3(_dltop(str(job), cwd=tmp_path), "holds no log to read", "FIFO")
+    assert ".jsonl file the probe writes" in line
+
+
+LIST_FIFO = """
+import sys
+from pathlib import Path
+from dltop.tui.core.discover import describe_log
+try:
+    describe_log(Path(sys.argv[1]))
+except Exception as exc:
+    print(type(exc).__name__, exc)
+"""
+
+
+def test_ls_never_opens_a_fifo_swapped_in_for_a_log(tmp_path: Path, fifo: Path):
+    """The listing saw a regular file; a FIFO took its name before `dltop ls` read it:
+    `describe_log` used a blocking open() and waited for a writer forever. Now it is
+    opened non-blocking and refused by what it is (the timeout bounds a regression)."""
+    done = subprocess.run(
+        [sys.executable, "-c", LIST_FIFO, str(fifo)],
+        capture_output=True, text=True, timeout=30, stdin=subprocess.DEVNULL,
+    )  # fmt: skip
+    assert done.stdout.startswith("SourceError ") and "FIFO" in done.stdout, done
+
+
+def test_ls_and_a_bare_dltop_pass_over_special_files_in_the_runs_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    runs = tmp_path / "dltop-runs"
+    (runs / "job").mkdir(parents=True)
+    log = write_log(runs / "good.jsonl", "healthy", 20)
+    os.mkfifo(runs / "pipe.jsonl")
+    os.mkfifo(runs / "job" / "rank1.jsonl")
+    (runs / "zero.jsonl").symlink_to("/dev/zero")
+    os.utime(log, (1_000, 1_000))  # the oldest: every special file is newer
+    done = _dltop("ls", cwd=tmp_path)
+    assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr
+    assert "good.jsonl" in done.stdout
+    assert "pipe.jsonl" not in done.stdout and "zero.jsonl" not in done.stdout
+    from dltop.tui.view_cmd import resolve_source
+
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path))  # no live run of anyone else's
+    assert resolve_source(None, cwd=tmp_path) == log  # a bare `dltop` opens the log

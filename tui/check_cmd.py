@@ -28,8 +28,9 @@ from dltop.tui.check_output import (
     verdict_of,
 )
 from dltop.tui.check_progress import Progress
-from dltop.tui.core import foreign, gradjoin, ranks, rules_worker, workers
+from dltop.tui.core import foreign, gradjoin, jobsplit, ranks, rules_worker, workers
 from dltop.tui.core.alerts import SEVERITY_RANK
+from dltop.tui.core.logread import Snapshot
 from dltop.tui.core.rules import Config, ConfigError, RuleEngine
 from dltop.tui.core.safetext import visible, visible_lines
 from dltop.tui.core.sourcefiles import (
@@ -37,14 +38,11 @@ from dltop.tui.core.sourcefiles import (
     is_missing,
     list_rank_files,
     open_log,
-    pick_rank_file,
-    separate_note,
-    separate_runs,
     total_size,
 )
 from dltop.tui.core.status import RunState, explain_unrecorded_end, local_pid_alive
 from dltop.tui.core.store import Store
-from dltop.tui.core.stream import is_stream_spec
+from dltop.tui.core.stream import is_stream_spec, redact
 from dltop.tui.report_read import store_then_engine
 
 EXIT_OK, EXIT_WARN, EXIT_CRIT, EXIT_UNREADABLE = 0, 1, 2, 3
@@ -88,11 +86,39 @@ def configure(parser: argparse.ArgumentParser) -> None:
     )
     thresholds_args.add_arguments(parser)
     thresholds_args.add_lang(parser)
+    add_follow(parser)
     parser.add_argument(
         "--print-config",
         action="store_true",
         help="print the effective thresholds as TOML and exit",
     )
+
+
+def add_follow(parser: argparse.ArgumentParser) -> None:
+    """``--follow SECONDS`` (``check`` and ``report``): a live run's log, read on."""
+    parser.add_argument(
+        "--follow",
+        type=_follow_seconds,
+        metavar="SECONDS",
+        help="a log still being written: read on as the run appends, until its exit "
+        "record, its process is gone, or SECONDS pass (default: read the log as it is "
+        "when the command starts, so it always ends)",
+    )
+
+
+MAX_FOLLOW_S = 7 * 24 * 3600.0  # a week: --follow is a bound, never "forever"
+
+
+def _follow_seconds(text: str) -> float:
+    try:
+        s = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
+    if not 0 < s <= MAX_FOLLOW_S:
+        raise argparse.ArgumentTypeError(
+            f"{text} is not between 0 and {MAX_FOLLOW_S:.0f} seconds (a week)"
+        )
+    return s
 
 
 def run(args: argparse.Namespace) -> int:
@@ -106,11 +132,11 @@ def run(args: argparse.Namespace) -> int:
     if not args.source:
         return _fail("no SOURCE given", "usage: dltop check RUN.jsonl [--json]", args)
     try:
-        results, skipped = collect(args.source, config, progress="dltop check")
+        results, skipped = collect(args.source, config, progress="dltop check", follow=args.follow)
     except foreign.MissingExtra as exc:  # the whole line says what to install
-        sys.stderr.write(f"dltop: {visible(str(exc))}\n")
+        sys.stderr.write(f"dltop: {visible(redact(str(exc)))}\n")
         if args.json:
-            print_json(error_json(args.source, str(exc), ""))
+            print_json(error_json(redact(args.source), redact(str(exc)), ""))
         return EXIT_UNREADABLE
     except CheckError as exc:
         return _fail(str(exc), SOURCE_HINT, args)
@@ -122,13 +148,14 @@ def run(args: argparse.Namespace) -> int:
     said = verdict_of(results, args.lang)
     try:
         if args.json:
-            out = as_json(args.source, results, said)
+            out = as_json(redact(args.source), results, said)
             if skipped:
                 out["skipped_files"] = skipped
             print_json(out)
         else:
             # the report quotes the log (run ids, messages, file names): one boundary
-            sys.stdout.write(visible_lines(text_report(args.source, results, skipped, said)))
+            report = text_report(redact(args.source), results, skipped, said)
+            sys.stdout.write(visible_lines(report))
         sys.stdout.flush()
     except BrokenPipeError:  # `dltop check x | head`
         pass
@@ -141,6 +168,7 @@ def collect(
     with_store: bool = False,
     jobs: int | None = None,
     progress: str | None = None,
+    follow: float | None = None,
 ) -> tuple[list[FileResult], list[str]]:
     """Every log of ``source`` through the rules, the ranks of a job judged side by side;
     returns the results and why files were left out. ``with_store``: each result also
@@ -148,6 +176,8 @@ def collect(
     ``jobs``: worker processes for the other ranks of a job (default: one per CPU when
     they hold at least ``PARALLEL_MIN_BYTES``; 1 checks everything here). ``progress``:
     the command's name, for a progress line on stderr when it is a terminal.
+    ``follow``: seconds to read on while the run goes on (``--follow``); without it each
+    log is read as it was when it was opened, so a check of a live run always ends.
     Raises :class:`CheckError` when nothing could be read, ``foreign.MissingExtra`` when
     another tool's log needs an optional package."""
     skipped: list[str] = []  # in a directory, one bad rank file must not hide the others
@@ -161,7 +191,8 @@ def collect(
     # them; their shares join in rank order, so the norms are the same floats either way.
     join = gradjoin.GradNormJoin()
     many = len(files) > 1
-    others = [_RankTask(path, config, with_store, many) for path in files[1:]]
+    until = time.monotonic() + follow if follow is not None else None
+    others = [_RankTask(path, config, with_store, many, follow_until=until) for path in files[1:]]
     n = jobs if jobs is not None else _workers_for(files[1:])
     shown = Progress.for_stderr(files, progress) if progress else None
     try:
@@ -172,7 +203,7 @@ def collect(
                 shown.file_done(task.path)
         # a report on one big log: its rules in a child while its store is built here
         beside = rules_worker.MIN_BYTES if with_store and not many else None
-        first = _RankTask(files[0], config, with_store, many, beside)
+        first = _RankTask(files[0], config, with_store, many, beside, until)
         on_bytes = shown.reading if shown is not None else None
         _check_rank(first, primary_of=join, on_bytes=on_bytes).take(results, timings, skipped)
     finally:
@@ -199,6 +230,7 @@ class _RankTask:
     with_store: bool
     many: bool  # one rank of several: its step timings are kept for the straggler rule
     beside: int | None = None  # check_file's: the rules in a child from this many bytes
+    follow_until: float | None = None  # check_file's: --follow's deadline (monotonic)
 
 
 @dataclass
@@ -244,6 +276,7 @@ def _check_rank(
             shares=shares,
             on_bytes=on_bytes,
             beside=task.beside,
+            follow_until=task.follow_until,
         )
     except CheckError as exc:
         return _RankOutcome(None, str(exc), None, shares)
@@ -264,16 +297,20 @@ def _workers_for(paths: list[str]) -> int:
 
 
 def _fail(message: str, hint: str, args: argparse.Namespace | None = None) -> int:
+    """One line on stderr (and ``--json``'s error object); a token in it masked."""
+    message = redact(message)
     sys.stderr.write(f"dltop check: error: {visible(message)} (hint: {hint})\n")
     if args is not None and getattr(args, "json", False):
-        print_json(error_json(args.source, message, hint))
+        source = redact(args.source) if args.source else args.source
+        print_json(error_json(source, message, hint))
     return EXIT_UNREADABLE
 
 
 def _log_files(source: str, skipped: list[str], aside: list[str]) -> list[str]:
     """The log, or a directory's rank files in rank order (the viewer's own list:
     ``sourcefiles.list_rank_files``); special files there are left out with a note. A
-    folder of separate runs gives its newest, and ``aside`` says so."""
+    folder of separate runs, or of several jobs' ranks, gives its newest run or job, and
+    ``aside`` says so (``jobsplit.choose``, as the viewer chooses)."""
     if is_stream_spec(source):
         raise CheckError(f"{source} is a live socket; `dltop check` reads log files")
     if foreign.detect(source) is not None:  # another tool's log (a file or a folder)
@@ -287,11 +324,11 @@ def _log_files(source: str, skipped: list[str], aside: list[str]) -> list[str]:
         skipped.extend(n.removeprefix("skipped ") for n in notes)
         if not found:
             raise CheckError(skipped[0] if skipped else f"directory {source} holds no .jsonl log")
-        if separate_runs(found):  # not a job: the newest run, as the viewer opens it
-            newest = pick_rank_file(found)
-            aside.append(separate_note(source, found, newest))
-            return [newest.path]
-        return [r.path for r in found]
+        # separate runs, or several jobs' ranks: the newest alone, as the viewer opens it
+        chosen = jobsplit.choose(source, found)
+        if chosen.note:
+            aside.append(chosen.note)
+        return [r.path for r in chosen.files]
     if is_missing(source):
         raise CheckError(f"{source}: no such file or directory")
     return [source]
@@ -333,30 +370,39 @@ def check_file(
     shares: gradjoin.RankShares | None = None,
     on_bytes: Callable[[int], None] | None = None,
     beside: int | None = None,
+    follow_until: float | None = None,
 ) -> FileResult:
     """Feed one log through a fresh engine in chunks (bounded memory for any log size);
     ``times`` (one rank of a job) gets the step timings the ranks are compared by, ``store``
     the records for charts, ``shares`` its sharded grad-norm shares (the first rank's steps
     get the joined norm before the engine and the store see them), ``on_bytes`` the bytes
     read so far after each chunk (a progress line). ``beside``: with a store, the bytes
-    from which the rules run in a child process meanwhile (``report_read.py``)."""
+    from which the rules run in a child process meanwhile (``report_read.py``).
+    ``follow_until``: a ``time.monotonic()`` deadline to read on to while the run goes
+    on (``--follow``); without it the log is read as it was when it was opened."""
     fmt = foreign.detect(path)
     if fmt is not None:
         return check_foreign(path, fmt, config, store)
     dec = LineDecoder()
     engine = RuleEngine(config)
     job: rules_worker.RulesJob | None = None
+    note = ""
     try:
         with os.fdopen(_open_log(path), "rb") as f:
+            # the log as it is now; a live run's log grows meanwhile: read on only with
+            # ``follow_until`` (--follow), and at most until then (tui/core/logread.py)
+            snap = Snapshot(f, READ_CHUNK, follow_until)
             done = 0
             if beside is not None and store is not None:  # dltop report: rules in a child
-                job = rules_worker.start_beside(f.fileno(), config, beside, shares is not None)
+                job = rules_worker.start_beside(
+                    f.fileno(), config, beside, shares is not None, size=snap.size
+                )
             if job is not None and store is not None:
                 engine = store_then_engine(
                     f, job, dec, store, config, times, shares, on_bytes, READ_CHUNK
                 )
-                done = f.tell()
-            while chunk := f.read(READ_CHUNK):
+                done = snap.pos = f.tell()
+            for chunk in snap.chunks(lambda: _run_over(engine)):
                 recs = dec.feed(chunk)
                 if on_bytes is not None:
                     done += len(chunk)
@@ -368,6 +414,9 @@ def check_file(
                     times.feed(recs)
                 if store is not None:
                     store.ingest(recs)
+            unread = snap.unread()
+            if unread:  # still growing: its last line is being written, not malformed
+                note = snap.note(unread, dec.pending)
     except IsADirectoryError:
         raise CheckError(f"{path} is a directory") from None
     except OSError as exc:
@@ -375,7 +424,7 @@ def check_file(
     finally:
         if job is not None:
             job.kill()  # ended (reaped) already, or abandoned by an error or a Ctrl-C
-    tail = dec.finish()
+    tail = dec.finish() if not note else []
     if shares is not None:
         shares.feed(tail)
         shares.finish()
@@ -393,4 +442,12 @@ def check_file(
     state = explain_unrecorded_end(state, path)
     rank = (engine.meta or {}).get("rank")
     rank_ = rank if isinstance(rank, int) else None
-    return FileResult(path, engine, state, dec.malformed, rank_, store=store)
+    notes = [note] if note else []
+    return FileResult(path, engine, state, dec.malformed, rank_, notes=notes, store=store)
+
+
+def _run_over(engine: RuleEngine) -> bool:
+    """A followed log can stop: its exit record is in, or its process is gone (this host)."""
+    if engine.crash_rule.run_ending.exit_status is not None:
+        return True
+    return local_pid_alive(engine.meta) is False

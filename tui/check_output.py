@@ -73,6 +73,9 @@ def as_json(source: str, results: list[FileResult], said: str) -> dict[str, Any]
         "alerts": [_alert_json(r, a, multi) for r in results for a in r.engine.alerts()],
         "skipped_lines": sum(r.skipped for r in results),
     }
+    notes = [n for r in results for n in r.notes]  # what was not read, or lost in conversion
+    if notes:
+        out["notes"] = notes
     if multi:
         out["files"] = [
             {

@@ -15,6 +15,7 @@ import sys
 from collections.abc import Sequence
 from typing import NoReturn
 
+from dltop.tui.core.redact import redact
 from dltop.tui.core.safetext import visible
 
 # sub-command name -> module under dltop.tui implementing configure() and run()
@@ -49,8 +50,10 @@ class _Parser(argparse.ArgumentParser):
 
     def error(self, message: str) -> NoReturn:
         hint = self.usage_hint or f"see {self.prog} --help"
-        # the message may quote an argument: a crafted file name must not reach the terminal raw
-        self.exit(self.usage_exit, f"{self.prog}: error: {visible(message)} (hint: {hint})\n")
+        # the message may quote an argument: a crafted file name must not reach the terminal
+        # raw, nor a tcp:// address's token ("unrecognized arguments: tcp://h:p?token=...")
+        line = visible(redact(message))
+        self.exit(self.usage_exit, f"{self.prog}: error: {line} (hint: {hint})\n")
 
 
 def _base_parser(prog: str, description: str) -> argparse.ArgumentParser:

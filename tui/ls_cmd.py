@@ -28,6 +28,7 @@ from dltop.tui.core.discover import (
 )
 from dltop.tui.core.jobs import group_live, group_sources, is_rank_file, job_dir, merge_job
 from dltop.tui.core.safetext import visible
+from dltop.tui.core.sourcefiles import is_regular
 
 RANKS_READ = 256  # rank files of one job read for its line (the first by name)
 
@@ -145,7 +146,7 @@ def _describe(path: Path) -> RunInfo | None:
 def _describe_job(folder: Path) -> RunInfo | None:
     """A job folder's line from its rank files (at most RANKS_READ of them)."""
     try:
-        files = sorted(p for p in folder.iterdir() if is_rank_file(p) and p.is_file())
+        files = sorted(p for p in folder.iterdir() if is_rank_file(p) and is_regular(p))
     except OSError as exc:
         print(
             f"dltop ls: cannot read {visible(folder)}: {visible(exc.strerror or exc)}",

@@ -17,6 +17,7 @@ import sys
 from dltop.tui import check_cmd, thresholds_args
 from dltop.tui.check_output import primary, verdict_of
 from dltop.tui.core import foreign
+from dltop.tui.core.redact import redact
 from dltop.tui.core.rules import ConfigError
 from dltop.tui.core.safetext import visible
 from dltop.tui.core.ticks import Ticks
@@ -44,6 +45,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     )
     thresholds_args.add_lang(parser)
     thresholds_args.add_arguments(parser)
+    check_cmd.add_follow(parser)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -57,10 +59,10 @@ def run(args: argparse.Namespace) -> int:
         return _fail("no SOURCE given", "usage: dltop report RUN.jsonl [-o FILE.md]")
     try:
         results, skipped = check_cmd.collect(
-            args.source, config, with_store=True, progress="dltop report"
+            args.source, config, with_store=True, progress="dltop report", follow=args.follow
         )
     except foreign.MissingExtra as exc:  # the whole line says what to install
-        sys.stderr.write(f"dltop: {visible(str(exc))}\n")
+        sys.stderr.write(f"dltop: {visible(redact(str(exc)))}\n")
         return EXIT_FAILED
     except check_cmd.CheckError as exc:
         return _fail(str(exc), check_cmd.SOURCE_HINT)
@@ -121,5 +123,6 @@ def _ticks(path: str) -> Ticks:
 
 
 def _fail(message: str, hint: str) -> int:
-    sys.stderr.write(f"dltop report: error: {visible(message)} (hint: {hint})\n")
+    """One line on stderr; a token in it masked (the source may be a tcp:// address)."""
+    sys.stderr.write(f"dltop report: error: {visible(redact(message))} (hint: {hint})\n")
     return EXIT_FAILED

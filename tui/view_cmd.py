@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from dltop.tui import thresholds_args
+from dltop.tui.core.redact import redact
 from dltop.tui.core.safetext import visible
 
 EXIT_NO_SOURCE = 3
@@ -145,7 +146,19 @@ def resolve_source(source: str | None, cwd: Path | None = None) -> Path | str:
             raise SourceError(str(e)) from None
         return path
     if path.is_dir():
-        if not any(path.glob("*.jsonl")):
+        from dltop.tui.core.sourcefiles import SourceError as CoreError
+        from dltop.tui.core.sourcefiles import list_rank_files
+
+        skipped: list[str] = []  # a FIFO or device named *.jsonl: left out, never opened
+        try:
+            logs = list_rank_files(str(path), skipped)
+        except CoreError as e:
+            raise SourceError(str(e)) from None
+        if skipped and not logs:  # says what it is, with its own hint
+            raise SourceError(
+                f"{source} holds no log to read: {skipped[0].removeprefix('skipped ')}"
+            )
+        if not logs:
             raise SourceError(f"{source}: directory has no *.jsonl logs (hint: pass the log file)")
         return path
     from dltop.tui.core.sourcefiles import is_missing
@@ -191,7 +204,7 @@ def run(args: argparse.Namespace) -> int:
         paths = [resolve_source(s) for s in sources] if sources else [resolve_source(None)]
     except SourceError as e:
         # it may quote a crafted file name; only our own start hint keeps its line breaks
-        text = str(e) if str(e) == START_HINT else visible(e)
+        text = str(e) if str(e) == START_HINT else visible(redact(str(e)))
         print(f"dltop: {text}", file=sys.stderr)
         return EXIT_NO_SOURCE
     from dltop.tui.app.app import DltopApp  # Textual loads only when the UI starts

@@ -13,6 +13,7 @@ import os
 import time
 from typing import Any
 
+from dltop.tui.core import jobsplit
 from dltop.tui.core.peers import PeerJoin, has_shares
 from dltop.tui.core.ranklog import RankLog
 from dltop.tui.core.run import RunModel
@@ -21,7 +22,6 @@ from dltop.tui.core.sourcefiles import (
     SourceError,
     list_rank_files,
     pick_rank_file,
-    separate_note,
     separate_runs,
 )
 from dltop.tui.core.sources import FileSource, OnUpdate
@@ -54,12 +54,15 @@ class DirectorySource(FileSource):
         self.files = list_rank_files(self.directory, self.skipped)
         if not self.files:
             raise SourceError(f"no .jsonl logs in {self.directory}")
-        self.chosen = pick_rank_file(self.files)
-        # a folder of separate runs (./dltop-runs) is no job: its newest run alone
+        # a folder of separate runs (./dltop-runs) is no job: its newest run alone; a folder
+        # of several jobs' ranks: its newest job alone (jobsplit.py, as `dltop check DIR`)
+        choice = jobsplit.choose(self.directory, self.files)
         self.separate = separate_runs(self.files)
-        if self.separate:
-            self.skipped.append(separate_note(self.directory, self.files, self.chosen))
-            self.files = [self.chosen]
+        self.job = choice.job  # files appearing later join only if they are this job's
+        if choice.note:
+            self.skipped.append(choice.note)
+        self.files = choice.files
+        self.chosen = pick_rank_file(self.files)
         self._since_refresh = 0.0
         self._kwargs = kwargs  # follow, poll_interval...: the same for every rank
         super().__init__(self.chosen.path, model, on_update, **kwargs)
@@ -166,7 +169,9 @@ class DirectorySource(FileSource):
             if self.separate:
                 return  # the run chosen stays the one shown: the others are other runs
             with contextlib.suppress(SourceError):  # the directory went away: keep the old list
-                self.files = list_rank_files(self.directory)
+                files = list_rank_files(self.directory)
+                job = self.job
+                self.files = files if job is None else [f for f in files if jobsplit.in_job(f, job)]
                 self._add_ranks(self.files)
                 self.join.set_peers([f.path for f in self.files if f.path != self.chosen.path])
 

@@ -22,6 +22,7 @@ from typing import Any
 
 from dltop.probe import rendezvous
 from dltop.probe.decoding import LineDecoder
+from dltop.tui.core.sourcefiles import is_regular, open_log
 from dltop.tui.core.stream import Address, StreamError, parse_address, peek
 
 DEFAULT_LOG_DIR = "dltop-runs"
@@ -61,11 +62,9 @@ def recent_logs(folder: str | os.PathLike[str] = DEFAULT_LOG_DIR, limit: int = 2
         return []
     found: list[tuple[float, str, Path]] = []
     for p in d.rglob("*.jsonl"):
-        try:
-            if p.is_file():
-                found.append((p.stat().st_mtime, str(p), p))
-        except OSError:  # gone meanwhile, or unreadable: not a candidate
-            continue
+        st = is_regular(p)  # a FIFO or device named *.jsonl: skipped, never opened
+        if st is not None:
+            found.append((st.st_mtime, str(p), p))
     found.sort(reverse=True)
     return [p for _, _, p in found[: max(0, limit)]]
 
@@ -155,8 +154,12 @@ def describe_log(
     path: Path, tail_bytes: int = TAIL_BYTES, whole_bytes: int = WHOLE_BYTES
 ) -> RunInfo:
     """A log's run id, latest step, status and verdict: the whole log through the rules
-    when it is small (``whole_bytes``), else its first line and last ``tail_bytes``."""
-    with open(path, "rb") as f:
+    when it is small (``whole_bytes``), else its first line and last ``tail_bytes``.
+
+    Opened as every log is (``sourcefiles.open_log``: ``O_NONBLOCK``, then ``fstat``): a
+    FIFO or device put in the log's place after the listing saw a regular file raises
+    ``SourceError`` instead of blocking ``dltop ls`` forever on a writer that never comes."""
+    with os.fdopen(open_log(str(path)), "rb") as f:
         head = f.readline(1 << 16)
         size = os.fstat(f.fileno()).st_size
         whole = size <= whole_bytes

@@ -130,6 +130,9 @@ def header_info(
     refused = store.budget.note()  # a log writing a new field name every step
     if refused:
         mode.append(refused)
+    events_cut = store.event_log.note()  # a flood of events: how many were kept
+    if events_cut:
+        mode.append(events_cut)
     gpu = gpu_na_reason(model)
     if verdict is None:  # a single run's own; a job's comes from ``JobView.verdict``
         fault = primary_fault(engine.alerts()) if engine is not None else None

@@ -20,18 +20,14 @@ pair can be moved or zipped together.
 
 from __future__ import annotations
 
-import contextlib
-import errno
 import os
-import stat
-import tempfile
 import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 from urllib.parse import quote
 
 from dltop.tui.core import report_sections as sections
-from dltop.tui.core import svgchart
+from dltop.tui.core import safewrite, svgchart
 from dltop.tui.core.alerts import Alert
 from dltop.tui.core.panels import PANELS, panel_spec, store_chart
 from dltop.tui.core.view_model import ViewState, alert_key, locked
@@ -143,43 +139,32 @@ def write(run: ReportRun, path: str, now: float | None = None) -> Written:
 
 
 def _write_files(path: str, folder: str, text: str, charts: dict[str, str]) -> Written:
+    """The report and its charts, each written whole; a symlink planted as the charts'
+    folder, as one of its files or as the report is refused (``safewrite``), never
+    written through."""
     parent = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(parent):
         raise FileNotFoundError(2, "no such directory", parent)
-    with contextlib.suppress(FileNotFoundError):
+    parent_fd = os.open(parent, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    try:
         # the file is replaced by a rename: onto /dev/null, a FIFO or a socket that would
         # put a regular file in place of the device (as root, in /dev itself)
-        if not stat.S_ISREG(os.stat(path).st_mode):
-            raise OSError(errno.EINVAL, "not a regular file", path)
-    if charts:
-        os.makedirs(folder, exist_ok=True)
-    written: list[str] = []
-    for name, svg in charts.items():  # an older image left there is simply not linked
-        target = os.path.join(folder, name)
-        _atomic_write(target, svg)
-        written.append(target)
-    _atomic_write(path, text)
+        report_name = os.path.basename(path)
+        safewrite.check_target(parent_fd, report_name, path)
+        written: list[str] = []
+        if charts:
+            folder_fd = safewrite.open_folder(folder, create=True)
+            try:
+                for name, svg in charts.items():  # an older image left there is not linked
+                    target = os.path.join(folder, name)
+                    safewrite.write_in(folder_fd, name, svg, target)
+                    written.append(target)
+            finally:
+                os.close(folder_fd)
+        safewrite.write_in(parent_fd, report_name, text, path)
+    finally:
+        os.close(parent_fd)
     return Written(path, written)
-
-
-def _atomic_write(path: str, text: str) -> None:
-    directory = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(prefix=".dltop-report-", dir=directory)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8", errors="backslashreplace", newline="\n") as f:
-            f.write(text)
-        os.chmod(tmp, 0o644 & ~_umask())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
-
-
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
 
 
 def write_from_model(

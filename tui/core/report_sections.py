@@ -76,6 +76,9 @@ def summary(state: RunState | None, store: Store, alerts: list[Alert], run: Repo
         lines.append(f"- {run.skipped_lines} malformed lines skipped.")
     if store.lost:
         lines.append(f"- {store.lost} records not in the log (the probe fell behind).")
+    events_cut = store.event_log.note()  # a flood of events: the report kept some of them
+    if events_cut:
+        lines.append(f"- Events: {md.text(events_cut)}.")
     said_in_meta = _meta(store.meta, "notes") or []
     lines += [f"- Note: {md.text(n, 300)}" for n in run.notes if n not in said_in_meta]
     if run.rules_error:

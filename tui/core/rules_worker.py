@@ -179,14 +179,17 @@ class RulesJob:
         self._release()
 
 
-def start_beside(fd: int, config: Config | None, least: int, join: bool) -> RulesJob | None:
-    """A child for the rules over the complete lines of the file as it is now, beside a
+def start_beside(
+    fd: int, config: Config | None, least: int, join: bool, size: int | None = None
+) -> RulesJob | None:
+    """A child for the rules over the complete lines of the file as it is now (or of its
+    first ``size`` bytes: what the reader beside will read of a growing log), beside a
     reader that builds something else from them (``dltop report``'s charts); ``None`` for
     a file under ``least`` bytes, a machine without a spare CPU, or a child that will not
     start."""
     if workers.cpus() < 2:
         return None
-    size = os.fstat(fd).st_size
+    size = os.fstat(fd).st_size if size is None else size
     if size < max(1, least):
         return None
     span = min(size, TAIL)

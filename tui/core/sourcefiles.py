@@ -83,6 +83,18 @@ def stat_log(path: str) -> os.stat_result:
         raise SourceError(f"cannot read {path}: {exc.strerror or exc}") from None
 
 
+def is_regular(path: str | os.PathLike[str]) -> os.stat_result | None:
+    """``stat(path)`` when it is a regular file (a symlink to one counts), else ``None``:
+    what a listing asks before it may open a file (a FIFO blocks its reader, a device may
+    never end); gone or unreadable is ``None`` too. Whoever then opens it uses
+    :func:`open_log`, which checks again what it opened."""
+    try:
+        st = os.stat(path)
+    except (OSError, ValueError):
+        return None
+    return st if stat.S_ISREG(st.st_mode) else None
+
+
 def total_size(paths: list[str]) -> int:
     """The bytes of these files now; one that cannot be stat'ed counts 0 (whoever opens
     it names the error)."""
@@ -155,24 +167,43 @@ def check_log_file(path: str) -> None:
         raise SourceError(f"not a dltop log: {path} (binary data) — pass the run's .jsonl file")
 
 
+Family = tuple[str | None, str | None]  # (file name, run id) with the rank number as "#"
+
+
 @dataclass(frozen=True)
 class RankFile:
     """One log in a run directory; ``rank`` from its meta record, else from its name;
     ``job``: True when the log says it is one rank of a multi-process job (its meta's world
     size is over 1, or its name is a rank's, ``rank<R>.jsonl``), False when its meta says it
     is a run of one process, None when it cannot tell (no meta yet: a rank that has just
-    opened its file)."""
+    opened its file). ``world`` (its meta's world size) and ``family`` (its name and run
+    id with the rank number taken out, each when it holds one: ``rank#.jsonl``,
+    ``exp.rank#``) say which job it belongs to (``jobsplit.py``: a folder holding
+    several jobs' ranks)."""
 
     path: str
     rank: int | None
     size: int
     mtime: float
     job: bool | None = None
+    world: int | None = None
+    family: Family = (None, None)
 
 
-def _rank_of(path: str) -> tuple[int | None, bool | None]:
-    """The log's rank (its meta's, else its name's) and whether it is one of a job's ranks
-    (``RankFile.job``)."""
+_MAX_FAMILY = 200  # characters of a name or run id kept as a job's family
+
+
+def _pattern(text: object) -> str | None:
+    """``text`` with its rank number replaced by ``#`` (``rank3.jsonl`` -> ``rank#.jsonl``);
+    ``None`` when it holds none."""
+    if not isinstance(text, str) or not _RANK_RE.search(text):
+        return None
+    return _RANK_RE.sub(lambda m: m.group(0)[: -len(m.group(1))] + "#", text)[:_MAX_FAMILY]
+
+
+def _rank_of(path: str) -> tuple[int | None, bool | None, int | None, Family]:
+    """The log's rank (its meta's, else its name's), whether it is one of a job's ranks
+    (``RankFile.job``), its world size and its job's family (``RankFile``)."""
     try:
         fd = open_log(path)
         try:
@@ -180,20 +211,24 @@ def _rank_of(path: str) -> tuple[int | None, bool | None]:
         finally:
             os.close(fd)
     except (OSError, SourceError):
-        return None, None
+        return None, None, None, (None, None)
     nl = head.find(b"\n")
     rec = decode_line(head[:nl]) if nl >= 0 else None
-    m = _RANK_RE.search(os.path.basename(path))
+    name = os.path.basename(path)
+    meta = rec if rec is not None and rec.get("kind") == META else None
+    world = meta.get("world_size") if meta is not None else None
+    world = world if type(world) is int and world > 0 else None
+    family = (_pattern(name), _pattern(meta.get("run_id")) if meta is not None else None)
+    m = _RANK_RE.search(name)
     if m is not None:
         named = int(m.group(1))
-        if rec is not None and rec.get("kind") == META and type(rec.get("rank")) is int:
-            return rec["rank"], True
-        return named, True
-    if rec is None or rec.get("kind") != META:
-        return None, None  # no meta (yet): cannot tell
-    world = rec.get("world_size")
-    rank = rec["rank"] if type(rec.get("rank")) is int else None
-    return rank, (world > 1) if type(world) is int else None
+        if meta is not None and type(meta.get("rank")) is int:
+            return meta["rank"], True, world, family
+        return named, True, world, family
+    if meta is None:
+        return None, None, None, family  # no meta (yet): cannot tell
+    rank = meta["rank"] if type(meta.get("rank")) is int else None
+    return rank, (world > 1) if world is not None else None, world, family
 
 
 def separate_runs(files: list[RankFile]) -> bool:
@@ -239,8 +274,8 @@ def list_rank_files(directory: str, skipped: list[str] | None = None) -> list[Ra
             if skipped is not None:
                 skipped.append(f"skipped {exc}")
             continue
-        rank, job = _rank_of(path)
-        out.append(RankFile(path, rank, st.st_size, st.st_mtime, job))
+        rank, job, world, family = _rank_of(path)
+        out.append(RankFile(path, rank, st.st_size, st.st_mtime, job, world, family))
     out.sort(key=lambda r: (r.rank is None, r.rank if r.rank is not None else 0, -r.mtime))
     return out
 

@@ -98,7 +98,7 @@ def run_state(e: RuleEngine, now: float | None = None, pid_alive: bool | None = 
     if end is Ending.SIGNALLED:
         return state("crashed", f"terminated by {crashes.signal or 'a signal'}{at}")
     if end is Ending.FINISHED:
-        return state("finished", f"finished after {e.steps} steps{also}")
+        return state("finished", f"finished after {_steps_made(e)}{also}")
     if e.records == 0:
         return state("unknown", "no records yet")
     if e.last_t is None or _foreign(e):
@@ -150,6 +150,17 @@ def run_state(e: RuleEngine, now: float | None = None, pid_alive: bool | None = 
 def _foreign(e: RuleEngine) -> bool:
     """Another tool's log (its meta says which): no pid, no heartbeat, no exit of ours."""
     return bool((e.meta or {}).get("format"))
+
+
+def _steps_made(e: RuleEngine) -> str:
+    """The run's steps as the status says them: those in the log; when the probe dropped
+    records under overload, the exit record's count, which has them all, and how many of
+    them the log lacks (the log's own count alone read as a shorter run)."""
+    dropped = e.dropped_rule
+    total = dropped.exit_steps
+    if dropped.records and total is not None and total > e.steps:
+        return f"{total} steps, {total - e.steps} of them not in the log"
+    return f"{e.steps} steps"
 
 
 def _step_of(event: dict[str, Any] | None, default: int | None) -> int | None:

@@ -1,5 +1,9 @@
 """The columnar store of one run: every numeric series, plus events, meta and layers.
 
+Events are counted by type and kept within bounds (``eventlog.EventLog``: the first and
+last ones, those that say how the run went), so that a flood of them cannot grow the
+viewer's memory; ``event_log.note()`` says where a bound bit.
+
 Records arrive in batches (one parsed chunk of the log). Step records are transposed
 column by column with C-level primitives (``map(dict.get, ...)`` then ``array('d', col)``)
 instead of a Python loop over fields, because at a million steps the per-value cost is
@@ -34,6 +38,7 @@ from typing import Any
 
 from dltop.probe import schema
 from dltop.tui.core.decimate import Decimated
+from dltop.tui.core.eventlog import EventLog
 from dltop.tui.core.fieldnames import STEP_NOT_SERIES, dense, flatten, num
 from dltop.tui.core.series import Series
 from dltop.tui.core.serieslimit import RESERVED, SeriesBudget
@@ -54,7 +59,7 @@ class Store:
         self.dropped = 0
         self.lost = 0
         self.meta: dict[str, Any] | None = None  # the first meta record
-        self.events: list[dict[str, Any]] = []  # every event record, in order
+        self.event_log = EventLog()  # events counted by type, the first and last kept
         self.layers: dict[str, Any] | None = None  # the latest layers record
         self.last_heartbeat: float | None = None  # ``t`` of the latest heartbeat
         self.last_t: float | None = None  # ``t`` of the latest record that had one
@@ -71,6 +76,11 @@ class Store:
         self._parents: set[str] = set()  # fields whose values became sub-series (``lrs``)
 
     # -- reading -------------------------------------------------------------------------
+    @property
+    def events(self) -> list[dict[str, Any]]:
+        """The event records kept (``EventLog``: bounded), in log order."""
+        return self.event_log.events()
+
     def series(self, name: str) -> Series | None:
         return self._series.get(name)
 
@@ -379,7 +389,7 @@ class Store:
             for name, val in flatten(kind, rec):
                 self._append_point(name, kind, x, val, v)
         elif kind == schema.EVENT:
-            self.events.append(rec)
+            self.event_log.add(rec)
             self.events_version = v
             if rec.get("type") == "dropped" and type(rec.get("records")) is int:
                 n = max(0, min(rec["records"], schema.MAX_STEP))

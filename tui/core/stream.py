@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import socket
 import threading
 import time
@@ -20,12 +19,25 @@ from urllib.parse import parse_qs, urlsplit
 
 from dltop.probe.decoding import LineDecoder
 from dltop.probe.schema import EV_REFUSED, as_step
-from dltop.probe.viewerauth import mask_secret
 from dltop.tui.core.reader import ReaderThread
+from dltop.tui.core.redact import redact
 
 if TYPE_CHECKING:
     from dltop.tui.core.run import RunModel
     from dltop.tui.core.sources import FileSource
+
+
+__all__ = [
+    "Address",
+    "SocketSource",
+    "StreamError",
+    "connect",
+    "is_stream_spec",
+    "parse_address",
+    "peek",
+    "redact",  # tui/core/redact.py: how an address may be said
+    "refusal",
+]
 
 
 class StreamError(OSError):
@@ -45,15 +57,6 @@ class Address:
             return f"unix:{self.path}"
         host = f"[{self.host}]" if ":" in self.host else self.host  # IPv6, as it was typed
         return f"tcp://{host}:{self.port}"
-
-
-def redact(spec: str) -> str:
-    """``spec`` with any ``token=`` value masked: how an address may appear in a message,
-    a title or a header (a token is a password; screens are shared and recorded)."""
-    return _TOKEN_RE.sub(lambda m: m.group(1) + mask_secret(m.group(2)), spec)
-
-
-_TOKEN_RE = re.compile(r"(token=)([^&#\s]{1,4096})")
 
 
 def is_stream_spec(spec: str) -> bool:

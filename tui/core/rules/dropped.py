@@ -34,6 +34,9 @@ class RecordsDropped(Rule):
         self.records = 0  # dropped records counted from the gap events
         self.gaps = 0
         self.first_after: int | None = None  # the last step written before the first gap
+        # the exit record's ``steps``: how many steps the run made, those the log lacks
+        # included (the status says it when records were dropped)
+        self.exit_steps: int | None = None
 
     def alert_trackers(self) -> list[Tracker]:
         return [self.tracker]
@@ -45,7 +48,10 @@ class RecordsDropped(Rule):
             self.gaps += 1
             if self.first_after is None:
                 self.first_after = e.last_step
-        elif typ == "exit" and "dropped" in rec:
+        elif typ == "exit":
+            self.exit_steps = as_step(rec.get("steps"))
+            if "dropped" not in rec:
+                return
             # the run's own total: it also covers a gap whose event came after the exit
             self.records = max(self.records, _count(rec.get("dropped")))
         else:

@@ -6,8 +6,10 @@ windows, baselines and minima of the earlier part would compare two different tr
 ("the loss is 5x its minimum" where the minimum belongs to the run before the rewind).
 Each such boundary starts a new *segment*: the engine judges it with fresh rules and
 keeps the alerts already raised. Two processes appending to one path at the same time
-interleave their steps (their numbers go back and forth); their records cannot be told
-apart, so the step rules stop and one ``mixed_runs`` warning says so.
+interleave their steps (their numbers go back and forth, or, in lockstep, each step number
+comes twice in a row); their records cannot be told apart, so the step rules stop and one
+``mixed_runs`` warning says so. Two trainings at different loss levels written in
+lockstep used to read as one loss swinging up and down (``oscillation``, issue 29).
 """
 
 from __future__ import annotations
@@ -63,9 +65,11 @@ class Segments:
         # (first step, why) of the first MAX_RUNS_KEPT later segments
         self.starts: list[tuple[int | None, str]] = []
         self.mixed: Alert | None = None  # the mixed_runs alert, once two writers are seen
-        self._recent: deque[bool] = deque(
-            maxlen=max(self.jumps, int(section["window"]))
-        )  # step went back?
+        self.window = max(self.jumps, int(section["window"]))
+        self._recent: deque[bool] = deque(maxlen=self.window)  # step went back or repeated?
+        # the engine's step count at the latest repeated step numbers (a step record with
+        # its predecessor's number) while no second run announced itself
+        self._repeats: deque[int] = deque(maxlen=self.jumps)
         self._back = 0  # how many of _recent are True
         self.watching = False  # see _watch
 
@@ -96,8 +100,9 @@ class Segments:
         self.watching = self.on and self.count >= 2 and self.mixed is None
 
     def on_step(self, went_back: bool) -> bool:
-        """A step record while :attr:`watching`: True when the file just turned out to hold
-        two writers at once (reported once)."""
+        """A step record while :attr:`watching` (``went_back``: its number went back, or
+        repeated its predecessor's): True when the file just turned out to hold two writers
+        at once (reported once)."""
         recent = self._recent
         if len(recent) == recent.maxlen and recent[0]:
             self._back -= 1
@@ -105,22 +110,53 @@ class Segments:
         self._back += went_back
         return self._back >= self.jumps
 
-    def raise_mixed(self, e: RuleEngine, step: int) -> None:
+    def on_repeat(self, steps: int) -> bool:
+        """A step record with its predecessor's number while no second run announced
+        itself (``steps``: the engine's step count): True when ``jumps`` of them fall within
+        ``window`` step records. One repeat is a glitch; repeats that keep coming are two
+        loops writing the same steps in lockstep (their second meta lost, or never written)
+        or one loop logging each step more than once: not one training's steps."""
+        if not self.on or self.mixed is not None:
+            return False
+        r = self._repeats
+        r.append(steps)
+        return len(r) == r.maxlen and steps - r[0] < self.window
+
+    def raise_mixed(self, e: RuleEngine, step: int, repeated: bool = False) -> None:
+        """The ``mixed_runs`` warning; ``repeated``: found by :meth:`on_repeat` (no second
+        run announced itself: at least two writers, or one writing each step twice)."""
         pids = [m.get("pid") for m in self.runs]
         ids = [m.get("run_id") for m in self.runs]
         n = self.count
         more = f" and {n - len(pids)} more" if n > len(pids) else ""
+        if repeated:
+            n = max(n, 2)
+            said = (
+                f"step numbers come twice in a row ({self.jumps} times within {self.window} "
+                "steps): two loops append the same steps to this file, or one logs each step "
+                "more than once"
+            )
+        else:
+            said = (
+                f"{n} runs append to this file at the same time (pids "
+                f"{', '.join(str(p)[:40] for p in pids)}{more}): their steps interleave"
+            )
         self.mixed = Alert(
             id="mixed_runs",
             severity=WARNING,
             step=step,
             title="Several runs write to this log",
             message=(
-                f"{n} runs append to this file at the same time (pids "
-                f"{', '.join(str(p)[:40] for p in pids)}{more}): their steps interleave and cannot be "
-                f"told apart, so the loss, gradient and timing rules stop at step {step}"
+                f"{said}; their records cannot be told apart, so the loss, gradient and timing "
+                f"rules stop at step {step}"
             ),
-            evidence={"runs": n, "pids": pids, "run_ids": ids, "raised_at_step": step},
+            evidence={
+                "runs": n,
+                "pids": pids,
+                "run_ids": ids,
+                "repeated_steps": repeated,
+                "raised_at_step": step,
+            },
             last_step=step,
             t=e.t,
         )

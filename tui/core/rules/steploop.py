@@ -42,8 +42,11 @@ def on_step(e: RuleEngine, rec: dict[str, Any], t: float | None) -> None:
     if e.last_step is not None:
         went_back = step < e.last_step
         seg = e.segments
-        if seg.watching and seg.on_step(went_back):
-            seg.raise_mixed(e, step)
+        if seg.watching:  # a second run announced itself: back or repeated, two writers?
+            if seg.on_step(step <= e.last_step):
+                seg.raise_mixed(e, step)
+        elif step == e.last_step and seg.on_repeat(e.steps):  # lockstep without a 2nd meta
+            seg.raise_mixed(e, step, repeated=True)
         if seg.mixed is not None:  # two writers: count, judge nothing
             e.steps += 1
             e.last_step = step
@@ -205,7 +208,7 @@ def feed_steps(e: RuleEngine, recs: list[dict[str, Any]], i: int, n: int) -> int
         rate = r.get("lr")
         if (
             type(s) is not int
-            or s < last_step
+            or s <= last_step  # back (a rewind) or repeated (two writers?): on_step's
             or type(tt) is not float
             or tt - tt != 0.0
             or type(x) is not float
