@@ -17,6 +17,7 @@ scrape auth is the place for that), and the metrics carry run ids, losses and ve
 from __future__ import annotations
 
 import argparse
+import os
 import signal
 import sys
 import threading
@@ -89,6 +90,53 @@ def open_watch(spec: str, config: Any, job: str | None) -> Any:
     return metrics.Watched(spec, view, model, job or "")
 
 
+def open_rank_files(paths: list[str], config: Any, job: str | None) -> Any:
+    """Rank files of one folder named one by one (a node's share of a shared folder,
+    ``rank{8..15}.jsonl``): one job, judged side by side like a folder."""
+    from dltop.tui.core import metrics
+    from dltop.tui.core.jobs import RANK_FILE
+    from dltop.tui.core.rankjob import JobView
+    from dltop.tui.core.ranklog import RankLog
+    from dltop.tui.core.run import RunModel
+    from dltop.tui.core.sources import FileSource, SourceError
+
+    ranks = []
+    for path in paths:
+        model = RunModel(os.path.basename(path), config)
+        try:
+            reader = FileSource(path, model, follow=True)
+        except SourceError as e:
+            raise ExportError(str(e)) from None
+        found = RANK_FILE.match(os.path.basename(path))
+        ranks.append((RankLog(int(found.group(1)) if found else None, path, model), reader))
+    held = tuple(sorted((r for r, _ in ranks), key=lambda r: (r.rank is None, r.rank or 0)))
+    view = JobView(lambda: held)
+    for _, reader in ranks:
+        reader.start()
+    view.start()
+    folder = os.path.dirname(os.path.abspath(paths[0]))
+    return metrics.Watched(folder, view, held[0].model, job or "")
+
+
+def group_sources(specs: list[str]) -> list[str | list[str]]:
+    """Each SOURCE alone, except rank files of one folder: together, as one job."""
+    from dltop.tui.core.jobs import is_rank_file
+    from dltop.tui.core.stream import is_stream_spec
+
+    out: list[str | list[str]] = []
+    folders: dict[str, list[str]] = {}
+    for spec in specs:
+        if is_stream_spec(spec) or not is_rank_file(spec) or not os.path.isfile(spec):
+            out.append(spec)
+            continue
+        folder = os.path.dirname(os.path.abspath(spec))
+        if folder not in folders:
+            folders[folder] = []
+            out.append(folders[folder])
+        folders[folder].append(spec)
+    return out
+
+
 class Collector:
     """``prometheus_client``'s side: our families in its types, built at each scrape."""
 
@@ -139,7 +187,12 @@ def run(args: argparse.Namespace) -> int:
         if len(args.source) > MAX_SOURCES:
             raise ExportError(f"{len(args.source)} sources: at most {MAX_SOURCES} per exporter")
         config = thresholds_args.load(args)
-        watched = [open_watch(spec, config, args.job) for spec in args.source]
+        watched = [
+            open_rank_files(group, config, args.job)
+            if isinstance(group, list)
+            else open_watch(group, config, args.job)
+            for group in group_sources(args.source)
+        ]
     except (BindError, ExportError) as e:
         return _fail(e)
     except ConfigError as e:

@@ -113,6 +113,17 @@ class Watched:
 
 
 @dataclass
+class _Job:
+    """One job label's figures in a scrape, summed over the sources that carry it."""
+
+    ranks: int = 0
+    errors: int = 0
+    run_id: str = ""
+    verdict: tuple[str, str] | None = None
+    first: int | None = None
+
+
+@dataclass
 class Refused:
     """Label sets left out of one scrape, by what they would have been."""
 
@@ -160,12 +171,12 @@ def collect(watched: Sequence[Watched], now: float | None = None) -> list[Family
     errors = Family("dltop_read_errors", "gauge", "Ranks whose log cannot be read now.")
     seen = 0
     taken: set[tuple[str, str]] = set()  # (job, rank): two rank files saying one rank
+    jobs: dict[str, _Job] = {}  # several SOURCEs may carry one job label (--job): one each
     for w in watched:
         job = labels.value(w.job_name())
         ranks = list(w.ranks())
-        ranks_n.add({"job": job}, len(ranks))
-        failed = 0
-        run_id = ""
+        j = jobs.setdefault(job, _Job())
+        j.ranks += len(ranks)
         for r in ranks:
             if seen >= MAX_RANKS:
                 refused.ranks += 1
@@ -191,7 +202,8 @@ def collect(watched: Sequence[Watched], now: float | None = None) -> list[Family
                 dropped.add({**base, "scope": "log"}, store.lost)
                 dropped.add({**base, "scope": "viewer"}, store.dropped)
                 state = r.model.status(now)
-                failed += bool(r.model.source_error)
+                j.errors += bool(r.model.source_error)
+            j.run_id = j.run_id or run_id
             if state is not None and state.last_step_age is not None:
                 last_step.add(base, now - state.last_step_age)
             shown = state.status if state is not None else "unknown"
@@ -205,12 +217,24 @@ def collect(watched: Sequence[Watched], now: float | None = None) -> list[Family
                     continue
                 severity, value = _alert_value(group)
                 alert.add({**base, "id": labels.value(alert_id), "severity": severity}, value)
-        errors.add({"job": job}, failed)
         line, severity = w.verdict(now)
-        info = {"verdict": labels.value(line, MAX_VERDICT), "severity": severity or "none"}
-        verdict.add({"job": job, "run_id": run_id, **info}, 1)
-        if w.view.cross.first_rank is not None:
-            first.add({"job": job, "run_id": run_id}, w.view.cross.first_rank)
+        if j.verdict is None or SEVERITY_RANK.get(severity, -1) > SEVERITY_RANK.get(
+            j.verdict[1], -1
+        ):
+            j.verdict = (line, severity)  # the worst of the job's sources
+        if j.first is None:
+            j.first = w.view.cross.first_rank
+    for job, j in jobs.items():
+        ranks_n.add({"job": job}, j.ranks)
+        errors.add({"job": job}, j.errors)
+        if j.verdict is not None:
+            info = {
+                "verdict": labels.value(j.verdict[0], MAX_VERDICT),
+                "severity": j.verdict[1] or "none",
+            }
+            verdict.add({"job": job, "run_id": j.run_id, **info}, 1)
+        if j.first is not None:
+            first.add({"job": job, "run_id": j.run_id}, j.first)
     own = _exporter_families(labels, refused)
     return [*fams.values(), step, steps, dropped, last_step, status, alert, verdict, first,
             ranks_n, errors, *own]  # fmt: skip
