@@ -87,11 +87,15 @@ async def _drive(url: str, tmp_path: Path) -> Path:
             assert "demo-run" in first and "Loss is NaN @" in first, first
             # the token was exchanged for a cookie: the address bar no longer holds it
             assert "token" not in str(await page.evaluate("location.href"))
-            assert f"@{NAN_STEP} loss" not in first  # no cursor yet
+            assert f"@{NAN_STEP} loss" not in first and "[window" not in first  # no cursor yet
 
-            await page.press("a")  # the next alert: cursor on its step, its checklist
-            chosen = await page.wait_screen(f"@{NAN_STEP}", "[ ]", timeout=WAIT)
-            assert f"@{NAN_STEP}" in chosen and "[ ]" in chosen, chosen
+            # the next alert: the cursor on its step in every panel (the badges say "@240"
+            # already: the panel's own "@240 loss" is the cursor), the window around it,
+            # and its checklist beside
+            await page.press("a")
+            chosen = await page.wait_screen(f"@{NAN_STEP} loss", "[window", "[ ]", timeout=WAIT)
+            assert f"@{NAN_STEP} loss" in chosen and "[window" in chosen, chosen
+            assert "[ ]" in chosen, chosen
             shot = await page.screenshot(tmp_path / "dltop-serve-chromium.png")
 
             await page.press("l")  # log scale on the loss panel
