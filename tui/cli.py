@@ -22,8 +22,10 @@ from dltop.tui.core.safetext import visible
 COMMANDS = {
     "check": "dltop.tui.check_cmd",
     "demo": "dltop.tui.demo_cmd",
+    "export": "dltop.tui.export_cmd",
     "ls": "dltop.tui.ls_cmd",
     "report": "dltop.tui.report_cmd",
+    "serve": "dltop.tui.serve_cmd",
 }
 VIEW_MODULE = "dltop.tui.view_cmd"
 
@@ -68,6 +70,8 @@ EPILOG = """commands:
   dltop check SOURCE [--json]    headless diagnosis for scripts and CI (exit 0/1/2/3)
   dltop report SOURCE [-o FILE]  a Markdown incident report with charts, to paste in an issue
   dltop ls                       live runs on this host and recent logs
+  dltop serve [SOURCE...]        the viewer in a browser (loopback; a token anywhere else)
+  dltop export --prometheus HOST:PORT SOURCE...   per-rank metrics and alerts for Prometheus
   dltop demo NAME | --list       watch a demo training hit a real failure
 
 Start a run by adding three lines to a training loop (see README.md):
