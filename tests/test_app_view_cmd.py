@@ -102,6 +102,30 @@ def test_options() -> None:
     assert parser.parse_args(["a.jsonl", "b.jsonl"]).source == ["a.jsonl", "b.jsonl"]  # overlay
     with pytest.raises(SystemExit):
         parser.parse_args(["--refresh", "10"])  # outside 2-4 Hz
+    picked = parser.parse_args(["--smooth", "0.9", "--panel", "acc", "--panel", "eval.f1,lr2"])
+    assert picked.smooth == 0.9 and picked.panel == ["acc", "eval.f1,lr2"]
+    from dltop.tui.core.extra_panels import parse_panels
+
+    assert parse_panels(picked.panel) == ("+acc", "+eval.f1", "+lr2")
+    assert defaults.smooth is None and defaults.panel == []
+    for bad in ("1", "-1", "x"):
+        with pytest.raises(SystemExit):
+            parser.parse_args(["--smooth", bad])
+
+
+def test_piped_into_another_command_the_viewer_says_so_instead_of_escape_codes(
+    tmp_path: Path,
+) -> None:
+    """``dltop | less`` or ``dltop > out``: one line on stderr, exit 3, nothing on stdout
+    (the viewer wrote its escape codes into the pipe)."""
+    log = write_log(tmp_path / "run.jsonl", "healthy", 50)
+    (tmp_path / "dltop-runs").mkdir()
+    (tmp_path / "dltop-runs" / "run.jsonl").write_bytes(log.read_bytes())
+    for args in ((), (str(log),)):
+        done = _dltop(*args, cwd=tmp_path)
+        assert done.returncode == 3 and done.stdout == "", done
+        assert len(done.stderr.splitlines()) == 1
+        assert "stdout is not" in done.stderr and "dltop check" in done.stderr
 
 
 def test_help_is_instant_and_lists_the_options(tmp_path: Path) -> None:

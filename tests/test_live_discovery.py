@@ -269,3 +269,22 @@ def test_ls_names_its_folder_as_given_and_refuses_a_missing_one(
     assert len(done.stderr.splitlines()) == 1 and "no folder" in done.stderr, done.stderr
     done = dltop("ls", "-n", "-1", cwd=tmp_path, env_dir=short_dir)
     assert done.returncode != 0 and "negative" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_ls_keeps_the_end_of_a_long_run_id_that_tells_runs_apart(
+    run_dir: Path, short_dir: Path, tmp_path: Path
+) -> None:
+    """Two runs named alike up to their timestamp: the list shows both timestamps (it
+    cut every id at 27 characters, and the two lines read the same)."""
+    runs = tmp_path / "dltop-runs"
+    ids = [f"finetune-llama-lora-r16-{stamp}" for stamp in ("20261127-101530", "20261127-114502")]
+    for i, run_id in enumerate(ids):
+        _rank_log(runs / f"run{i}.jsonl", run_id, time.time() - 50, 5)
+    text = dltop("ls", cwd=tmp_path, env_dir=short_dir).stdout
+    for run_id in ids:
+        assert run_id in text, text  # 39 characters: within the column, whole
+    from dltop.tui.ls_cmd import middle_cut
+
+    long = "x" * 60 + "-20261127-101530"
+    cut = middle_cut(long, 44)
+    assert len(cut) == 44 and cut.endswith("20261127-101530") and "…" in cut

@@ -113,20 +113,42 @@ def run(args: argparse.Namespace) -> int:
         print(f"no live runs, and no logs under {_where(args.dir)}")
         print("start a training with the probe (see README.md), then run `dltop`")
         return 0
-    header = f"{'RUN':<28} {'PID':>7} {'STARTED':>10} {'STEP':>8} {'STATUS':<9} SOURCE"
+    width = _run_width(runs + logs)
+    header = f"{'RUN':<{width}} {'PID':>7} {'STARTED':>10} {'STEP':>8} {'STATUS':<9} SOURCE"
     if runs:
         print("live runs")
         print(header)
         for r in runs:
-            _print_row(r)
+            _print_row(r, width)
     if logs:
         if runs:
             print()
         print(f"recent logs in {_where(args.dir)}")
         print(header)
         for r in logs:
-            _print_row(r)
+            _print_row(r, width)
     return 0
+
+
+RUN_WIDTH = (12, 44)  # the RUN column: as wide as the longest id shown, within these
+
+
+def _run_width(rows: list[RunInfo]) -> int:
+    longest = max((len(visible(r.run_id)) for r in rows), default=0)
+    return max(RUN_WIDTH[0], min(RUN_WIDTH[1], longest))
+
+
+def middle_cut(text: str, width: int) -> str:
+    """``text`` in ``width`` characters, cut in the middle: run ids tell runs apart by
+    their end (``demo-nan-20261127-101530``: the time) as much as by their start, so
+    both are kept and the ellipsis replaces the middle."""
+    if len(text) <= width:
+        return text
+    if width < 5:
+        return text[: max(0, width - 1)] + "…"
+    head = (width - 1) // 3
+    tail = width - 1 - head
+    return text[:head] + "…" + text[len(text) - tail :]
 
 
 def _describe(path: Path) -> RunInfo | None:
@@ -157,13 +179,14 @@ def _describe_job(folder: Path) -> RunInfo | None:
     return merge_job(folder, ranks, live=False) if ranks else None
 
 
-def _print_row(r: RunInfo) -> None:
+def _print_row(r: RunInfo, width: int) -> None:
     step = "-" if r.step is None else str(r.step)
     pid = "-" if r.pid is None else str(r.pid)
-    # run id and source come from other processes' files: escaped before any padding
-    run_id = visible(r.run_id, limit=27)
+    # run id and source come from other processes' files: escaped before any cut or
+    # padding (an escape sequence is never cut in two)
+    run_id = middle_cut(visible(r.run_id), width)
     print(
-        f"{run_id:<28} {pid:>7} {_age(r.started):>10} {step:>8} {visible(r.status):<9} {visible(r.source)}"
+        f"{run_id:<{width}} {pid:>7} {_age(r.started):>10} {step:>8} {visible(r.status):<9} {visible(r.source)}"
     )
     if r.verdict:  # the verdict `dltop check` starts with, under its run
         print(f"    {visible(r.verdict, limit=200)}")

@@ -41,6 +41,21 @@ def _refresh_hz(text: str) -> float:
     return hz
 
 
+def _smooth(text: str) -> float:
+    from dltop.tui.core.smoothing import parse_weight
+
+    try:
+        return parse_weight(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e).removeprefix("--smooth ")) from None
+
+
+NOT_A_TERMINAL = (
+    "the viewer draws on a terminal and stdout is not one (hint: `dltop check SOURCE` "
+    "prints the diagnosis as text, `--json` for scripts; `dltop ls` lists the runs)"
+)
+
+
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "source",
@@ -61,6 +76,22 @@ def configure(parser: argparse.ArgumentParser) -> None:
         help="redraws per second, 2-4 (default 3); data is ingested continuously",
     )
     parser.add_argument("--replay", action="store_true", help="read the log once, do not follow it")
+    parser.add_argument(
+        "--smooth",
+        type=_smooth,
+        default=None,
+        metavar="W",
+        help="weight of the smoothed line, 0 (off) to 0.999, per step as in TensorBoard "
+        "(default 0.6; s / S change it in the viewer)",
+    )
+    parser.add_argument(
+        "--panel",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="also chart this series (an extra such as acc, an eval metric such as "
+        "eval.f1, a sys reading); repeat it or separate names with commas (m in the viewer)",
+    )
     thresholds_args.add_lang(parser)
     thresholds_args.add_arguments(parser)
 
@@ -192,6 +223,19 @@ def _thresholds(args: argparse.Namespace) -> Any:
         raise SourceError(f"{e} (hint: {thresholds_args.HINT})") from None
 
 
+def _can_draw() -> bool:
+    """Whether the full-screen viewer has somewhere to draw: a terminal on stdout, or a
+    Textual driver chosen for it (``dltop serve`` runs the viewer under textual-serve's
+    web driver, with a pipe as stdout). Piped into another command, the viewer would
+    write escape codes into the pipe."""
+    if os.environ.get("TEXTUAL_DRIVER"):
+        return True
+    try:
+        return os.isatty(sys.stdout.fileno())
+    except (AttributeError, ValueError, OSError):
+        return False
+
+
 def run(args: argparse.Namespace) -> int:
     sources: list[str] = list(args.source or [])
     try:
@@ -207,8 +251,12 @@ def run(args: argparse.Namespace) -> int:
         text = str(e) if str(e) == START_HINT else visible(redact(str(e)))
         print(f"dltop: {text}", file=sys.stderr)
         return EXIT_NO_SOURCE
+    if not _can_draw():
+        print(f"dltop: {NOT_A_TERMINAL}", file=sys.stderr)
+        return EXIT_NO_SOURCE
     from dltop.tui.app.app import DltopApp  # Textual loads only when the UI starts
     from dltop.tui.core import foreign
+    from dltop.tui.core.extra_panels import parse_panels
 
     # another tool's log is a finished replay: read once, never followed
     replay = args.replay or all(
@@ -221,6 +269,8 @@ def run(args: argparse.Namespace) -> int:
         lang=args.lang,
         config=config,
         overlay=[str(p) for p in paths] if len(paths) > 1 else None,
+        panels=parse_panels(args.panel),
+        smoothing=args.smooth,
     )
     app.run(mouse=not args.no_mouse)
     return int(app.return_code or 0)
