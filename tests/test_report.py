@@ -32,6 +32,7 @@ from dltop.tui.core.safetext import visible
 from dltop.tui.core.ticks import sidecar_path
 from markdown_it import MarkdownIt
 from rulekit import Run
+from test_app_support import records as support_records
 
 ROOT = Path(__file__).resolve().parents[1]
 ENV = {**os.environ, "DLTOP_DEMO_THREADS": "1", "PYTHONUNBUFFERED": "1"}
@@ -453,3 +454,39 @@ def test_the_viewers_r_refuses_a_planted_charts_folder_too(tmp_path: Path) -> No
     with pytest.raises(OSError, match="symbolic link"):
         report.write_from_model(model, str(log), None, "en", path=report.default_path(str(log)))
     _untouched(elsewhere)
+
+
+def test_the_report_charts_the_extras_and_evals_as_a_line_with_dots(tmp_path: Path) -> None:
+    """A log with extras (``acc``, eval ``acc`` and ``f1``) gets their panels in the
+    report, as the viewer's ``m`` shows them; ``--panel`` chooses; evals are a line with
+    a dot per evaluation."""
+    import json as _json
+
+    log = tmp_path / "extras.jsonl"
+    with open(log, "w") as f:
+        for rec in support_records("healthy", 300):
+            if rec["kind"] == "step":
+                rec["acc"] = 0.5 + rec["step"] / 1000
+                rec["rewards/mean"] = 0.1
+            f.write(_json.dumps(rec) + "\n")
+            if rec["kind"] == "step" and rec["step"] % 50 == 49:
+                ev = {"kind": "eval", "step": rec["step"], "t": rec["t"], "acc": 0.4, "f1": 0.3}
+                f.write(_json.dumps(ev) + "\n")
+    out = tmp_path / "r.md"
+    done = dltop("report", str(log), "-o", str(out))
+    assert done.returncode == 0, done.stderr
+    text = out.read_text()
+    charts = sorted(p.name for p in (tmp_path / "r").iterdir())
+    extras = [c for c in charts if c.startswith("extra-")]
+    assert len(extras) == 4, charts  # acc (+ eval), rewards/mean, eval.f1, batch_size
+    acc = next(c for c in extras if c.endswith("-acc.svg"))
+    assert any(c.endswith("-rewards_mean.svg") for c in extras)  # a safe file name
+    svg = (tmp_path / "r" / acc).read_text()
+    assert svg.count("<circle") == 6 and "eval 0.4" in svg  # one dot per evaluation
+    assert "loss.svg" in charts and f"r/{acc}" in text
+    picked = tmp_path / "p.md"
+    done = dltop("report", str(log), "-o", str(picked), "--panel", "eval.f1")
+    assert done.returncode == 0, done.stderr
+    assert [c for c in os.listdir(tmp_path / "p") if c.startswith("extra-")] == [
+        next(c for c in os.listdir(tmp_path / "p") if c.endswith("eval.f1.svg"))
+    ]

@@ -43,6 +43,14 @@ def configure(parser: argparse.ArgumentParser) -> None:
         help="the Markdown file to write (default: <SOURCE>.report.md next to the log); "
         "the charts go in the folder of the same name without .md",
     )
+    parser.add_argument(
+        "--panel",
+        action="append",
+        default=None,
+        metavar="NAME",
+        help="chart this series beside the built-in panels (repeat it, or separate names "
+        "with commas); default: every series the log has beyond them, up to 12",
+    )
     thresholds_args.add_lang(parser)
     thresholds_args.add_arguments(parser)
     check_cmd.add_follow(parser)
@@ -50,6 +58,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from dltop.tui.core import report  # noqa: PLC0415 - `dltop --help` stays instant
+    from dltop.tui.core.extra_panels import parse_panels  # noqa: PLC0415
 
     try:
         config = thresholds_args.load(args)
@@ -89,6 +98,7 @@ def run(args: argparse.Namespace) -> int:
         notes=[n for r in results for n in r.notes] + [f"skipped: {s}" for s in skipped],
         ranks=ranks if len(results) > 1 else [],
         verdict=verdict_of(results, args.lang),
+        panels=parse_panels(args.panel) if args.panel else None,
     )
     path = args.output or report.default_path(args.source)
     if os.path.isdir(path):

@@ -17,7 +17,7 @@ from dltop.tui.core.safetext import visible
 if TYPE_CHECKING:
     from dltop.tui.core.run import RunModel
     from dltop.tui.core.ticks import Ticks
-    from dltop.tui.core.view_model import Clock
+    from dltop.tui.core.view_model import Clock, ViewState
 
 
 class Exports(AppMixin):
@@ -28,6 +28,7 @@ class Exports(AppMixin):
     ticks: Ticks
     lang: str
     clock: Clock
+    state: ViewState
     screenshot_dir: str | None
     last_screenshot: str | None  # path of the latest `e` screenshot
 
@@ -52,7 +53,15 @@ class Exports(AppMixin):
 
         try:
             source = self._shown_source(self.source)
-            out = write_from_model(self.model, source, self.ticks, self.lang, self.clock.now())
+            out = write_from_model(
+                self.model,
+                source,
+                self.ticks,
+                self.lang,
+                self.clock.now(),
+                # the panels picked on screen; none picked: every series the log has
+                panels=self.state.panels or None,
+            )
         except Exception as e:  # a full disk or a bug: one line, never a dead viewer
             # an OSError names a path (a rank file's name is the folder's): escaped
             why = visible(getattr(e, "strerror", None) or e)

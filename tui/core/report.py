@@ -21,7 +21,9 @@ pair can be moved or zipped together.
 from __future__ import annotations
 
 import os
+import re
 import time
+import zlib
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 from urllib.parse import quote
@@ -29,6 +31,7 @@ from urllib.parse import quote
 from dltop.tui.core import report_sections as sections
 from dltop.tui.core import safewrite, svgchart
 from dltop.tui.core.alerts import Alert
+from dltop.tui.core.extra_panels import MAX_EXTRA, is_extra, pickable
 from dltop.tui.core.panels import PANELS, panel_spec, store_chart
 from dltop.tui.core.view_model import ViewState, alert_key, locked
 
@@ -67,6 +70,10 @@ class ReportRun:
     ranks: list[str] = field(default_factory=list)  # one line per rank file of a directory
     rules_error: str | None = None
     verdict: str = ""  # the one-line verdict (``dltop.tui.core.verdict``), the report's top
+    # the panels beyond the built-in ones (``+acc``: extra_panels); None: every series the
+    # log has beyond them but the system's readings, up to MAX_EXTRA (a report is read
+    # later, by someone who could not pick)
+    panels: tuple[str, ...] | None = None
 
 
 @dataclass(frozen=True)
@@ -102,15 +109,18 @@ def render(run: ReportRun, charts_link: str, now: float) -> tuple[str, dict[str,
     charts: dict[str, str] = {}
     titles: list[tuple[str, str]] = []
     empty: list[str] = []
-    for spec in PANELS:
-        data = store_chart(run.store, spec.key, ViewState(), CHART_BUCKETS)
+    extras, left_out = report_panels(run)
+    for key in [spec.key for spec in PANELS] + list(extras):
+        data = store_chart(run.store, key, ViewState(), CHART_BUCKETS)
+        title = panel_spec(run.store, key).title  # the memory panel of a CPU run: RSS
         if not data.has_points:
-            empty.append(spec.title)
+            empty.append(title)
             continue
-        name = f"{spec.key}.svg"
-        title = panel_spec(run.store, spec.key).title  # the memory panel of a CPU run: RSS
-        charts[name] = svgchart.render(data, _panel_title(run, spec.key, title))
+        name = f"{chart_file(key)}.svg"
+        charts[name] = svgchart.render(data, _panel_title(run, key, title))
         titles.append((title, f"{quote(charts_link)}/{name}"))
+    if left_out:
+        empty.append(f"{left_out} more series (`dltop report --panel NAME` charts them)")
     parts = [
         sections.heading(run.store.meta, run.source, run.verdict),
         sections.summary(run.state, run.store, [ra.alert for ra in run.alerts], run),
@@ -122,6 +132,23 @@ def render(run: ReportRun, charts_link: str, now: float) -> tuple[str, dict[str,
         sections.footer(now),
     ]
     return "\n\n".join(p.rstrip("\n") for p in parts if p) + "\n", charts
+
+
+def report_panels(run: ReportRun) -> tuple[tuple[str, ...], int]:
+    """The extra panels a report draws and how many series it leaves out."""
+    if run.panels is not None:
+        return run.panels, 0
+    keys = [p.key for p in pickable(run.store) if not p.name.startswith("sys.")]
+    return tuple(keys[:MAX_EXTRA]), max(0, len(keys) - MAX_EXTRA)
+
+
+def chart_file(key: str) -> str:
+    """A chart's file name: a built-in panel's key, or ``extra-<n>-<name>`` with the
+    series name reduced to safe characters (it is the user's: ``rewards/mean``)."""
+    if not is_extra(key):
+        return key
+    name = re.sub(r"[^A-Za-z0-9._-]+", "_", key[1:])[:60].strip("._") or "series"
+    return f"extra-{zlib.crc32(key.encode('utf-8', 'replace')) & 0xFFFF:04x}-{name}"
 
 
 def _panel_title(run: ReportRun, key: str, title: str) -> str:
@@ -174,9 +201,11 @@ def write_from_model(
     lang: str,
     now: float | None = None,
     path: str | None = None,
+    panels: tuple[str, ...] | None = None,
 ) -> Written:
     """The viewer's ``r`` key: the run as the viewer holds it now (the rank shown, the
-    ticks of its sidecar), rendered under the model's lock and written after it."""
+    ticks of its sidecar, the panels picked), rendered under the model's lock and written
+    after it."""
     now = time.time() if now is None else now
     with locked(model):
         state = model.status(now)
@@ -200,6 +229,7 @@ def write_from_model(
             skipped_lines=model.malformed,
             rules_error=model.engine_error,
             verdict=model.verdict(now, lang),
+            panels=panels,
         )
         folder = charts_dir(target)
         text, charts = render(run, os.path.basename(folder), now)

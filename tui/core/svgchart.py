@@ -111,7 +111,7 @@ def _line_path(trace: Trace, f: _Frame) -> tuple[str, list[float]]:
 
 
 def _points(trace: Trace, f: _Frame, colour: str) -> tuple[list[str], list[float]]:
-    """Unconnected points (evaluations): a dot at each end of a bucket's extent."""
+    """Points (evaluations): a dot at each end of a bucket's extent."""
     n = len(trace.hi)
     out: list[str] = []
     bad_x: list[float] = []
@@ -227,6 +227,10 @@ def render(data: ChartData, title: str, width: int = WIDTH, height: int = HEIGHT
                         f'<path d="{path}" fill="none" stroke="{colour}" '
                         f'stroke-width="{width_}" stroke-linejoin="round"{extra}/>'
                     )
+                # evaluations: a line through them and a dot where each was taken (while
+                # sparse; a series evaluated at every step is a line, as on screen)
+                if trace.markers and sum(v is not None for v in trace.hi) <= len(trace.hi) // 3:
+                    body += _points(trace, f, colour)[0]
             else:
                 dots, bad = _points(trace, f, colour)
                 body += dots
