@@ -158,9 +158,20 @@ async def _test_l_turns_the_drawn_axis(tmp_path: Path) -> None:
             assert data is not None
             return data.log
 
-        # B's loss spans 35 decades: the overlaid chart is on a log axis by itself, while
-        # run A's own chart would not be; `l` turns what is drawn, not run A's chart
-        assert log_axis()
+        def legend() -> str:
+            data = app.query_one("#panel-loss", Chart).data
+            assert data is not None
+            return data.legend
+
+        # B's loss spans 35 decades: drawn off-scale, the axis stays A's (linear, where
+        # run B once put every run on a log axis, A flat on its floor); `l` turns what is
+        # drawn, not run A's chart
+        assert not log_axis() and "B off-scale (max " in legend()
+        await pilot.press("l")
+        await pilot.pause()
+        app.redraw()
+        await pilot.pause()
+        assert log_axis() and legend().startswith("[log]")
         await pilot.press("l")
         await pilot.pause()
         app.redraw()

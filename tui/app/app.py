@@ -310,6 +310,8 @@ class DltopApp(RankFocus, ViewKeys, AlertPane, Exports, App[int]):
                 run_errors=run_errors,
                 lang=self.lang,
                 verdict=said,
+                overlay=self.job.overlay,
+                verdict_run=self.job.overlay and self.job.across,
             )
             version = (vm.model_version(model), self.job.version())
             # what the banner depends on beyond the data: a crash the log does not record

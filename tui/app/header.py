@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import re
+
+from dltop.tui.core.overlay import LETTERS, RUN_COLOURS
+from dltop.tui.core.textfit import fit
 from dltop.tui.core.view_model import HeaderInfo
+from rich.style import Style
 from rich.text import Text
 from textual.widgets import Static
 
@@ -17,6 +22,9 @@ STATUS_STYLE = {
 
 
 VERDICT_STYLE = {"critical": "bold red", "warning": "bold yellow", "": "green"}
+# an overlaid run's letter where the header names a run: "run B …", "[run B: …]", and the
+# verdict's first word ("B Loss is NaN since …")
+_RUN_LETTER = re.compile(rf"(?:^|(?<=run ))([{LETTERS}])(?=[ :,)]|$)")
 
 
 class Header(Static):
@@ -56,6 +64,8 @@ def render_header(info: HeaderInfo, compact: bool = False, width: int = 0) -> Te
     t.append(info.run, style="bold cyan")
     if info.ranks:
         t.append(f" ({info.ranks})", style="cyan")
+        if info.overlay:
+            _colour_letters(t, len(t.plain) - len(info.ranks) - 1)
     t.append("  ")
     t.append(f" {info.status} ", style=STATUS_STYLE.get(info.status, "bold"))
     if info.age:
@@ -63,6 +73,8 @@ def render_header(info: HeaderInfo, compact: bool = False, width: int = 0) -> Te
     t.append(f"  step {info.step}")
     if info.mode:
         t.append(f"  [{info.mode}]", style="bold magenta")
+        if info.overlay:  # "[run B: cannot read …]"
+            _colour_letters(t, len(t.plain) - len(info.mode) - 1, anchored=False)
     if info.skipped:
         t.append(
             f"  {info.skipped} corrupt line{'s' if info.skipped != 1 else ''} skipped",
@@ -87,9 +99,20 @@ def render_header(info: HeaderInfo, compact: bool = False, width: int = 0) -> Te
     if info.host or info.pid:
         t.append(f"  {info.host}:{info.pid}", style="dim")
     if info.verdict:
-        said = info.verdict
-        if width and len(said) > width:
-            said = said[: max(1, width - 1)] + "…"
+        said = fit(info.verdict, width) if width else info.verdict  # never inside a number
         t.append("\n")
         t.append(said, style=VERDICT_STYLE.get(info.verdict_level, ""))
+        if info.verdict_run:
+            _colour_letters(t, len(t.plain) - len(said))
     return t
+
+
+def _colour_letters(t: Text, start: int, anchored: bool = True) -> None:
+    """The run letters in ``t`` from ``start``, each in its run's colour (as its line)."""
+    text = t.plain[start:]
+    for m in _RUN_LETTER.finditer(text):
+        if m.start() == 0 and not anchored:
+            continue
+        letter = m.group(1)
+        colour = RUN_COLOURS[LETTERS.index(letter)]
+        t.stylize(Style(color=colour, bold=True), start + m.start(), start + m.end())

@@ -45,6 +45,8 @@ class HeaderInfo:
     ranks: str = ""  # "rank 0 of 4 files" for a directory of rank logs
     verdict: str = ""  # the one-line verdict (``dltop.tui.core.verdict``), the second line
     verdict_level: str = ""  # the severity of the fault it names ("" when none)
+    overlay: bool = False  # overlaid runs: "run B" drawn in the run's colour
+    verdict_run: bool = False  # the verdict starts with the letter of the run it is about
 
     def __post_init__(self) -> None:  # every field may quote the log: escaped here, once
         escape_fields(self, multiline=())
@@ -69,6 +71,8 @@ def header_info(
     run_errors: str = "",
     lang: str = "en",
     verdict: tuple[str, str] | None = None,
+    overlay: bool = False,
+    verdict_run: bool = False,
 ) -> HeaderInfo:
     """The header line: identity, status with the age of the last record, speed, counts.
     ``run_state``: the model's status when the caller has it already (one pid check);
@@ -155,6 +159,8 @@ def header_info(
         ranks=ranks,
         verdict=visible(verdict[0]),
         verdict_level=verdict[1],
+        overlay=overlay,
+        verdict_run=verdict_run,
     )
 
 

@@ -13,10 +13,24 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
-from dltop.tui.core.chartdata import ALT, ALT2, EMA, EVAL, RAW, ChartData, Trace, wants_log
+from dltop.tui.core.chartdata import (
+    ALT,
+    ALT2,
+    EMA,
+    EVAL,
+    LEGEND,
+    RAW,
+    ChartData,
+    Trace,
+    wants_log,
+)
 from dltop.tui.core.fmt import compact as format_value
 from dltop.tui.core.foreign.common import TOOL_NAME
 from dltop.tui.core.safetext import visible
+
+# a legend item: plain text, or (text, style key) spans (an overlaid run's letter in its
+# colour); either is escaped here, in ``assemble``
+LegendItem = str | tuple[tuple[str, str], ...]
 
 if TYPE_CHECKING:
     from dltop.tui.core.run import RunModel
@@ -236,7 +250,7 @@ def assemble(
     start: int,
     end: int,
     traces: Sequence[Trace],
-    legend: list[str],
+    legend: Sequence[LegendItem],
     at: int | None,
     unit: str,
 ) -> ChartData:
@@ -244,15 +258,23 @@ def assemble(
     mark, the cursor's ``@step`` prefix, the legend made safe to print (metric and run
     names are the user's). One assembly for a single run, a job and an overlay."""
     log, mark = log_scale(spec, state, traces)
-    items = [mark, *legend] if mark else legend
-    prefix = f"@{at} " if at is not None else ""
+    items: list[LegendItem] = [mark, *legend] if mark else list(legend)
+    spans: list[tuple[str, str]] = [(f"@{at} ", LEGEND)] if at is not None else []
+    for i, item in enumerate(items):
+        if i:
+            spans.append(("  ", LEGEND))
+        if isinstance(item, str):
+            spans.append((visible(item), LEGEND))
+        else:
+            spans.extend((visible(text), style) for text, style in item)
     return ChartData(
         start=start,
         end=max(end, start),
         traces=tuple(traces),
         log=log,
         cursor=at,
-        legend=visible(prefix + "  ".join(items)),
+        legend="".join(text for text, _ in spans),
+        legend_spans=tuple(spans),
         unit=unit,
         empty_text=spec.empty,
         y_floor=None if log else spec.y_floor,
