@@ -32,6 +32,7 @@ from dltop.tui.app.messages import Ingested, SourceEnded, SourceFailed
 from dltop.tui.app.offloop import OffLoop
 from dltop.tui.app.rank_focus import RankFocus
 from dltop.tui.app.rank_table import RankTable
+from dltop.tui.app.toast import notify_wrapped
 from dltop.tui.app.view_keys import ViewKeys
 from dltop.tui.core import rankjob
 from dltop.tui.core import view_model as vm
@@ -182,7 +183,7 @@ class DltopApp(RankFocus, ViewKeys, AlertPane, Exports, App[int]):
             self._start_source(self.source)
             self._show_rank_hint()
         if self.ticks.error:  # a bad sidecar, said once; toggles say their own errors
-            self.notify(visible(self.ticks.error), severity="warning", timeout=8)
+            notify_wrapped(self, visible(self.ticks.error), severity="warning", timeout=8)
         self.set_interval(1.0 / self.refresh_hz, self.redraw, name="redraw")
         self.redraw()
 
@@ -231,7 +232,8 @@ class DltopApp(RankFocus, ViewKeys, AlertPane, Exports, App[int]):
         if chosen is not None:
             self.ticks = self._ticks_beside(chosen.path)
         if getattr(reader, "skipped", None):  # rank files that are FIFOs, devices, loops
-            self.notify(visible("; ".join(reader.skipped)), severity="warning", timeout=8)  # type: ignore[union-attr]
+            skipped = visible("; ".join(reader.skipped))  # type: ignore[union-attr]
+            notify_wrapped(self, skipped, severity="warning", timeout=8)
 
         def read() -> None:  # on the worker thread
             try:
@@ -265,7 +267,7 @@ class DltopApp(RankFocus, ViewKeys, AlertPane, Exports, App[int]):
 
     def on_source_failed(self, message: SourceFailed) -> None:
         self.source_error = message.text
-        self.notify(visible(message.text), severity="error", timeout=10)
+        notify_wrapped(self, visible(message.text), severity="error", timeout=10)
 
     def on_source_ended(self, message: SourceEnded) -> None:
         self.ended = True

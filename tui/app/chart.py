@@ -222,7 +222,7 @@ class Chart(Widget):
             Segment(text, style if key == LEGEND else self._style(key) + Style(bold=True))
             for text, key in fit_spans(spans, width, sep="  ")
         ]
-        return Strip(segs, width).adjust_cell_length(width, style)
+        return Strip(segs).adjust_cell_length(width, style)
 
     def _plot(self, data: ChartData, cols: int, plot_h: int, axis: Style) -> list[Strip]:
         rng = y_range(data)

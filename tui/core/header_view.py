@@ -17,6 +17,7 @@ from dltop.tui.core.fmt import duration as format_duration
 from dltop.tui.core.fmt import rate as format_rate
 from dltop.tui.core.run import DELETED_NOTE
 from dltop.tui.core.safetext import escape_fields, visible
+from dltop.tui.core.textfit import fit
 from dltop.tui.core.verdict import primary_fault
 
 if TYPE_CHECKING:
@@ -53,7 +54,7 @@ class HeaderInfo:
 
 
 def _cap(text: str, width: int) -> str:
-    return text if len(text) <= width else text[: width - 1] + "…"
+    return fit(text, width)  # between words: a run id's date or number is never cut
 
 
 _UNSET: Any = object()

@@ -44,6 +44,7 @@ from dltop.tui.core.ranklog import RankLog
 from dltop.tui.core.rankrows import RankRow, memory_text, recent, seconds_text, slowest_rank
 from dltop.tui.core.run import DELETED_NOTE
 from dltop.tui.core.safetext import visible
+from dltop.tui.core.textfit import fit
 from dltop.tui.core.view_model import ViewState, alert_key, alerts_of, locked
 
 if TYPE_CHECKING:
@@ -70,7 +71,7 @@ def _named(ranks: list[RankLog]) -> str:
 
 
 def _cap(text: str, width: int) -> str:
-    return text if len(text) <= width else text[: max(0, width - 1)] + "…"
+    return fit(text, width)  # between words: a rank's number or an error's is never cut
 
 
 def error_note(failed: Sequence[tuple[str, str]], unit: str, width: int = ERROR_NOTE) -> str:

@@ -65,8 +65,9 @@ def _inside(spans: Sequence[tuple[int, int]], j: int) -> bool:
 def _break(text: str, start: int, end: int, sep: str, spans: Sequence[tuple[int, int]]) -> int:
     """Where to end a row of ``text`` that starts at ``start`` and may reach ``end``: after
     the last ``sep`` (a whole legend item), else at the last space, else after the last
-    punctuation of one long word, else anywhere but inside a number. ``start`` when not
-    even that is possible (a row would hold only part of a number)."""
+    punctuation of a long word, else anywhere but inside a number; a space or punctuation
+    only when it keeps half the row (a long path after "rank 1:" keeps its head rather
+    than leaving "rank 1:…"). ``start`` when nothing fits without cutting a number."""
     if end >= len(text):
         return len(text)
     if sep.strip() == "" and len(sep) > 1:
@@ -75,12 +76,18 @@ def _break(text: str, start: int, end: int, sep: str, spans: Sequence[tuple[int,
             return i
     if text[end].isspace():  # the text goes on with a space: every kept word is whole
         return end
-    i = max(text.rfind(" ", start, end), text.rfind("\t", start, end))
-    if i > start:
-        return i
-    for j in range(end, start, -1):  # one long word: after a separator, "/", ".", ":"
+    half = start + (end - start) // 2
+    space = max(text.rfind(" ", start, end), text.rfind("\t", start, end))
+    if space > start and space >= half:
+        return space
+    for j in range(end, max(start, half - 1), -1):  # a long word: after "/", ".", ":"
         if not (text[j - 1].isalnum() and text[j].isalnum()) and not _inside(spans, j):
             return j
+    for j in range(end, max(start, half - 1), -1):
+        if not _inside(spans, j):
+            return j
+    if space > start:
+        return space
     for j in range(end, start, -1):
         if not _inside(spans, j):
             return j

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 from dltop.tui.core.alerts import SEVERITY_RANK, WARNING, Alert
 from dltop.tui.core.fmt import nbytes, seconds
 from dltop.tui.core.fmt import number as fmt
+from dltop.tui.core.textfit import fit
 
 if TYPE_CHECKING:
     from dltop.tui.core.facts import Fact
@@ -90,7 +91,7 @@ def render(template: str, values: dict[str, Any]) -> str | None:
 
 def _word(value: Any, kind: str) -> str:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return str(value)[:120]
+        return fit(str(value), 120)
     if kind == "percent":
         return fmt(100 * value)
     if kind == "bytes":
@@ -183,5 +184,4 @@ def job_verdict(runs: list[tuple[int | None, RuleEngine, RunState]], lang: str =
 
 
 def _cap(line: str) -> str:
-    line = " ".join(line.split())
-    return line if len(line) <= MAX_LEN else line[: MAX_LEN - 1] + "…"
+    return fit(" ".join(line.split()), MAX_LEN)  # between words: a number stays whole
