@@ -37,6 +37,7 @@ from dltop.tui.app.view_keys import ViewKeys
 from dltop.tui.core import rankjob
 from dltop.tui.core import view_model as vm
 from dltop.tui.core.foreign_source import ForeignSource
+from dltop.tui.core.i18n import tr
 from dltop.tui.core.overlay import OverlayView
 from dltop.tui.core.overlay_source import OverlaySource
 from dltop.tui.core.safetext import visible
@@ -165,7 +166,7 @@ class DltopApp(RankFocus, ViewKeys, AlertPane, Exports, App[int]):
                         widget = Chart(provider, id=f"panel-{spec.key}")
                     widget.add_class("panel")
                     widget.set_class(spec.minor, "-minor")
-                    widget.border_title = f"{i} {visible(spec.title)}"
+                    widget.border_title = f"{i} {visible(tr(spec.title, self.lang))}"
                     yield widget
             yield ChecklistPane(id="checklist")
         yield Input(
@@ -339,7 +340,7 @@ class DltopApp(RankFocus, ViewKeys, AlertPane, Exports, App[int]):
             return
         self.ticks_drawn += 1
         if info_due:
-            self.query_one(BadgeBar).show(alerts, self.state.selected)
+            self.query_one(BadgeBar).show(alerts, self.state.selected, self.lang)
             self.query_one(CrashBanner).show(crash)
             self.query_one("#panel-gpu", GpuPanel).show_na(gpu_na)
             pane = self.query_one(ChecklistPane)
@@ -385,7 +386,7 @@ class DltopApp(RankFocus, ViewKeys, AlertPane, Exports, App[int]):
 
     # ------------------------------------------------------------- actions
     def action_help(self) -> None:
-        self.push_screen(HelpScreen(self._rank_lines()))
+        self.push_screen(HelpScreen(self._rank_lines(), self.lang))
 
     # Textual collects ``@on`` handlers from the App's own class body only, not from its
     # mixins: these stay here and hand the event to the mixin that owns the behaviour.

@@ -70,8 +70,9 @@ class Badge(Static, can_focus=True):
             super().__init__()
             self.key = key
 
-    def __init__(self, alert: Alert, selected: bool) -> None:
-        super().__init__(_label(alert), classes=f"badge -{alert.severity}", markup=False)
+    def __init__(self, alert: Alert, selected: bool, lang: str = "en") -> None:
+        label = _label(alert, lang)
+        super().__init__(label, classes=f"badge -{alert.severity}", markup=False)
         self.key = alert_key(alert)
         self.set_class(not alert.active, "-inactive")
         self.set_class(selected, "-selected")
@@ -94,13 +95,13 @@ class BadgeBar(HorizontalScroll, can_focus=False, inherit_bindings=False):
     def __init__(self, *, id: str | None = None) -> None:
         super().__init__(id=id)
         self._signature: tuple = ()
-        self._asked: tuple[list[Alert], str | None] | None = None  # redrawn on a resize
+        self._asked: tuple[list[Alert], str | None, str] | None = None  # for a resize
 
     def compose(self) -> ComposeResult:
         yield Static("no alerts", classes="badge -none")
 
-    def show(self, alerts: list[Alert], selected: str | None) -> None:
-        self._asked = (alerts, selected)
+    def show(self, alerts: list[Alert], selected: str | None, lang: str = "en") -> None:
+        self._asked = (alerts, selected, lang)
         ordered = newest_first(alerts)
         pool = ordered[:MAX_BADGES]  # the candidates: a bound on widgets, whatever the width
         keys = [alert_key(a) for a in pool]
@@ -110,12 +111,12 @@ class BadgeBar(HorizontalScroll, can_focus=False, inherit_bindings=False):
             if found:
                 pool, at = pool + found, len(pool)
         width = self.size.width or self.app.size.width
-        widths = [cells(_plain(_label(a))) for a in pool]
+        widths = [cells(_plain(_label(a, lang))) for a in pool]
         picked = fit_badges(widths, len(ordered), width, at)
         shown = [pool[i] for i in picked]
         # what is drawn, no more: the alerts without a badge change only the count
         drawn = tuple((alert_key(a), a.severity, a.active, a.last_step, a.message) for a in shown)
-        sig = (drawn, selected, len(ordered), width)
+        sig = (drawn, selected, len(ordered), width, lang)
         if sig == self._signature:
             return
         self._signature = sig
@@ -124,7 +125,7 @@ class BadgeBar(HorizontalScroll, can_focus=False, inherit_bindings=False):
         if not ordered:
             self.mount(Static("no alerts", classes="badge -none"))
             return
-        badges = [Badge(a, alert_key(a) == selected) for a in shown]
+        badges = [Badge(a, alert_key(a) == selected, lang) for a in shown]
         self.mount_all(badges)
         left = len(ordered) - len(shown)
         if left:
@@ -146,10 +147,10 @@ def _plain(label: str | Text) -> str:
     return label.plain if isinstance(label, Text) else label
 
 
-def _label(alert: Alert) -> str | Text:
-    """The badge's text; an overlaid run's letter on the run's colour (as its chart line),
-    the severity staying the badge's own colour."""
-    label = badge_label(alert)
+def _label(alert: Alert, lang: str = "en") -> str | Text:
+    """The badge's text (its title in ``lang``); an overlaid run's letter on the run's
+    colour (as its chart line), the severity staying the badge's own colour."""
+    label = badge_label(alert, lang)
     if alert.run is None or alert.run not in LETTERS:
         return label
     at = label.find(f" {alert.run} ")

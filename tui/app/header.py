@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 
+from dltop.tui.core.i18n import tr
 from dltop.tui.core.overlay import LETTERS, RUN_COLOURS
 from dltop.tui.core.textfit import fit
 from dltop.tui.core.view_model import HeaderInfo
@@ -67,35 +68,38 @@ def render_header(info: HeaderInfo, compact: bool = False, width: int = 0) -> Te
         if info.overlay:
             _colour_letters(t, len(t.plain) - len(info.ranks) - 1)
     t.append("  ")
-    t.append(f" {info.status} ", style=STATUS_STYLE.get(info.status, "bold"))
+    lang = info.lang
+    t.append(f" {tr(info.status, lang)} ", style=STATUS_STYLE.get(info.status, "bold"))
     if info.age:
         t.append(f" {info.age}", style="dim")
-    t.append(f"  step {info.step}")
+    t.append("  " + tr("step {step}", lang, step=info.step))
     if info.mode:
         t.append(f"  [{info.mode}]", style="bold magenta")
         if info.overlay:  # "[run B: cannot read …]"
             _colour_letters(t, len(t.plain) - len(info.mode) - 1, anchored=False)
     if info.skipped:
+        said = f"{info.skipped} corrupt line{'s' if info.skipped != 1 else ''} skipped"
         t.append(
-            f"  {info.skipped} corrupt line{'s' if info.skipped != 1 else ''} skipped",
+            "  " + _counted(said, "{n} corrupt lines skipped", info.skipped, lang),
             style="bold yellow",
         )
     if info.lost:
+        said = f"{info.lost} record{'s' if info.lost != 1 else ''} not in the log"
         t.append(
-            f"  {info.lost} record{'s' if info.lost != 1 else ''} not in the log",
+            "  " + _counted(said, "{n} records not in the log", info.lost, lang),
             style="bold yellow",
         )
     if info.dropped:
+        said = f"{info.dropped} record{'s' if info.dropped != 1 else ''} dropped"
         t.append(
-            f"  {info.dropped} record{'s' if info.dropped != 1 else ''} dropped",
-            style="bold yellow",
+            "  " + _counted(said, "{n} records dropped", info.dropped, lang), style="bold yellow"
         )
     if compact and info.gpu:  # the GPU panel is hidden on small terminals: say it here
         t.append(f"  {info.gpu}", style="bold")
     if info.rate:
         t.append(f"  {info.rate}")
     if info.elapsed:
-        t.append(f"  elapsed {info.elapsed}")
+        t.append("  " + tr("elapsed {elapsed}", lang, elapsed=info.elapsed))
     if info.host or info.pid:
         t.append(f"  {info.host}:{info.pid}", style="dim")
     if info.verdict:
@@ -105,6 +109,12 @@ def render_header(info: HeaderInfo, compact: bool = False, width: int = 0) -> Te
         if info.verdict_run:
             _colour_letters(t, len(t.plain) - len(said))
     return t
+
+
+def _counted(english: str, key: str, n: int, lang: str) -> str:
+    """A count's words: English says "1 record", a translation has one form for all."""
+    said = tr(key, lang, n=n)
+    return english if said == key.format(n=n) else said
 
 
 def _colour_letters(t: Text, start: int, anchored: bool = True) -> None:

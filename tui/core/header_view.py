@@ -15,6 +15,7 @@ from dltop.tui.core.fmt import age as format_age
 from dltop.tui.core.fmt import compact, compact_bytes
 from dltop.tui.core.fmt import duration as format_duration
 from dltop.tui.core.fmt import rate as format_rate
+from dltop.tui.core.i18n import tr
 from dltop.tui.core.run import DELETED_NOTE
 from dltop.tui.core.safetext import escape_fields, visible
 from dltop.tui.core.textfit import fit
@@ -48,6 +49,7 @@ class HeaderInfo:
     verdict_level: str = ""  # the severity of the fault it names ("" when none)
     overlay: bool = False  # overlaid runs: "run B" drawn in the run's colour
     verdict_run: bool = False  # the verdict starts with the letter of the run it is about
+    lang: str = "en"  # the labels' language (``--lang``): the app's header words them
 
     def __post_init__(self) -> None:  # every field may quote the log: escaped here, once
         escape_fields(self, multiline=())
@@ -120,11 +122,11 @@ def header_info(
     if model.loading is not None:
         mode.append(f"loading {compact(model.loading * 100, '%')}")
     if state.paused:
-        mode.append("paused")
+        mode.append(tr("paused", lang))
     elif state.window is not None:
-        mode.append(f"window {state.window[0]}–{state.window[1]}")
+        mode.append(tr("window {start}–{end}", lang, start=state.window[0], end=state.window[1]))
     if not follow:
-        mode.append("replay")
+        mode.append(tr("replay", lang))
     if model.resets:
         mode.append(f"restarted ×{model.resets}")
     if getattr(model, "log_deleted", False):
@@ -147,9 +149,9 @@ def header_info(
         host=_cap(visible(meta.get("host") or ""), 32),
         pid=str(meta.get("pid") or ""),
         status=status,
-        age=f"last record {format_age(age_s)}" if age_s is not None else "",
+        age=tr("last record {age}", lang, age=format_age(age_s)) if age_s is not None else "",
         step=str(last) if last is not None else "—",
-        rate=f"{format_rate(facts_rate)} steps/s" if facts_rate else "",
+        rate=tr("{rate} steps/s", lang, rate=format_rate(facts_rate)) if facts_rate else "",
         elapsed=elapsed,
         skipped=int(model.malformed),
         mode="  ".join(mode),
@@ -162,6 +164,7 @@ def header_info(
         verdict_level=verdict[1],
         overlay=overlay,
         verdict_run=verdict_run,
+        lang=lang,
     )
 
 

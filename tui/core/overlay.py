@@ -155,12 +155,20 @@ def overlay_chart(
         )
     drawn = [replace(t, in_range=False) if r.name in off else t for r, t in traces]
     # compact() writes NaN/Inf as such: a run that went NaN says so
-    legend: list[panels.LegendItem] = [
-        ((run.name, run.style), (f" {compact(v, unit)}", LEGEND)) for run, v in values
-    ]
-    legend += [
-        ((n, RUN_STYLES[LETTERS.index(n)]), (f" {o.note(unit)}", LEGEND)) for n, o in off.items()
-    ]
+    said = {run.name: compact(v, unit) for run, v in values}
+    lead: list[panels.LegendItem] = []  # an off-scale run first: a narrow panel cuts the end
+    legend: list[panels.LegendItem] = []
+    for run in runs:
+        word, clipped = said.get(run.name), off.get(run.name)
+        if clipped is None:
+            if word is not None:
+                legend.append(((run.name, run.style), (f" {word}", LEGEND)))
+            continue
+        extremes = {compact(x, unit) for x in (clipped.high, clipped.low) if x is not None}
+        note = clipped.note(unit)
+        note = note if word is None or word in extremes else f"{word} {note}"
+        lead.append(((run.name, run.style), (f" {note}", LEGEND)))
+    legend = lead + legend
     return panels.assemble(spec, state, start, end, drawn, legend, at, unit)
 
 
