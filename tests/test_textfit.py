@@ -40,6 +40,7 @@ def test_fit_cuts_between_words_and_never_inside_a_number() -> None:
     assert fit("1.25e+05 steps", 6) == ELLIPSIS  # not "1.25e…"
     assert fit("rank 1: " + "x" * 300, 40).startswith("rank 1: xxxx")  # not "rank 1:…"
     assert fit("loss 0.31  ema 0.35  eval 0.77", 22, sep="  ") == "loss 0.31  ema 0.35…"
+    assert fit("run\\x1b\\x1b\\x1b", 9) == "run\\x1b…"  # an escape is whole or gone
 
 
 def test_widths_are_terminal_cells() -> None:

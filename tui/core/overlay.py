@@ -40,6 +40,7 @@ from dltop.tui.core.rankjob import (
 )
 from dltop.tui.core.ranks import FAILURES
 from dltop.tui.core.safetext import visible
+from dltop.tui.core.textfit import fit
 
 if TYPE_CHECKING:
     from dltop.tui.core.run import RunModel
@@ -80,7 +81,7 @@ class OverlayRun(RankLog):
     def label(self) -> str:
         """``A run.jsonl``: the letter and the log's name (escaped: it is the user's)."""
         base = os.path.basename(self.path.rstrip("/")) or self.path
-        return f"{self.name} {visible(base, limit=40)}"
+        return f"{self.name} {fit(visible(base), 41)}"  # between words: never mid-number
 
 
 def _metric(run: OverlayRun, key: str, smoothing: bool) -> tuple[str, bool] | None:

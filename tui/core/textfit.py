@@ -11,8 +11,8 @@ inside a number. A notification that shows a path breaks it after a ``/``
 
 Widths are terminal cells: a Chinese character takes two (``--lang zh``), so a legend or
 a header counted in characters would overflow by half. Text from a log is escaped
-(``safetext.visible``) before it is fitted: an escape is never cut in two either, since
-``\\x1b`` is one word to this module.
+(``safetext.visible``) before it is fitted, and an escape such as ``\\x1b`` is never cut
+in two either.
 """
 
 from __future__ import annotations
@@ -23,8 +23,11 @@ from collections.abc import Sequence
 
 ELLIPSIS = "…"
 # what a cut must never split: a decimal or hex number, its sign, separators and exponent
-# ("268435456", "2.00", "1,024", "-3e+05", "0x7f3a")
-_NUMBER = re.compile(r"0[xX][0-9a-fA-F]+|[-+]?\d+(?:[.,_]\d+)*(?:[eE][-+]?\d+)?")
+# ("268435456", "2.00", "1,024", "-3e+05", "0x7f3a"), and safetext's escapes ("\x1b")
+_NUMBER = re.compile(
+    r"\\(?:x[0-9a-fA-F]{2}|u[0-9a-fA-F]{4}|[ntr])"
+    r"|0[xX][0-9a-fA-F]+|[-+]?\d+(?:[.,_]\d+)*(?:[eE][-+]?\d+)?"
+)
 PATH_SEPARATORS = "/\\"
 
 
