@@ -4,8 +4,6 @@ picker: Pilot tests on real log files."""
 from __future__ import annotations
 
 import asyncio
-import json
-import math
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +13,7 @@ from dltop.tui.app.panel_set import fourth_panel
 from dltop.tui.app.picker import PanelPicker
 from dltop.tui.core.alerts import Alert
 from test_app_live import wait_for
-from test_app_support import end_time, records, screen_text, write_log
+from test_app_support import end_time, extras_log, screen_text, write_log
 from textual.widgets import SelectionList
 
 SIZES = ((160, 48), (80, 24), (200, 60), (80, 24), (160, 48), (120, 40))
@@ -114,22 +112,8 @@ def test_the_fourth_small_panel_follows_the_pick_then_the_worst_alert() -> None:
     assert fourth_panel(("+acc",), leak_then_stall) == "+acc"  # what the person picked
 
 
-def _extras_log(path: Path, steps: int = 300) -> Path:
-    """The healthy scenario with extras: ``acc`` every step, eval ``acc``/``f1`` every 50."""
-    with open(path, "w") as f:
-        for rec in records("healthy", steps):
-            if rec["kind"] == "step":
-                rec["acc"] = 0.5 + 0.4 * (1 - math.exp(-rec["step"] / 80))
-                rec["tokens_seen"] = 1000 * rec["step"]
-            f.write(json.dumps(rec) + "\n")
-            if rec["kind"] == "step" and rec["step"] % 50 == 49:
-                ev = {"kind": "eval", "step": rec["step"], "t": rec["t"], "acc": 0.45, "f1": 0.3}
-                f.write(json.dumps(ev) + "\n")
-    return path
-
-
 async def _test_picker(tmp_path: Path) -> None:
-    log = _extras_log(tmp_path / "run.jsonl")
+    log = extras_log(tmp_path / "run.jsonl")
     app = _replay(log, 300)
     async with app.run_test(size=(160, 48)) as pilot:
         await wait_for(pilot, lambda: app.ended and app.chunks > 0, "the log read")
@@ -180,7 +164,7 @@ def test_the_panel_picker_adds_zooms_and_removes_panels_of_any_series(tmp_path: 
 
 
 async def _test_flag(tmp_path: Path) -> None:
-    log = _extras_log(tmp_path / "run.jsonl")
+    log = extras_log(tmp_path / "run.jsonl")
     app = _replay(log, 300, panels=("+acc",), smoothing=0.9)
     async with app.run_test(size=(120, 40)) as pilot:
         await wait_for(pilot, lambda: app.ended and app.chunks > 0, "the log read")

@@ -9,10 +9,12 @@ import json
 import time
 from pathlib import Path
 
+import pytest
 from dltop.tui.app.app import DltopApp
 from dltop.tui.app.chart import Chart
 from dltop.tui.app.checklist import StepList
 from dltop.tui.app.rank_table import RankTable
+from dltop.tui.core.overlay import FAINT
 from dltop.tui.core.ticks import sidecar_path
 from test_app_live import wait_for, writer
 from test_app_support import NAN_STEP, end_time, screen_text, write_log
@@ -42,7 +44,9 @@ async def _loaded(pilot: object, app: DltopApp) -> None:
 def _lines(app: DltopApp, key: str = "loss") -> list[str]:
     data = app.query_one(f"#panel-{key}", Chart).data
     assert data is not None
-    return [t.name for t in data.traces if not t.markers]  # evals are lines with markers
+    # each run's own line: not its evaluations (lines with markers) nor its raw loss
+    # drawn faint under its smoothed one
+    return [t.name for t in data.traces if not t.markers and not t.style.endswith(FAINT)]
 
 
 async def _test_two_runs(tmp_path: Path) -> None:
@@ -131,7 +135,8 @@ def test_a_live_run_is_followed_while_overlaid(tmp_path: Path) -> None:
     asyncio.run(_test_a_live_run_is_followed_while_overlaid(tmp_path))
 
 
-def test_two_runs_snapshot(tmp_path: Path, snap_compare: object) -> None:
+@pytest.mark.parametrize("size", [(80, 24), (120, 40), (200, 60)], ids=lambda s: f"{s[0]}x{s[1]}")
+def test_two_runs_snapshot(tmp_path: Path, snap_compare: object, size: tuple[int, int]) -> None:
     paths = [
         write_log(tmp_path / "lr-3e-4.jsonl", "healthy", 320),
         write_log(tmp_path / "lr-1e-2.jsonl", "blowup", 320),
@@ -141,7 +146,7 @@ def test_two_runs_snapshot(tmp_path: Path, snap_compare: object) -> None:
     async def run_before(pilot: object) -> None:
         await _loaded(pilot, app)
 
-    assert snap_compare(app, terminal_size=(120, 40), run_before=run_before)  # type: ignore[operator]
+    assert snap_compare(app, terminal_size=size, run_before=run_before)  # type: ignore[operator]
 
 
 async def _test_l_turns_the_drawn_axis(tmp_path: Path) -> None:
@@ -158,9 +163,20 @@ async def _test_l_turns_the_drawn_axis(tmp_path: Path) -> None:
             assert data is not None
             return data.log
 
-        # B's loss spans 35 decades: the overlaid chart is on a log axis by itself, while
-        # run A's own chart would not be; `l` turns what is drawn, not run A's chart
-        assert log_axis()
+        def legend() -> str:
+            data = app.query_one("#panel-loss", Chart).data
+            assert data is not None
+            return data.legend
+
+        # B's loss spans 35 decades: drawn off-scale, the axis stays A's (linear, where
+        # run B once put every run on a log axis, A flat on its floor); `l` turns what is
+        # drawn, not run A's chart
+        assert not log_axis() and "B off-scale (max " in legend()
+        await pilot.press("l")
+        await pilot.pause()
+        app.redraw()
+        await pilot.pause()
+        assert log_axis() and legend().startswith("[log]")
         await pilot.press("l")
         await pilot.pause()
         app.redraw()

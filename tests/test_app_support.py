@@ -115,6 +115,23 @@ def records(
         yield {"kind": "event", "type": "exit", "status": "signal", "t": t + 0.01}
 
 
+def extras_log(path: Path, steps: int = 300) -> Path:
+    """The healthy scenario with what people log beyond the basics: ``acc`` and
+    ``tokens_seen`` every step, an eval of ``acc`` and ``f1`` every 50 steps."""
+    import json
+
+    with open(path, "w") as f:
+        for rec in records("healthy", steps):
+            if rec["kind"] == "step":
+                rec["acc"] = 0.5 + 0.4 * (1 - math.exp(-rec["step"] / 80))
+                rec["tokens_seen"] = 1000 * rec["step"]
+            f.write(json.dumps(rec) + "\n")
+            if rec["kind"] == "step" and rec["step"] % 50 == 49:
+                ev = {"kind": "eval", "step": rec["step"], "t": rec["t"], "acc": 0.45, "f1": 0.3}
+                f.write(json.dumps(ev) + "\n")
+    return path
+
+
 def end_time(steps: int) -> float:
     return T0 + steps * DT
 

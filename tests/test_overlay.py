@@ -13,8 +13,10 @@ from typing import Any
 
 import pytest
 from dltop.tui import view_cmd
-from dltop.tui.core import overlay
+from dltop.tui.core import overlay, overlay_scale
+from dltop.tui.core.chartdata import Trace, off_scale_marks, y_range
 from dltop.tui.core.overlay import (
+    FAINT,
     MAX_RUNS,
     RUN_STYLES,
     OverlayRun,
@@ -45,8 +47,14 @@ def _view(runs: tuple[OverlayRun, ...]) -> OverlayView:
 def test_a_line_per_run_in_its_own_colour_aligned_by_step() -> None:
     runs = _runs("healthy", "nan", "healthy")
     data = overlay_chart(runs, "loss", ViewState(), 60)
-    lines = [t for t in data.traces if not t.markers]
+    lines = [t for t in data.traces if not t.markers and not t.style.endswith(FAINT)]
     assert [t.name for t in lines] == ["A", "B", "C"]
+    # each run's raw loss, dimmed in its colour, drawn under its smoothed line
+    names = [t.name for t in data.traces]
+    for run, style in zip("ABC", RUN_STYLES, strict=False):
+        raw = next(t for t in data.traces if t.name == f"{run} raw")
+        assert raw.style == style + FAINT and names.index(f"{run} raw") < names.index(run)
+    assert "A raw" not in data.legend
     assert [t.style for t in lines] == list(RUN_STYLES[:3])
     evals = [t for t in data.traces if t.markers]  # evals in the run's colour, with marks
     assert [t.style for t in evals] == list(RUN_STYLES[:3])
@@ -68,10 +76,69 @@ def test_the_raw_loss_without_smoothing_and_the_other_panels_compare_the_same_me
     assert [t.name for t in mem.traces] == ["A", "B"] and mem.unit == "B"
 
 
-def test_a_blown_up_run_puts_the_overlay_on_a_log_axis_by_itself() -> None:
-    data = overlay_chart(_runs("healthy", "blowup"), "loss", ViewState(), 40)
-    assert data.log and data.legend.startswith("[auto log]")
-    assert not overlay_chart(_runs("healthy", "blowup"), "loss", ViewState(log_loss=False), 40).log
+def _blowing_up(peak: float, steps: int = 300) -> list[dict[str, Any]]:
+    """The healthy run's records, its loss growing from step 150 to ``peak`` at the end."""
+    out = list(records("healthy", steps))
+    rows = [r for r in out if r.get("kind") == "step"]
+    start = rows[150]["loss"]
+    rate = (peak / start) ** (1 / (len(rows) - 151))
+    for i, r in enumerate(rows[151:], start=1):
+        r["loss"] = start * rate**i
+    rows[-1]["loss"] = peak
+    return out
+
+
+def _with(*extra: list[dict[str, Any]]) -> tuple[OverlayRun, ...]:
+    """Two healthy runs (A, B) and the given ones after them."""
+    models = []
+    for i, recs in enumerate(
+        [list(records("healthy", 300)), list(records("healthy", 300)), *extra]
+    ):
+        m = RunModel(f"run{i}")
+        m.ingest(recs)
+        models.append(m)
+    return overlay_runs([f"/runs/{i}.jsonl" for i in range(len(models))], models)
+
+
+def test_a_run_that_blows_up_is_drawn_off_scale_and_the_healthy_ones_keep_the_axis() -> None:
+    runs = _with(_blowing_up(1e30))
+    data = overlay_chart(runs, "loss", ViewState(smoothing=False), 60)
+    # the axis is the healthy runs': linear, about their 0.3-2.8, not 30 decades of log
+    assert not data.log and not data.legend.startswith("[auto log]")
+    rng = y_range(data)
+    assert rng is not None and 2.5 < rng[1] < 4.0
+    lines = {t.name: t for t in data.traces if t.connect}
+    assert lines["A"].in_range and lines["B"].in_range and not lines["C"].in_range
+    # C is drawn clipped at the top edge, arrows in its colour where it leaves the plot
+    up, down = off_scale_marks(data, rng, 60)
+    assert up and set(up.values()) == {RUN_STYLES[2]} and not down
+    assert min(up) >= 30  # from its blow-up on, not before
+    assert "C off-scale (max 1.0e30)" in data.legend
+    # the legend's letters in their runs' colours, the numbers in the legend's
+    spans = data.legend_spans
+    assert ("A", RUN_STYLES[0]) in spans and ("C", RUN_STYLES[2]) in spans
+    assert "".join(text for text, _ in spans) == data.legend
+
+
+def test_off_scale_is_judged_against_the_median_run_not_the_largest() -> None:
+    lo = Trace("A", [0.3], [2.5])
+    mid = Trace("B", [0.5], [3.0])
+    far = Trace("C", [1.0], [50.0])  # more than 10 scales over B's top: off-scale
+    near = Trace("D", [0.1], [20.0])  # within them: in range
+    assert set(overlay_scale.judge([("A", lo), ("B", mid), ("C", far)], False)) == {"C"}
+    assert overlay_scale.judge([("A", lo), ("D", near)], False) == {}
+    assert overlay_scale.judge([("A", lo)], False) == {}  # nothing to compare with
+    # on a log axis, decades: 1e30 is off-scale, one decade more is not
+    assert set(
+        overlay_scale.judge([("A", lo), ("B", mid), ("C", Trace("C", [1.0], [1e30]))], True)
+    ) == {"C"}
+    assert overlay_scale.judge([("A", lo), ("B", Trace("B", [1.0], [25.0]))], True) == {}
+
+
+def test_log_scale_by_choice_still_keeps_the_healthy_runs_readable() -> None:
+    data = overlay_chart(_with(_blowing_up(1e30)), "loss", ViewState(log_loss=True), 60)
+    assert data.log and "C off-scale" in data.legend
+    assert not overlay_chart(_runs("healthy", "healthy"), "loss", ViewState(), 40).log
 
 
 def test_each_runs_alerts_are_its_own_badges_and_checklists() -> None:
@@ -100,6 +167,23 @@ def test_the_run_table_names_each_run_and_the_focus_cycles_through_them() -> Non
     assert view.cycle() is runs[1] and {a.run for a in view.alerts(runs[0].model)} == {"B"}
     assert view.cycle() is None and view.across
     assert view.settled()  # nothing is judged across runs
+
+
+def test_the_slowest_run_is_the_one_with_the_largest_median_step_time() -> None:
+    def run(step: float, data: float) -> RunModel:
+        m = RunModel("r")
+        m.ingest([
+            {"kind": "step", "step": i, "t": 1e9 + i * step, "loss": 1.0, "step_time": step,
+             "data_time": data, "compute_time": step - data}
+            for i in range(60)
+        ])  # fmt: skip
+        return m
+
+    # A spends 40 of its 54 ms waiting for data; B takes 78 ms a step
+    runs = overlay_runs(["/a.jsonl", "/b.jsonl"], [run(0.054, 0.040), run(0.078, 0.005)])
+    rows = _view(runs).rows(1e9 + 10)
+    assert [r.step_time for r in rows] == ["54.0ms", "78.0ms"]
+    assert [r.slowest for r in rows] == [False, True]
 
 
 def test_the_source_reads_every_run_into_its_own_model(tmp_path: Path) -> None:
@@ -137,11 +221,14 @@ def test_the_command_line_overlays_at_most_the_runs_the_viewer_colours(
 
 def test_one_scale_decision_for_a_run_a_job_and_an_overlay() -> None:
     """A blown-up loss is on a log axis by itself however it is shown, and ``l``'s
-    choice wins everywhere (panels.log_scale)."""
+    choice wins everywhere (panels.log_scale). Overlaid, the runs that agree decide:
+    two blown-up runs are on a log axis, one beside a healthy run is off-scale instead
+    (test_a_run_that_blows_up_is_drawn_off_scale...)."""
     from dltop.tui.core.jobcharts import job_chart
     from dltop.tui.core.panels import panel_chart
 
     runs = _runs("healthy", "blowup")
+    both = _runs("blowup", "blowup")
     for state, log, mark in (
         (ViewState(), True, "[auto log]"),
         (ViewState(log_loss=False), False, ""),
@@ -150,7 +237,7 @@ def test_one_scale_decision_for_a_run_a_job_and_an_overlay() -> None:
         for data in (
             panel_chart(runs[1].model, "loss", state, 40),
             job_chart(runs, "loss", state, 40),
-            overlay_chart(runs, "loss", state, 40),
+            overlay_chart(both, "loss", state, 40),
         ):
             assert data.log is log and data.legend.startswith(mark), (state, data.legend)
     assert panel_chart(runs[1].model, "grad_norm", ViewState(log_loss=False), 40).log  # fixed

@@ -106,6 +106,22 @@ def test_the_rank_table_names_the_rank_that_waits_for_data() -> None:
     assert rows[0].step == "59" and rows[0].step_time == "50.0ms" and rows[0].host == "h"
 
 
+def _timed(n: int, step: float, data: float) -> list[dict[str, Any]]:
+    return [
+        {"kind": "step", "step": i, "t": T0 + i * step, "loss": 1.0, "grad_norm": 1.0,
+         "step_time": step, "data_time": data, "compute_time": step - data}
+        for i in range(n)
+    ]  # fmt: skip
+
+
+def test_slowest_is_never_a_rank_another_takes_longer_per_step_than() -> None:
+    # r0 waits 40 ms for data in a 54 ms step; r1 takes 78 ms a step: r1 is the slowest
+    ranks = _job(_timed(60, 0.054, 0.040), _timed(60, 0.078, 0.005), _timed(60, 0.054, 0.005))
+    rows = JobView(lambda: ranks).rows(T0 + 10)
+    assert [r.step_time for r in rows] == ["54.0ms", "78.0ms", "54.0ms"]
+    assert [r.slowest for r in rows] == [False, True, False]
+
+
 def test_no_rank_is_called_slowest_when_none_stands_out() -> None:
     ranks = _job(_steps(60), _steps(60, data=0.0015), _steps(60))
     assert not any(r.slowest for r in JobView(lambda: ranks).rows(T0 + 10))

@@ -1,5 +1,8 @@
 """SVG snapshots of the dashboard (pytest-textual-snapshot): healthy, NaN, data-bound,
-crashed replay, no-GPU and blow-up (auto log axis) screens, at 120x40 and 80x24.
+crashed replay, no-GPU, blow-up (auto log axis) and extras (a picked panel: an extra with
+its evaluations as a line with marks, the smoothing weight) screens, at 80x24, 120x40
+and 200x60. The job and overlay screens are in test_snapshots_ranks.py and
+test_app_overlay.py, at the same sizes.
 
 Deterministic by construction: the logs are generated with fixed timestamps, "now" is
 frozen (the app's ``now=``), the host in the log is not this host (so no pid lookup), and
@@ -14,10 +17,10 @@ from pathlib import Path
 
 import pytest
 from dltop.tui.app.app import DltopApp
-from test_app_support import NAN_STEP, end_time, write_log
+from test_app_support import NAN_STEP, end_time, extras_log, write_log
 from textual.pilot import Pilot
 
-SIZES = {"120x40": (120, 40), "80x24": (80, 24)}
+SIZES = {"120x40": (120, 40), "80x24": (80, 24), "200x60": (200, 60)}
 # scenario -> (steps, keys pressed before the screenshot)
 SCREENS = {
     "healthy": ("healthy", 400, ()),
@@ -27,6 +30,8 @@ SCREENS = {
     "no_gpu": ("healthy", 200, ("6",)),  # zoom the GPU panel: the N/A card
     # a loss from 1.5 to 1e35: a log axis by itself, nothing below zero on any axis
     "blowup": ("blowup", 320, ()),
+    # an extra picked at start (`--panel acc`): its smoothed line and its evaluations
+    "extras": ("extras", 300, ()),
 }
 
 
@@ -43,6 +48,12 @@ async def _loaded(pilot: Pilot[int]) -> None:
 
 
 def _app(tmp_path: Path, scenario: str, steps: int) -> DltopApp:
+    if scenario == "extras":
+        log = extras_log(tmp_path / "extras.jsonl", steps)
+        return DltopApp(
+            str(log), follow=False, now=end_time(steps) + 3.0, poll_interval=0.05,
+            panels=("+acc",), smoothing=0.9,
+        )  # fmt: skip
     log = write_log(tmp_path / f"{scenario}.jsonl", scenario, steps)
     return DltopApp(str(log), follow=False, now=end_time(steps) + 3.0, poll_interval=0.05)
 

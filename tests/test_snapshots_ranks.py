@@ -13,6 +13,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+import pytest
 from dltop.probe.encoding import encode_record
 from dltop.tui.app.app import DltopApp
 from dltop.tui.app.rank_table import RankTable
@@ -52,11 +53,12 @@ async def _loaded(pilot: Pilot[int]) -> None:
     assert len(app.query_one(RankTable).rows) == 3
 
 
-def test_job_screen(snap_compare: object, tmp_path: Path) -> None:
+@pytest.mark.parametrize("size", [(80, 24), (120, 40), (200, 60)], ids=lambda s: f"{s[0]}x{s[1]}")
+def test_job_screen(snap_compare: object, tmp_path: Path, size: tuple[int, int]) -> None:
     app = DltopApp(
         str(write_job(tmp_path / "job")),
         follow=False,
         now=end_time(STEPS) + 3.0,
         poll_interval=0.05,
     )
-    assert snap_compare(app, terminal_size=(120, 40), run_before=_loaded)  # type: ignore[operator]
+    assert snap_compare(app, terminal_size=size, run_before=_loaded)  # type: ignore[operator]

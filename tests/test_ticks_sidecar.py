@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 from dltop.tui.app.app import DltopApp
+from dltop.tui.core.fmt import nbytes
 from dltop.tui.core.ticks import MAX_BYTES, MAX_DEPTH, Ticks, nested_too_deep, sidecar_path
 from test_app_live import wait_for
 from test_app_support import end_time, screen_text, write_log
@@ -94,7 +95,7 @@ HOSTILE: dict[str, tuple[Callable[[Path], None], str]] = {
     "deep unclosed": (_deep_unclosed, f"nested deeper than {MAX_DEPTH}"),
     "symlink to /dev/zero": (_dev_zero, "character device"),
     "FIFO": (_fifo, "FIFO"),
-    "50 MB": (_huge, f"over the {MAX_BYTES}"),
+    "50 MB": (_huge, f"over the {nbytes(MAX_BYTES)}"),  # in units: "over the 1 MiB"
     "a list": (_a_list, "a JSON list, not an object"),
     "ticks a list": (_ticks_a_list, '"ticks" is a JSON list'),
     "symlink loop": (_loop, "leads nowhere"),

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from dltop.tui.app.checklist import ChecklistPane, StepList
 from dltop.tui.app.mixin import AppMixin
+from dltop.tui.app.toast import notify_wrapped
 from dltop.tui.core import view_model as vm
 from dltop.tui.core.safetext import visible
 
@@ -100,6 +101,6 @@ class AlertPane(AppMixin):
         ticks, key = self._ticks_for(vm.find_alert(self._alerts(), self.state.selected))
         ticks.toggle(key if key else self.state.selected, step_id)
         if ticks.error:
-            self.notify(visible(ticks.error), severity="warning", timeout=5)
+            notify_wrapped(self, visible(ticks.error), severity="warning", timeout=5)
         self._drawn.pop("state", None)
         self.redraw()

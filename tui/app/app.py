@@ -34,10 +34,12 @@ from dltop.tui.app.panel_set import ALWAYS, PanelSet
 from dltop.tui.app.picker import PanelPicker
 from dltop.tui.app.rank_focus import RankFocus
 from dltop.tui.app.rank_table import RankTable
+from dltop.tui.app.toast import notify_wrapped
 from dltop.tui.app.view_keys import ViewKeys
 from dltop.tui.core import rankjob
 from dltop.tui.core import view_model as vm
 from dltop.tui.core.foreign_source import ForeignSource
+from dltop.tui.core.i18n import tr
 from dltop.tui.core.overlay import OverlayView
 from dltop.tui.core.overlay_source import OverlaySource
 from dltop.tui.core.safetext import visible
@@ -176,7 +178,7 @@ class DltopApp(RankFocus, ViewKeys, PanelSet, AlertPane, Exports, App[int]):
                     widget.add_class("panel")
                     # a small terminal keeps three panels and one more (panel_set.py)
                     widget.set_class(spec.key not in ALWAYS and spec.key != "step_time", "-minor")
-                    widget.border_title = f"{i} {visible(spec.title)}"
+                    widget.border_title = f"{i} {visible(tr(spec.title, self.lang))}"
                     yield widget
             yield ChecklistPane(id="checklist")
         yield Input(
@@ -194,7 +196,7 @@ class DltopApp(RankFocus, ViewKeys, PanelSet, AlertPane, Exports, App[int]):
             self._start_source(self.source)
             self._show_rank_hint()
         if self.ticks.error:  # a bad sidecar, said once; toggles say their own errors
-            self.notify(visible(self.ticks.error), severity="warning", timeout=8)
+            notify_wrapped(self, visible(self.ticks.error), severity="warning", timeout=8)
         self.set_interval(1.0 / self.refresh_hz, self.redraw, name="redraw")
         self.redraw()
 
@@ -245,7 +247,8 @@ class DltopApp(RankFocus, ViewKeys, PanelSet, AlertPane, Exports, App[int]):
         if chosen is not None:
             self.ticks = self._ticks_beside(chosen.path)
         if getattr(reader, "skipped", None):  # rank files that are FIFOs, devices, loops
-            self.notify(visible("; ".join(reader.skipped)), severity="warning", timeout=8)  # type: ignore[union-attr]
+            skipped = visible("; ".join(reader.skipped))  # type: ignore[union-attr]
+            notify_wrapped(self, skipped, severity="warning", timeout=8)
 
         def read() -> None:  # on the worker thread
             try:
@@ -282,7 +285,7 @@ class DltopApp(RankFocus, ViewKeys, PanelSet, AlertPane, Exports, App[int]):
 
     def on_source_failed(self, message: SourceFailed) -> None:
         self.source_error = message.text
-        self.notify(visible(message.text), severity="error", timeout=10)
+        notify_wrapped(self, visible(message.text), severity="error", timeout=10)
 
     def on_source_ended(self, message: SourceEnded) -> None:
         self.ended = True
@@ -327,6 +330,8 @@ class DltopApp(RankFocus, ViewKeys, PanelSet, AlertPane, Exports, App[int]):
                 run_errors=run_errors,
                 lang=self.lang,
                 verdict=said,
+                overlay=self.job.overlay,
+                verdict_run=self.job.overlay and self.job.across,
             )
             version = (vm.model_version(model), self.job.version())
             # what the banner depends on beyond the data: a crash the log does not record
@@ -354,7 +359,7 @@ class DltopApp(RankFocus, ViewKeys, PanelSet, AlertPane, Exports, App[int]):
             self._sync_panels(alerts)
         self.ticks_drawn += 1
         if info_due:
-            self.query_one(BadgeBar).show(alerts, self.state.selected)
+            self.query_one(BadgeBar).show(alerts, self.state.selected, self.lang)
             self.query_one(CrashBanner).show(crash)
             self.query_one("#panel-gpu", GpuPanel).show_na(gpu_na)
             pane = self.query_one(ChecklistPane)
@@ -400,7 +405,7 @@ class DltopApp(RankFocus, ViewKeys, PanelSet, AlertPane, Exports, App[int]):
 
     # ------------------------------------------------------------- actions
     def action_help(self) -> None:
-        self.push_screen(HelpScreen(self._rank_lines()))
+        self.push_screen(HelpScreen(self._rank_lines(), self.lang))
 
     # Textual collects ``@on`` handlers from the App's own class body only, not from its
     # mixins: these stay here and hand the event to the mixin that owns the behaviour.

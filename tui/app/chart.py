@@ -28,8 +28,18 @@ from typing import ClassVar
 
 from dltop.tui.app.offloop import OffLoop
 from dltop.tui.core.axis import row_of, step_ticks, time_ticks, y_ticks
-from dltop.tui.core.chartdata import FLOOR_MARK, ChartData, at_floor, y_range
-from dltop.tui.core.overlay import RUN_COLOURS, RUN_STYLES
+from dltop.tui.core.chartdata import (
+    FLOOR_MARK,
+    LEGEND,
+    OFF_DOWN,
+    OFF_UP,
+    ChartData,
+    at_floor,
+    off_scale_marks,
+    y_range,
+)
+from dltop.tui.core.overlay import FAINT, RUN_COLOURS, RUN_STYLES
+from dltop.tui.core.textfit import fit_spans
 from rich.segment import Segment
 from rich.style import Style
 from textual.geometry import Size
@@ -75,6 +85,7 @@ class Chart(Widget):
         "chart--cursor",
         "chart--empty",
         *(f"chart--{style}" for style in RUN_STYLES),
+        *(f"chart--{style}{FAINT}" for style in RUN_STYLES),
     }
 
     DEFAULT_CSS = """
@@ -92,6 +103,7 @@ class Chart(Widget):
     Chart > .chart--empty { color: $text-muted; text-style: italic; }
     """ + "".join(  # overlaid runs: one fixed colour each, as on their badges
         f"Chart > .chart--{style} {{ color: {colour}; }}\n"
+        f"Chart > .chart--{style}{FAINT} {{ color: {colour} 45%; }}\n"
         for style, colour in zip(RUN_STYLES, RUN_COLOURS, strict=True)
     )
 
@@ -185,8 +197,7 @@ class Chart(Widget):
         legend_style = self._style("legend")
         if width <= GUTTER or height < 3:
             return [Strip.blank(width)] * max(0, height)
-        legend = data.legend if data else ""
-        rows = [_text_strip(_fit(legend, width), width, legend_style)]
+        rows = [self._legend(data, width, legend_style)]
         plot_h = height - 2
         cols = width - GUTTER
         if data is None or not data.has_points:
@@ -205,6 +216,18 @@ class Chart(Widget):
         rows.extend(self._plot(data, cols, plot_h, axis))
         rows.append(self._x_axis(data, cols, width, axis))
         return rows
+
+    def _legend(self, data: ChartData | None, width: int, style: Style) -> Strip:
+        """The legend row, cut at a whole item (never inside a number), each span in its
+        style: an overlaid run's letter in its line's colour."""
+        if data is None:
+            return _text_strip("", width, style)
+        spans = data.legend_spans or ((data.legend, LEGEND),)
+        segs = [
+            Segment(text, style if key == LEGEND else self._style(key) + Style(bold=True))
+            for text, key in fit_spans(spans, width, sep="  ")
+        ]
+        return Strip(segs).adjust_cell_length(width, style)
 
     def _plot(self, data: ChartData, cols: int, plot_h: int, axis: Style) -> list[Strip]:
         rng = y_range(data)
@@ -291,10 +314,22 @@ class Chart(Widget):
         labels = _y_labels(rng, plot_h, data)
         styles = {
             key: self._style(key)
-            for key in ("raw", "ema", "eval", "alt", "alt2", "band", *RUN_STYLES)
+            for key in (
+                "raw",
+                "ema",
+                "eval",
+                "alt",
+                "alt2",
+                "band",
+                *RUN_STYLES,
+                *(s + FAINT for s in RUN_STYLES),
+            )  # fmt: skip
         }
         bad_style = self._style("bad")
         cursor_style = self._style("cursor")
+        # an overlaid run drawn clipped: an arrow in its colour where it leaves the plot
+        off_up, off_down = off_scale_marks(data, rng, cols)
+        arrows = {0: (OFF_UP, off_up), plot_h - 1: (OFF_DOWN, off_down)}
         out: list[Strip] = []
         for r in range(plot_h):
             segs = [Segment(labels[r], axis)]
@@ -309,6 +344,8 @@ class Chart(Widget):
                     ch, st = FLOOR_MARK, styles.get(row_floor[c], axis)
                 elif (r, c) in marks:
                     ch, st = POINT_MARK, styles.get(marks[(r, c)], axis)
+                elif r in arrows and c in arrows[r][1]:
+                    ch, st = arrows[r][0], styles.get(arrows[r][1][c], axis)
                 elif row_bits[c]:
                     ch, st = chr(0x2800 + row_bits[c]), styles.get(row_owner[c] or "raw", axis)
                 else:
@@ -378,19 +415,6 @@ def _put(line: list[str], at: int, text: str) -> None:
     for i, ch in enumerate(text):
         if 0 <= at + i < len(line):
             line[at + i] = ch
-
-
-def _fit(text: str, width: int) -> str:
-    """``text`` cut to ``width`` with an ellipsis, so a cut legend says it was cut; at the
-    end of a whole legend item ("step 100.0ms"), else of a word, never mid-word."""
-    if len(text) <= width:
-        return text
-    cut = text[: max(0, width - 1)]
-    for sep in ("  ", " "):
-        i = cut.rfind(sep)
-        if i > 0:
-            return cut[:i].rstrip() + "…"
-    return cut + "…"
 
 
 def _pad(text: str, width: int, style: Style) -> list[Segment]:

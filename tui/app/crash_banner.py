@@ -3,6 +3,7 @@ the panels, so that a replay of a crashed log answers the first question at once
 
 from __future__ import annotations
 
+from dltop.tui.core.textfit import ELLIPSIS, cells, fit_rows
 from dltop.tui.core.view_model import CrashInfo
 from rich.text import Text
 from textual.app import ComposeResult
@@ -17,7 +18,9 @@ class CrashBanner(Vertical):
 
     One item per row, each cut with an ellipsis instead of wrapping: on a small terminal
     the banner has four rows, and a wrapped line would push the rest out. Only the
-    diagnosis may take a second row, and only where the terminal is big enough."""
+    diagnosis may take a second row, and only where the terminal is big enough. The rows
+    are cut here, between words (``textfit``), not by the terminal's edge: an OOM's
+    "tried to allocate 268435456" cut at the edge read as a ten times smaller number."""
 
     DEFAULT_CSS = """
     CrashBanner { display: none; height: auto; max-height: 6; padding: 0 1;
@@ -42,17 +45,30 @@ class CrashBanner(Vertical):
             return
         self.info = info
         self.set_class(info is not None, "-shown")
+        self._draw()
+        self.call_after_refresh(self._draw)  # shown just now: its width is known after layout
+
+    def on_resize(self) -> None:
+        self._draw()
+
+    def _draw(self) -> None:
+        info = self.info
         if info is None:
             return
-        for row, text in zip(ROWS, render_crash(info), strict=True):
+        diag_rows = 1 if self.screen.has_class("-compact") else 2
+        rows = render_crash(info, self.size.width, diag_rows)
+        for row, text in zip(ROWS, rows, strict=True):
             widget = self.query_one(f"#crash-{row}", Static)
             widget.set_class(not text.plain, "-empty")
             widget.update(text)
 
 
-def render_crash(info: CrashInfo) -> tuple[Text, Text, Text, Text]:
+def render_crash(
+    info: CrashInfo, width: int = 0, diag_rows: int = 2
+) -> tuple[Text, Text, Text, Text]:
     """The four rows: what happened and where, the last values, the diagnosis, the hint
-    (an empty ``Text`` for a row with nothing to say)."""
+    (an empty ``Text`` for a row with nothing to say); with ``width``, each cut to it
+    between words (the diagnosis to ``diag_rows`` rows)."""
     head = Text()
     head.append(f" {info.label} ", style="bold white on red")
     where = f" at step {info.step}" if info.step is not None else ""
@@ -67,4 +83,18 @@ def render_crash(info: CrashInfo) -> tuple[Text, Text, Text, Text]:
         if info.summary:
             diag.append(f" — {info.summary}")
     hint = Text(info.hint, style="italic") if info.hint else Text()
-    return head, last, diag, hint
+    if width <= 0:
+        return head, last, diag, hint
+    return _fit(head, width), _fit(last, width), _fit(diag, width, diag_rows), _fit(hint, width)
+
+
+def _fit(text: Text, width: int, rows: int = 1) -> Text:
+    """``text`` in ``rows`` rows of ``width`` columns, its styles kept, cut between words."""
+    plain = text.plain
+    if cells(plain) <= width:
+        return text
+    spans, cut = fit_rows(plain, width, rows)
+    out = Text("\n").join(text[s:e] for s, e in spans)
+    if cut:
+        out.append(ELLIPSIS)
+    return out

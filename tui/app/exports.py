@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from dltop.tui.app.mixin import AppMixin
+from dltop.tui.app.toast import notify_wrapped
 from dltop.tui.core.safetext import visible
 
 if TYPE_CHECKING:
@@ -42,10 +43,11 @@ class Exports(AppMixin):
         try:
             path = self.save_screenshot(name, str(folder))
         except OSError as e:
-            self.notify(f"screenshot not saved: {e.strerror or e}", severity="error")
+            why = visible(e.strerror or e)
+            notify_wrapped(self, f"screenshot not saved: {why}", severity="error")
             return
         self.last_screenshot = path
-        self.notify(f"screenshot saved to {path}", timeout=6)
+        notify_wrapped(self, f"screenshot saved to {visible(path)}", timeout=6)
 
     def action_report(self) -> None:
         """Write ``dltop report`` of the run as shown (tui/core/report.py) and say where."""
@@ -66,9 +68,10 @@ class Exports(AppMixin):
             # an OSError names a path (a rank file's name is the folder's): escaped
             why = visible(getattr(e, "strerror", None) or e)
             where = getattr(e, "filename", None)
-            self.notify(
+            notify_wrapped(
+                self,
                 f"report not written: {visible(where) + ': ' if where else ''}{why}",
                 severity="error",
             )
             return
-        self.notify(f"report written to {visible(out.report)}", timeout=10)
+        notify_wrapped(self, f"report written to {visible(out.report)}", timeout=10)

@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
+import re
+
+from dltop.tui.core.i18n import tr
+from dltop.tui.core.overlay import LETTERS, RUN_COLOURS
+from dltop.tui.core.textfit import fit
 from dltop.tui.core.view_model import HeaderInfo
+from rich.style import Style
 from rich.text import Text
 from textual.widgets import Static
 
@@ -17,6 +23,9 @@ STATUS_STYLE = {
 
 
 VERDICT_STYLE = {"critical": "bold red", "warning": "bold yellow", "": "green"}
+# an overlaid run's letter where the header names a run: "run B …", "[run B: …]", and the
+# verdict's first word ("B Loss is NaN since …")
+_RUN_LETTER = re.compile(rf"(?:^|(?<=run ))([{LETTERS}])(?=[ :,)]|$)")
 
 
 class Header(Static):
@@ -56,40 +65,64 @@ def render_header(info: HeaderInfo, compact: bool = False, width: int = 0) -> Te
     t.append(info.run, style="bold cyan")
     if info.ranks:
         t.append(f" ({info.ranks})", style="cyan")
+        if info.overlay:
+            _colour_letters(t, len(t.plain) - len(info.ranks) - 1)
     t.append("  ")
-    t.append(f" {info.status} ", style=STATUS_STYLE.get(info.status, "bold"))
+    lang = info.lang
+    t.append(f" {tr(info.status, lang)} ", style=STATUS_STYLE.get(info.status, "bold"))
     if info.age:
         t.append(f" {info.age}", style="dim")
-    t.append(f"  step {info.step}")
+    t.append("  " + tr("step {step}", lang, step=info.step))
     if info.mode:
         t.append(f"  [{info.mode}]", style="bold magenta")
+        if info.overlay:  # "[run B: cannot read …]"
+            _colour_letters(t, len(t.plain) - len(info.mode) - 1, anchored=False)
     if info.skipped:
+        said = f"{info.skipped} corrupt line{'s' if info.skipped != 1 else ''} skipped"
         t.append(
-            f"  {info.skipped} corrupt line{'s' if info.skipped != 1 else ''} skipped",
+            "  " + _counted(said, "{n} corrupt lines skipped", info.skipped, lang),
             style="bold yellow",
         )
     if info.lost:
+        said = f"{info.lost} record{'s' if info.lost != 1 else ''} not in the log"
         t.append(
-            f"  {info.lost} record{'s' if info.lost != 1 else ''} not in the log",
+            "  " + _counted(said, "{n} records not in the log", info.lost, lang),
             style="bold yellow",
         )
     if info.dropped:
+        said = f"{info.dropped} record{'s' if info.dropped != 1 else ''} dropped"
         t.append(
-            f"  {info.dropped} record{'s' if info.dropped != 1 else ''} dropped",
-            style="bold yellow",
+            "  " + _counted(said, "{n} records dropped", info.dropped, lang), style="bold yellow"
         )
     if compact and info.gpu:  # the GPU panel is hidden on small terminals: say it here
         t.append(f"  {info.gpu}", style="bold")
     if info.rate:
         t.append(f"  {info.rate}")
     if info.elapsed:
-        t.append(f"  elapsed {info.elapsed}")
+        t.append("  " + tr("elapsed {elapsed}", lang, elapsed=info.elapsed))
     if info.host or info.pid:
         t.append(f"  {info.host}:{info.pid}", style="dim")
     if info.verdict:
-        said = info.verdict
-        if width and len(said) > width:
-            said = said[: max(1, width - 1)] + "…"
+        said = fit(info.verdict, width) if width else info.verdict  # never inside a number
         t.append("\n")
         t.append(said, style=VERDICT_STYLE.get(info.verdict_level, ""))
+        if info.verdict_run:
+            _colour_letters(t, len(t.plain) - len(said))
     return t
+
+
+def _counted(english: str, key: str, n: int, lang: str) -> str:
+    """A count's words: English says "1 record", a translation has one form for all."""
+    said = tr(key, lang, n=n)
+    return english if said == key.format(n=n) else said
+
+
+def _colour_letters(t: Text, start: int, anchored: bool = True) -> None:
+    """The run letters in ``t`` from ``start``, each in its run's colour (as its line)."""
+    text = t.plain[start:]
+    for m in _RUN_LETTER.finditer(text):
+        if m.start() == 0 and not anchored:
+            continue
+        letter = m.group(1)
+        colour = RUN_COLOURS[LETTERS.index(letter)]
+        t.stylize(Style(color=colour, bold=True), start + m.start(), start + m.end())

@@ -1,8 +1,9 @@
 """The help screen (``?``): every key, where screenshots and ticks go, and the rank
-files of a run directory (which one is shown)."""
+files of a run directory (which one is shown); in the viewer's ``--lang``."""
 
 from __future__ import annotations
 
+from dltop.tui.core.i18n import tr
 from rich.markup import escape
 from textual import events
 from textual.app import ComposeResult
@@ -37,6 +38,12 @@ KEYS = (
 )
 
 
+COLOURS = (
+    "Colours: set TEXTUAL_COLOR_SYSTEM=truecolor over SSH for full colour; "
+    "NO_COLOR=1 turns colour off. --no-mouse disables mouse capture."
+)
+
+
 class HelpScreen(ModalScreen[None]):
     """A modal key table; any key but the scroll keys closes it, so nobody is trapped in
     it (and a key pressed to close it does nothing else: ``q`` does not quit)."""
@@ -49,20 +56,19 @@ class HelpScreen(ModalScreen[None]):
     }
     """
 
-    def __init__(self, ranks: list[str] | None = None) -> None:
+    def __init__(self, ranks: list[str] | None = None, lang: str = "en") -> None:
         super().__init__()
         self.ranks = ranks or []  # one line per rank file of a run directory
+        self.lang = lang
 
     def compose(self) -> ComposeResult:
-        rows = "\n".join(f"[b]{k:<16}[/b] {v}" for k, v in KEYS)
-        text = "[b]dltop keys[/b]\n\n" + rows + "\n\n"
+        lang = self.lang
+        rows = "\n".join(f"[b]{k:<16}[/b] {tr(v, lang)}" for k, v in KEYS)
+        text = f"[b]{tr('dltop keys', lang)}[/b]\n\n" + rows + "\n\n"
         if self.ranks:
-            text += "[b]rank files[/b] (▶ the one shown)\n"
+            text += f"[b]{tr('rank files', lang)}[/b] {tr('(▶ the one shown)', lang)}\n"
             text += "\n".join(escape(line) for line in self.ranks) + "\n\n"
-        text += (
-            "Colours: set TEXTUAL_COLOR_SYSTEM=truecolor over SSH for full colour; "
-            "NO_COLOR=1 turns colour off. --no-mouse disables mouse capture."
-        )
+        text += tr(COLOURS, lang)
         with VerticalScroll():
             yield Static(text, id="help-text")
 

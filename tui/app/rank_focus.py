@@ -17,6 +17,7 @@ from dltop.tui.app.mixin import AppMixin
 from dltop.tui.app.rank_table import RankTable
 from dltop.tui.core import rankjob
 from dltop.tui.core import view_model as vm
+from dltop.tui.core.i18n import tr
 from dltop.tui.core.rankrows import pick_rows
 from dltop.tui.core.safetext import visible
 from dltop.tui.core.ticks import Ticks
@@ -45,6 +46,7 @@ class RankFocus(AppMixin):
     reader: FileSource | ForeignSource | SocketSource | OverlaySource | None
     state: vm.ViewState
     ticks: Ticks
+    lang: str
     job: rankjob.JobView
     _drawn: dict[str, Any]
     _judged_end = False  # the verdict after the replay's last record was asked for
@@ -142,7 +144,8 @@ class RankFocus(AppMixin):
     def _set_titles(self, rows: list[rankjob.RankRow]) -> None:
         """Say in the titles what the charts show (the job view words them)."""
         for i, spec in enumerate(vm.PANELS, start=1):
-            title = self.job.panel_title(i, spec, rows)
+            shown = replace(spec, title=tr(spec.title, self.lang))  # the person's language
+            title = self.job.panel_title(i, shown, rows)
             widget = self.query_one(f"#panel-{spec.key}")
             if widget.border_title != title:
                 widget.border_title = title

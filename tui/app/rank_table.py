@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import ClassVar
 
+from dltop.tui.core.overlay import LETTERS, RUN_COLOURS
 from dltop.tui.core.rankjob import RankRow
 from rich.style import Style
 from rich.table import Table
@@ -63,6 +64,14 @@ class RankTable(Static):
     def _style(self, name: str) -> Style:
         return self.get_component_rich_style(f"ranktable--{name}")
 
+    def _name_cell(self, r: RankRow) -> Text:
+        """The row's name; an overlaid run's letter in its line's colour."""
+        name = Text(("▶ " if r.focused else "  ") + r.name)
+        letter = r.name[:1]
+        if self.unit == "run" and letter and letter in LETTERS and r.name[1:2] == " ":
+            name.stylize(Style(color=RUN_COLOURS[LETTERS.index(letter)], bold=True), 2, 3)
+        return name
+
     def _table(self, rows: list[RankRow]) -> Table:
         table = Table(box=None, padding=(0, 1), pad_edge=False, expand=False, show_edge=False)
         header = self._style("header")
@@ -76,7 +85,7 @@ class RankTable(Static):
                 n for n, on in (("slowest", r.slowest), ("failed first", r.first_failure)) if on
             ]
             cells = [
-                Text(("▶ " if r.focused else "  ") + r.name),
+                self._name_cell(r),
                 Text(r.host),
                 Text(r.step),
                 Text(r.step_time),

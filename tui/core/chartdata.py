@@ -18,6 +18,8 @@ from dltop.tui.core.timeaxis import STEP, TIME, column_of
 
 # Style keys a trace may ask for; the chart widget maps each to a component class.
 RAW, EMA, EVAL, ALT, ALT2 = "raw", "ema", "eval", "alt", "alt2"
+LEGEND = "legend"  # the legend's own style key (a span may ask for a run's instead)
+OFF_UP, OFF_DOWN = "▲", "▼"  # a trace clipped at the top / bottom edge of the plot
 
 
 @dataclass(frozen=True)
@@ -32,6 +34,9 @@ class Trace:
     style: str = RAW
     connect: bool = True  # draw a line through buckets; False draws points only
     markers: bool = False  # mark each bucket that holds a point (evals: where they were taken)
+    # False: left out of the y range and drawn clipped at its edge with an arrow (an
+    # overlaid run far outside the others' range, ``overlay_scale``)
+    in_range: bool = True
 
 
 @dataclass(frozen=True)
@@ -44,6 +49,9 @@ class ChartData:
     log: bool = False
     cursor: int | None = None  # a step, drawn as a vertical line when inside the window
     legend: str = ""  # values to print on the chart's first row
+    # the same legend as (text, style key) spans, so an overlaid run's letter is drawn in
+    # its line's colour; ``legend`` stays the plain text (tests, the report's SVG)
+    legend_spans: tuple[tuple[str, str], ...] = ()
     unit: str = ""  # "s", "B", "%": how the y labels are written
     empty_text: str = "waiting for data"
     y_floor: float | None = None  # force the range to include this value (0 for memory)
@@ -105,6 +113,8 @@ def y_range(data: ChartData) -> tuple[float, float] | None:
     lo = math.inf
     hi = -math.inf
     for t in data.traces:
+        if not t.in_range:
+            continue
         for a, b in zip(t.lo, t.hi, strict=False):
             if a is None or b is None:
                 continue
@@ -151,6 +161,8 @@ def wants_log(traces: Sequence[Trace]) -> bool:
     lo = math.inf
     hi = 0.0
     for t in traces:
+        if not t.in_range:  # drawn clipped: it does not decide the axis either
+            continue
         for a, b in zip(t.lo, t.hi, strict=False):
             if a is None or b is None:
                 continue
@@ -159,6 +171,33 @@ def wants_log(traces: Sequence[Trace]) -> bool:
             lo = min(lo, a)
             hi = max(hi, b)
     return lo != math.inf and hi > lo * 10.0**DECADES_FOR_LOG
+
+
+def off_scale_marks(
+    data: ChartData, rng: tuple[float, float] | None, columns: int
+) -> tuple[dict[int, str], dict[int, str]]:
+    """Where a trace left out of the range (``Trace.in_range``) goes past its top and its
+    bottom: column -> the trace's style, for an arrow on the plot's edge row."""
+    up: dict[int, str] = {}
+    down: dict[int, str] = {}
+    if rng is None or columns <= 0:
+        return up, down
+    lo_v, hi_v = rng
+    for t in data.traces:
+        if t.in_range:
+            continue
+        n = max(1, len(t.hi))
+        for i, (a, b) in enumerate(zip(t.lo, t.hi, strict=False)):
+            if a is None or b is None:
+                continue
+            col = min(columns - 1, i * columns // n)
+            tb = transform(b, data.log)
+            if tb is not None and tb > hi_v:
+                up.setdefault(col, t.style)
+            ta = transform(a, data.log)
+            if (ta is not None and ta < lo_v) or (ta is None and data.log):
+                down.setdefault(col, t.style)
+    return up, down
 
 
 def untransform(value: float, log: bool) -> float:

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 
 from dltop.tui.core.fmt import compact as format_value
 from dltop.tui.core.safetext import escape_fields
+from dltop.tui.core.textfit import fit
 
 if TYPE_CHECKING:
     from dltop.tui.core.run import RunModel
@@ -79,7 +80,7 @@ def store_crash_info(store: Store, run_state: RunState | None = None) -> CrashIn
         )
     exc = str(ev.get("exc_type") or ev.get("type") or "error")
     msg = str(ev.get("message") or "").strip()[:1024].splitlines()
-    text = f"{exc}: {msg[0][:300]}" if msg else exc
+    text = f"{exc}: {fit(msg[0], 300)}" if msg else exc  # between words: numbers stay whole
     diagnosis = summary = ""
     hint = ""
     try:

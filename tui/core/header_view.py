@@ -15,8 +15,10 @@ from dltop.tui.core.fmt import age as format_age
 from dltop.tui.core.fmt import compact, compact_bytes
 from dltop.tui.core.fmt import duration as format_duration
 from dltop.tui.core.fmt import rate as format_rate
+from dltop.tui.core.i18n import tr
 from dltop.tui.core.run import DELETED_NOTE
 from dltop.tui.core.safetext import escape_fields, visible
+from dltop.tui.core.textfit import fit
 from dltop.tui.core.verdict import primary_fault
 
 if TYPE_CHECKING:
@@ -45,13 +47,16 @@ class HeaderInfo:
     ranks: str = ""  # "rank 0 of 4 files" for a directory of rank logs
     verdict: str = ""  # the one-line verdict (``dltop.tui.core.verdict``), the second line
     verdict_level: str = ""  # the severity of the fault it names ("" when none)
+    overlay: bool = False  # overlaid runs: "run B" drawn in the run's colour
+    verdict_run: bool = False  # the verdict starts with the letter of the run it is about
+    lang: str = "en"  # the labels' language (``--lang``): the app's header words them
 
     def __post_init__(self) -> None:  # every field may quote the log: escaped here, once
         escape_fields(self, multiline=())
 
 
 def _cap(text: str, width: int) -> str:
-    return text if len(text) <= width else text[: width - 1] + "…"
+    return fit(text, width)  # between words: a run id's date or number is never cut
 
 
 _UNSET: Any = object()
@@ -69,6 +74,8 @@ def header_info(
     run_errors: str = "",
     lang: str = "en",
     verdict: tuple[str, str] | None = None,
+    overlay: bool = False,
+    verdict_run: bool = False,
 ) -> HeaderInfo:
     """The header line: identity, status with the age of the last record, speed, counts.
     ``run_state``: the model's status when the caller has it already (one pid check);
@@ -115,11 +122,11 @@ def header_info(
     if model.loading is not None:
         mode.append(f"loading {compact(model.loading * 100, '%')}")
     if state.paused:
-        mode.append("paused")
+        mode.append(tr("paused", lang))
     elif state.window is not None:
-        mode.append(f"window {state.window[0]}–{state.window[1]}")
+        mode.append(tr("window {start}–{end}", lang, start=state.window[0], end=state.window[1]))
     if not follow:
-        mode.append("replay")
+        mode.append(tr("replay", lang))
     if model.resets:
         mode.append(f"restarted ×{model.resets}")
     if getattr(model, "log_deleted", False):
@@ -145,9 +152,9 @@ def header_info(
         host=_cap(visible(meta.get("host") or ""), 32),
         pid=str(meta.get("pid") or ""),
         status=status,
-        age=f"last record {format_age(age_s)}" if age_s is not None else "",
+        age=tr("last record {age}", lang, age=format_age(age_s)) if age_s is not None else "",
         step=str(last) if last is not None else "—",
-        rate=f"{format_rate(facts_rate)} steps/s" if facts_rate else "",
+        rate=tr("{rate} steps/s", lang, rate=format_rate(facts_rate)) if facts_rate else "",
         elapsed=elapsed,
         skipped=int(model.malformed),
         mode="  ".join(mode),
@@ -158,6 +165,9 @@ def header_info(
         ranks=ranks,
         verdict=visible(verdict[0]),
         verdict_level=verdict[1],
+        overlay=overlay,
+        verdict_run=verdict_run,
+        lang=lang,
     )
 
 

@@ -25,13 +25,22 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
-from dltop.tui.core import panels
+from dltop.tui.core import overlay_scale, panels
 from dltop.tui.core.alerts import Alert
-from dltop.tui.core.chartdata import ChartData, Trace
+from dltop.tui.core.chartdata import LEGEND, ChartData, Trace
 from dltop.tui.core.fmt import compact
-from dltop.tui.core.rankjob import JobView, RankLog, RankRow, column, job_signature, job_window
+from dltop.tui.core.rankjob import (
+    JobView,
+    RankLog,
+    RankRow,
+    column,
+    job_signature,
+    job_window,
+    slowest_rank,
+)
 from dltop.tui.core.ranks import FAILURES
 from dltop.tui.core.safetext import visible
+from dltop.tui.core.textfit import fit
 from dltop.tui.core.timeaxis import TIME
 
 if TYPE_CHECKING:
@@ -53,6 +62,7 @@ RUN_COLOURS = (
     "#ff9da7",
 )
 RUN_STYLES = tuple(f"run{i}" for i in range(MAX_RUNS))
+FAINT = "-faint"  # a run's raw loss under its smoothed line: its colour, dimmed
 CLOCKS_DIFFER = "x: step (runs' clocks differ)"  # the legend's word in time mode
 
 
@@ -74,7 +84,7 @@ class OverlayRun(RankLog):
     def label(self) -> str:
         """``A run.jsonl``: the letter and the log's name (escaped: it is the user's)."""
         base = os.path.basename(self.path.rstrip("/")) or self.path
-        return f"{self.name} {visible(base, limit=40)}"
+        return f"{self.name} {fit(visible(base), 41)}"  # between words: never mid-number
 
 
 def _metric(run: OverlayRun, key: str) -> tuple[str, bool] | None:
@@ -106,12 +116,15 @@ def overlay_chart(
     window: tuple[int, int] | None = None,
 ) -> ChartData:
     """One panel with a line per run in the run's colour (eval points too on the loss),
-    aligned by step over every run's steps (or the chosen window)."""
+    aligned by step over every run's steps (or the chosen window). The y range is the
+    one of the runs that agree; a run far outside it is drawn clipped, with a note
+    (``overlay_scale``). The legend's letters are in their runs' colours."""
     spec = panels.spec_for(key)
     start, end = window if window is not None else job_window(runs, state)
     span, width, at = (start, end), max(1, buckets), state.cursor
-    traces: list[Trace] = []
-    legend: list[str] = []
+    traces: list[tuple[OverlayRun, Trace]] = []
+    values: list[tuple[OverlayRun, float]] = []
+    raw_extent: dict[str, tuple[float | None, float | None]] = {}
     inverted = False
     for run in runs:
         chosen = _metric(run, key)
@@ -128,20 +141,59 @@ def overlay_chart(
             raw = column(run.model, "loss", span, width, at, False)
             if raw is not None:
                 bad, c.at = raw.bad, raw.at
-        traces.append(Trace(run.name, c.lo, c.hi, bad, run.style, True))
+                raw_extent[run.name] = _extremes(raw.lo, raw.hi)
+                # the raw loss under it, dimmed, as TensorBoard draws it
+                faint = Trace(f"{run.name} raw", raw.lo, raw.hi, (), run.style + FAINT, True)
+                traces.append((run, faint))
+        traces.append((run, Trace(run.name, c.lo, c.hi, bad, run.style, True)))
         if key == "loss" and _has(run.model, "eval.loss"):
             e = column(run.model, "eval.loss", span, width, None, False)
             if e is not None:
                 traces.append(
-                    Trace(f"{run.name} eval", e.lo, e.hi, e.bad, run.style, True, markers=True)
+                    (
+                        run,
+                        Trace(f"{run.name} eval", e.lo, e.hi, e.bad, run.style, True, markers=True),
+                    )
                 )
-        if c.at is not None:  # compact() writes NaN/Inf as such: a run that went NaN says so
-            legend.append(f"{run.name} {compact(c.at, '' if invert else spec.unit)}")
+        if c.at is not None:
+            values.append((run, c.at))
     unit = "" if inverted else spec.unit
+    log_axis = spec.log or (key == "loss" and state.log_loss is True)
+    # judged on each run's own line (its smoothed loss), not its raw noise or evaluations
+    lines = [(r.name, t) for r, t in traces if t.name == r.name]
+    off = overlay_scale.judge(lines, log_axis)
+    for name, o in off.items():  # the note quotes the raw loss, as the legend's value does
+        low, high = raw_extent.get(name, (o.low, o.high))
+        off[name] = replace(
+            o, high=high if o.high is not None else None, low=low if o.low is not None else None
+        )
+    drawn = [replace(t, in_range=False) if r.name in off else t for r, t in traces]
+    # compact() writes NaN/Inf as such: a run that went NaN says so
+    said = {run.name: compact(v, unit) for run, v in values}
+    lead: list[panels.LegendItem] = []  # an off-scale run first: a narrow panel cuts the end
+    legend: list[panels.LegendItem] = []
+    for run in runs:
+        word, clipped = said.get(run.name), off.get(run.name)
+        if clipped is None:
+            if word is not None:
+                legend.append(((run.name, run.style), (f" {word}", LEGEND)))
+            continue
+        extremes = {compact(x, unit) for x in (clipped.high, clipped.low) if x is not None}
+        note = clipped.note(unit)
+        note = note if word is None or word in extremes else f"{word} {note}"
+        lead.append(((run.name, run.style), (f" {note}", LEGEND)))
+    legend = lead + legend
     # each run's own clock started at its own time, on its own machine: columns of elapsed
     # time would put unrelated moments side by side, so the runs stay aligned by step
     note = CLOCKS_DIFFER if state.x_axis == TIME else ""
-    return panels.assemble(spec, state, start, end, traces, legend, at, unit, note=note)
+    return panels.assemble(spec, state, start, end, drawn, legend, at, unit, note=note)
+
+
+def _extremes(
+    lo: Sequence[float | None], hi: Sequence[float | None]
+) -> tuple[float | None, float | None]:
+    low = min((v for v in lo if v is not None), default=None)
+    return low, max((v for v in hi if v is not None), default=None)
 
 
 class OverlayView(JobView):
@@ -198,6 +250,11 @@ class OverlayView(JobView):
             out.extend(replace(a, title=f"{r.name} {a.title}") for a in self.rank_alerts(r))
         return out
 
+    def credit(self, line: str, owner: RankLog | None) -> str:
+        """Across runs, the verdict starts with the letter of the run it is about, as its
+        badge does (``B Loss is NaN since step 240 ...``)."""
+        return f"{owner.name} {line}" if isinstance(owner, OverlayRun) else line
+
     def run_of(self, alert: Alert | None) -> OverlayRun | None:
         if alert is None or alert.run is None:
             return None
@@ -219,6 +276,12 @@ class OverlayView(JobView):
             if crashed:
                 return r.model
         return model
+
+    def slowest(self, ranks: Sequence[RankLog]) -> RankLog | None:
+        """The run with the largest median step time, when it stands out: unrelated runs
+        wait for nobody, so a data wait or a straggler verdict says nothing about which
+        run is slow."""
+        return slowest_rank(ranks, by_step=True)
 
     def rows(self, now: float) -> list[RankRow]:
         """The run table: the job table's columns, each row named ``A run.jsonl``."""

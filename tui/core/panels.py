@@ -19,6 +19,7 @@ from dltop.tui.core.chartdata import (
     ALT2,
     EMA,
     EVAL,
+    LEGEND,
     RAW,
     ChartData,
     Trace,
@@ -30,6 +31,10 @@ from dltop.tui.core.fmt import compact as format_value
 from dltop.tui.core.foreign.common import TOOL_NAME
 from dltop.tui.core.safetext import visible
 from dltop.tui.core.timeaxis import CLOCK, TIME, TimeColumns, time_columns
+
+# a legend item: plain text, or (text, style key) spans (an overlaid run's letter in its
+# colour); either is escaped here, in ``assemble``
+LegendItem = str | tuple[tuple[str, str], ...]
 
 if TYPE_CHECKING:
     from dltop.tui.core.decimate import Decimated
@@ -284,7 +289,7 @@ def assemble(
     start: int,
     end: int,
     traces: Sequence[Trace],
-    legend: list[str],
+    legend: Sequence[LegendItem],
     at: int | None,
     unit: str,
     x: TimeColumns | None = None,
@@ -297,15 +302,26 @@ def assemble(
     single run, a job and an overlay."""
     log, mark = log_scale(spec, state, traces)
     floor = floor_note(traces) if log else ""
-    items = [i for i in (mark, floor) if i] + legend + ([note] if note else [])
-    prefix = f"@{at} " if at is not None else ""
+    items: list[LegendItem] = [i for i in (mark, floor) if i]
+    items += legend
+    if note:
+        items.append(note)
+    spans: list[tuple[str, str]] = [(f"@{at} ", LEGEND)] if at is not None else []
+    for i, item in enumerate(items):
+        if i:
+            spans.append(("  ", LEGEND))
+        if isinstance(item, str):
+            spans.append((visible(item), LEGEND))
+        else:
+            spans.extend((visible(text), style) for text, style in item)
     return ChartData(
         start=start,
         end=max(end, start),
         traces=tuple(traces),
         log=log,
         cursor=at,
-        legend=visible(prefix + "  ".join(items)),
+        legend="".join(text for text, _ in spans),
+        legend_spans=tuple(spans),
         unit=unit,
         empty_text=spec.empty,
         y_floor=None if log else spec.y_floor,

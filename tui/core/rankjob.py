@@ -44,6 +44,7 @@ from dltop.tui.core.ranklog import RankLog
 from dltop.tui.core.rankrows import RankRow, memory_text, recent, seconds_text, slowest_rank
 from dltop.tui.core.run import DELETED_NOTE
 from dltop.tui.core.safetext import visible
+from dltop.tui.core.textfit import fit
 from dltop.tui.core.view_model import ViewState, alert_key, alerts_of, locked
 
 if TYPE_CHECKING:
@@ -70,7 +71,7 @@ def _named(ranks: list[RankLog]) -> str:
 
 
 def _cap(text: str, width: int) -> str:
-    return text if len(text) <= width else text[: max(0, width - 1)] + "…"
+    return fit(text, width)  # between words: a rank's number or an error's is never cut
 
 
 def error_note(failed: Sequence[tuple[str, str]], unit: str, width: int = ERROR_NOTE) -> str:
@@ -316,7 +317,12 @@ class JobView:
             facts = engine.facts() if engine is not None else {}
             steps = engine.steps if engine is not None else 0
         rank = owner.rank if focused is None else None
-        return fault_line(fault, facts, steps, lang, rank), fault.severity
+        line = fault_line(fault, facts, steps, lang, rank)
+        return self.credit(line, owner if focused is None else None), fault.severity
+
+    def credit(self, line: str, owner: RankLog | None) -> str:
+        """The verdict as said across ranks (a rank names itself in ``fault_line``)."""
+        return line
 
     def run_of(self, alert: Alert | None) -> RankLog | None:
         """The overlaid run an alert belongs to (``overlay.OverlayView``); a job: none."""
@@ -349,7 +355,7 @@ class JobView:
         ranks = self.ranks()
         if len(ranks) < 2:
             return []
-        slow = slowest_rank(ranks, self.cross)
+        slow = self.slowest(ranks)
         out = []
         for r in ranks:
             alerts = [a for a in self.rank_alerts(r) if a.active and a.severity != INFO]
@@ -382,6 +388,10 @@ class JobView:
                     )
                 )
         return out
+
+    def slowest(self, ranks: Sequence[RankLog]) -> RankLog | None:
+        """The rank the table marks ``slowest`` (``rankrows.slowest_rank``)."""
+        return slowest_rank(ranks, self.cross)
 
     def note(self) -> str:
         """The header's rank note: which rank the screen shows."""

@@ -70,26 +70,36 @@ def _timings(r: RankLog) -> _Timing:
         )
 
 
-def slowest_rank(ranks: Sequence[RankLog], cross: CrossRank | None = None) -> RankLog | None:
+def slowest_rank(
+    ranks: Sequence[RankLog], cross: CrossRank | None = None, *, by_step: bool = False
+) -> RankLog | None:
     """The rank holding the job back: the straggler verdict when there is one; else the
     rank whose own share of the step (data wait + forward) stands out against the others'
     median by the straggler's bar; else one whose step time is 10 % over the median. In
     data-parallel training every rank's step takes as long (they wait for each other), so
-    a rank is only named when something stands out; ``None`` otherwise."""
+    a rank is only named when something stands out; ``None`` otherwise.
+
+    Whichever rule names it, the rank named is never one another rank takes 10 % longer
+    per step than: the table shows both step times, and "slowest" on a 54 ms row beside a
+    78 ms one was a lie. ``by_step``: only the step time counts (overlaid runs are
+    unrelated runs: none waits for another, the slowest is the one whose steps are)."""
     if len(ranks) < 2:
         return None
-    if cross is not None and cross.straggler is not None:
-        for r in ranks:
-            if r.path == cross.straggler:
-                return r
     times = [(r, _timings(r)) for r in ranks]
     own = [(r, (t.data or 0.0) + (t.forward or 0.0), t.step) for r, t in times if t.step]
     if len(own) < 2:
         return None
-    slow, busy, step_t = max(own, key=lambda x: x[1])
-    others = median_of(b for r, b, _ in own if r is not slow) or 0.0
-    if busy - others >= max(MIN_EXCESS_S, EXCESS_SHARE * (step_t or 0.0)):
-        return slow
+    top = max(s or 0.0 for _, _, s in own)
+    contenders = [x for x in own if (x[2] or 0.0) * SLOW_STEP >= top]
+    if not by_step:
+        if cross is not None and cross.straggler is not None:
+            for r, _, _ in contenders:
+                if r.path == cross.straggler:
+                    return r
+        slow, busy, step_t = max(contenders, key=lambda x: x[1])
+        others = median_of(b for r, b, _ in own if r is not slow) or 0.0
+        if busy - others >= max(MIN_EXCESS_S, EXCESS_SHARE * (step_t or 0.0)):
+            return slow
     slow, _, step_t = max(own, key=lambda x: x[2] or 0.0)
     if step_t and step_t >= SLOW_STEP * (median_of(s or 0.0 for _, _, s in own) or 0.0):
         return slow

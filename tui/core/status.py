@@ -17,7 +17,9 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Literal
 
 from dltop.tui.core.ending import Ending
+from dltop.tui.core.fmt import nbytes
 from dltop.tui.core.fmt import number as fmt
+from dltop.tui.core.textfit import fit
 
 if TYPE_CHECKING:
     from dltop.tui.core.rules.engine import RuleEngine
@@ -174,7 +176,7 @@ def _exception_words(event: dict[str, Any]) -> str:
         return f"terminated by {event.get('signal') or 'a signal'}"
     msg = str(event.get("message") or "").strip()[:1024].splitlines()
     name = str(event.get("exc_type") or event.get("type") or "exception")
-    return name + (f": {msg[0][:120]}" if msg else "")
+    return name + (f": {fit(msg[0], 120)}" if msg else "")  # a number is never cut
 
 
 def _handled_words(event: dict[str, Any] | None, last_step: int | None) -> str:
@@ -185,7 +187,7 @@ def _handled_words(event: dict[str, Any] | None, last_step: int | None) -> str:
     where = f" at step {at}" if at is not None else ""
     if event.get("type") == "signal":
         return f"; {event.get('signal') or 'a signal'}{where} was handled"
-    return f"; an exception{where} was handled ({_exception_words(event)[:80]})"
+    return f"; an exception{where} was handled ({fit(_exception_words(event), 80)})"
 
 
 def _nonfinite_end(e: RuleEngine) -> str:
@@ -259,7 +261,7 @@ def explain_unrecorded_end(state: RunState, log_path: str | None) -> RunState:
         state,
         status="unknown",
         reason=(
-            f"the log stops{at} without an exit record and its disk is full ({free} bytes "
+            f"the log stops{at} without an exit record and its disk is full ({nbytes(free)} "
             "free): the probe could not write more (it warned on stderr); how the run ended "
             "is not in the log"
         ),

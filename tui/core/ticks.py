@@ -25,6 +25,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from dltop.tui.core.fmt import nbytes
 from dltop.tui.core.sourcefiles import special_file
 
 SUFFIX = ".dltop-ticks.json"
@@ -93,7 +94,7 @@ def read_sidecar(path: Path, owners: set[int]) -> bytes | None:
     if st.st_uid not in owners:
         raise SidecarError("owned by another user than you or the log's owner")
     if st.st_size > MAX_BYTES:
-        raise SidecarError(f"{st.st_size} bytes, over the {MAX_BYTES} a sidecar may have")
+        raise SidecarError(f"{nbytes(st.st_size)}, over the {nbytes(MAX_BYTES)} a sidecar may have")
     try:
         fd = os.open(path, _OPEN_FLAGS | nofollow)
     except OSError as exc:
@@ -115,7 +116,7 @@ def read_sidecar(path: Path, owners: set[int]) -> bytes | None:
     finally:
         os.close(fd)
     if got > MAX_BYTES:
-        raise SidecarError(f"over the {MAX_BYTES} bytes a sidecar may have")
+        raise SidecarError(f"over the {nbytes(MAX_BYTES)} a sidecar may have")
     return b"".join(parts)
 
 

@@ -25,6 +25,8 @@ from typing import TYPE_CHECKING, Any
 from dltop.tui.core.alerts import SEVERITY_RANK, WARNING, Alert
 from dltop.tui.core.fmt import nbytes, seconds
 from dltop.tui.core.fmt import number as fmt
+from dltop.tui.core.i18n import tr, tr_title
+from dltop.tui.core.textfit import fit
 
 if TYPE_CHECKING:
     from dltop.tui.core.facts import Fact
@@ -90,7 +92,7 @@ def render(template: str, values: dict[str, Any]) -> str | None:
 
 def _word(value: Any, kind: str) -> str:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return str(value)[:120]
+        return fit(str(value), 120)
     if kind == "percent":
         return fmt(100 * value)
     if kind == "bytes":
@@ -108,7 +110,8 @@ def fault_line(
     from dltop.tui.core.checklists import checklist_for  # noqa: PLC0415
 
     values: dict[str, Any] = dict(alert.evidence or {})
-    values.update(step=alert.step, last_step=alert.last_step, steps=steps, title=alert.title)
+    title = tr_title(alert.id, alert.title, lang)  # the rules word it in English
+    values.update(step=alert.step, last_step=alert.last_step, steps=steps, title=title)
     checklist = checklist_for(alert, lang)
     headline = None
     for template in checklist.verdict:  # the first whose every field the alert has
@@ -117,9 +120,9 @@ def fault_line(
             break
     if headline is None:
         at = f" at step {alert.step}" if alert.step is not None else ""
-        headline = f"{alert.title}{at}"
+        headline = f"{title}{at}"
     if rank is not None and f"rank {rank}" not in headline.lower():
-        headline += f" (rank {rank})"
+        headline += tr(" (rank {rank})", lang, rank=rank)
     cause = action = None
     try:
         checked = evaluate(checklist, facts, alert)
@@ -139,20 +142,20 @@ def fault_line(
     return _cap(line)
 
 
-def clean_line(state: RunState | None) -> str:
+def clean_line(state: RunState | None, lang: str = "en") -> str:
     """The verdict of a run with no fault: how it stands, and that nothing was found."""
     if state is None:
-        return "no records yet"
+        return tr("no records yet", lang)
     reason = state.reason
     if state.status == "finished":
-        return _cap(f"{reason}; no problem found")
+        return _cap(tr("{reason}; no problem found", lang, reason=reason))
     if state.status == "running":
-        return _cap(f"running, {reason}; no problem so far")
+        return _cap(tr("running, {reason}; no problem so far", lang, reason=reason))
     if state.status == "crashed":
-        return _cap(f"crashed: {reason}")
+        return _cap(tr("crashed: {reason}", lang, reason=reason))
     if state.status == "stalled":
-        return _cap(f"stalled: {reason}")
-    return _cap(f"{reason}; no problem found in what the log holds")
+        return _cap(tr("stalled: {reason}", lang, reason=reason))
+    return _cap(tr("{reason}; no problem found in what the log holds", lang, reason=reason))
 
 
 def verdict(
@@ -161,7 +164,7 @@ def verdict(
     """The one-line verdict of a run the engine has read (``state``: its status now)."""
     fault = primary_fault(engine.alerts())
     if fault is None:
-        return clean_line(state)
+        return clean_line(state, lang)
     return fault_line(fault, engine.facts(), engine.steps, lang, rank)
 
 
@@ -174,14 +177,13 @@ def job_verdict(runs: list[tuple[int | None, RuleEngine, RunState]], lang: str =
     ]
     fault = primary_fault([a for a, _, _ in alerts])
     if fault is None:
-        return clean_line(runs[0][2] if runs else None)
+        return clean_line(runs[0][2] if runs else None, lang)
     for a, rank, eng in alerts:
         if a is fault:
             shown = rank if len(runs) > 1 else None
             return fault_line(a, eng.facts(), eng.steps, lang, shown)
-    return clean_line(runs[0][2])  # pragma: no cover - the fault is one of the alerts
+    return clean_line(runs[0][2], lang)  # pragma: no cover - the fault is one of the alerts
 
 
 def _cap(line: str) -> str:
-    line = " ".join(line.split())
-    return line if len(line) <= MAX_LEN else line[: MAX_LEN - 1] + "…"
+    return fit(" ".join(line.split()), MAX_LEN)  # between words: a number stays whole

@@ -31,6 +31,7 @@ from dltop.tui.core.header_view import (  # noqa: F401 - re-exported
     rank_lines,
     rank_note,
 )
+from dltop.tui.core.i18n import tr_title
 from dltop.tui.core.panels import (  # noqa: F401 - re-exported
     PANELS,
     panel_chart,
@@ -83,10 +84,10 @@ def alert_key(alert: Alert) -> str:
     return f"{alert.run}:{key}" if alert.run else key
 
 
-def badge_label(alert: Alert) -> str:
+def badge_label(alert: Alert, lang: str = "en") -> str:
     icon = "✖" if alert.severity == CRITICAL else ("▲" if alert.severity == "warning" else "●")
     at = f" @{alert.step}" if alert.step is not None else ""
-    return f"{icon} {visible(alert.title)}{at}"
+    return f"{icon} {visible(tr_title(alert.id, alert.title, lang))}{at}"
 
 
 def alert_window(alert: Alert, first: int, last: int) -> tuple[int, int]:
@@ -220,8 +221,9 @@ def checklist_view(model: RunModel, alert: Alert, lang: str) -> tuple[str, list[
     checklist = checklist_for(alert, lang)
     facts = model.facts()
     steps = evaluate(checklist, facts, alert)
-    same = checklist.title.strip().lower() == alert.title.strip().lower()
-    title = f"{alert.title} — {checklist.title}" if checklist.title and not same else alert.title
+    said = tr_title(alert.id, alert.title, lang)
+    same = checklist.title.strip().lower() == said.strip().lower()
+    title = f"{said} — {checklist.title}" if checklist.title and not same else said
     if checklist.error:
         title += f" ({checklist.error})"
     # evidence quotes the run (an exception type, a signal name): escaped for the screen
