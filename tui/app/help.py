@@ -30,6 +30,7 @@ KEYS = (
     ("g", "go to a step (type a number, enter)"),
     ("a", "select the next alert (opens its checklist)"),
     ("c", "show / hide the checklist pane"),
+    ("m", "more panels: chart any other series of the log (space shows / hides one)"),
     ("space", "tick the highlighted checklist step (saved next to the log)"),
     ("escape", "back to the whole run, cursor off"),
     ("e", "save an SVG screenshot (the path is shown)"),
