@@ -117,12 +117,13 @@ class Writer:
         heartbeat: Callable[[], dict[str, Any]] | None = None,
         heartbeat_every: float = 2.0,
         wake_every: float = WAKE_S,
-        queue_max: int = QUEUE_MAX,
+        queue_max: int | None = None,
     ) -> None:
         self.sinks: list[Sink] = list(sinks)
         self._builders: list[Callable[[Any, Any], dict[str, Any] | None]] = []
         self._queue: deque[Any] = deque()
-        self._cap = max(1, int(queue_max))
+        # read at construction (not bound at import), so a test can shrink it
+        self._cap = max(1, int(QUEUE_MAX if queue_max is None else queue_max))
         self.put: Callable[[Any], None] = self._bounded_put()  # the training thread's only cost
         self._gap: _Gap | None = None
         self.dropped = 0  # records the full queue had no room for (the training outran us)

@@ -179,7 +179,10 @@ def test_a_viewer_side_drop_is_no_alert_about_the_run() -> None:
 TRAINER = textwrap.dedent(
     """
     import json, sys, time
+    import dltop.probe.writer
     from dltop.probe import Probe
+    # a small queue: full speed outruns the writer on any disk, so the drop path runs
+    dltop.probe.writer.QUEUE_MAX = 2048
     seconds = float(sys.argv[2])
     calls = 0
     worst = 0.0

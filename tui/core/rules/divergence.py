@@ -370,7 +370,11 @@ class Divergence(Rule):
         if step - self.early_from >= self.early_steps or self.early_n > self.early_steps:
             self.early_open = False
             return
-        self._early(e, step, loss, math.log(loss))
+        # not while a second run in the file may be a second writer: two interleaved
+        # trainings at different levels look like a blow-up on every switch (the record
+        # still counts above, so a log that keeps repeating its step closes the watch)
+        if not e.segments.watching:
+            self._early(e, step, loss, math.log(loss))
 
     def _early(self, e: RuleEngine, step: int, loss: float, x: float) -> None:
         """A blow-up in the first steps, before any window or baseline exists: the commonest

@@ -161,4 +161,6 @@ class Segments:
             t=e.t,
         )
         e.sink.add(self.mixed)
+        # the rules stop here: the early watch and its list of losses close with them
+        e.divergence_rule.early_open = False
         self._watch()

@@ -100,9 +100,7 @@ def on_step(e: RuleEngine, rec: dict[str, Any], t: float | None) -> None:
     if lf and loss is not None:
         if loss >= e.loss_hi and not e.in_grace:
             e.spike_rule.spike(e)
-        # not while a second run in the file may be a second writer: two interleaved
-        # trainings at different levels look like a blow-up on every switch
-        if e.divergence_rule.early_open and not e.segments.watching:
+        if e.divergence_rule.early_open:
             e.divergence_rule.early(e, step, loss)
     if gf and gn is not None:
         if gn >= e.gn_warn and (not e.in_grace or (gn >= e.gn_hi and not e.grace_critical)):
