@@ -125,7 +125,8 @@ HOSTILE: list[tuple[str, bytes, str | None]] = [
     ("list", b"[1, 2, 3]", "not a trainer_state.json (not a JSON object)"),  # by its name
     ("garbage", b"garbage{{", "corrupt trainer_state.json"),
     ("empty", b"", "corrupt trainer_state.json"),
-    ("objects", b'{"log_history": [' + b"{}," * 3_000_000 + b"{}]}", "over dltop's limit"),
+    # 3 M entries that are no Trainer's log: read in bounded memory, every one skipped
+    ("objects", b'{"log_history": [' + b"{}," * 3_000_000 + b"{}]}", None),
 ]
 
 
@@ -182,7 +183,7 @@ def test_bad_values_are_dropped_and_counted(tmp_path: Path, capsys: Any) -> None
     text = json.dumps({"log_history": history}).replace("1e+309", "1e999")
     p.write_text(text)
     log = foreign.load(str(p))
-    assert log.skipped >= 5
+    assert log.records and log.skipped >= 5  # counted as the entries are read
     assert any("skipped" in n for n in log.notes)
     last = [r for r in log.records if r["kind"] == "step"][-1]
     assert last["step"] == 306 and math.isinf(last["loss"])

@@ -344,8 +344,8 @@ def _open_log(path: str) -> int:
 
 
 def check_foreign(path: str, fmt: str, config: Config, store: Store | None = None) -> FileResult:
-    """Another tool's log: converted to our records once (bounded: foreign/common.py), then
-    through a fresh engine like any log."""
+    """Another tool's log: converted to our records as it is read (a batch at a time:
+    foreign/common.py), through a fresh engine like any log."""
     try:
         log = foreign.load(path, fmt)
     except foreign.MissingExtra:
@@ -353,10 +353,14 @@ def check_foreign(path: str, fmt: str, config: Config, store: Store | None = Non
     except SourceError as exc:
         raise CheckError(str(exc)) from None
     engine = RuleEngine(config)
-    engine.feed_many(log.records)
+    try:
+        for batch in log.batches():  # converted as read: a batch's memory, not the run's
+            engine.feed_many(batch)
+            if store is not None:
+                store.ingest(batch)
+    except SourceError as exc:
+        raise CheckError(str(exc)) from None
     engine.finish()
-    if store is not None:
-        store.ingest(log.records)
     state = engine.status(now=time.time(), pid_alive=None)
     return FileResult(path, engine, state, log.skipped, notes=list(log.notes), store=store)
 

@@ -50,7 +50,7 @@ class ForeignSource(ReaderThread):
         self._init_reader()
 
     def run(self) -> None:
-        """Read the whole log (bounded by foreign/common.py's limits), then ingest it."""
+        """Read the log and ingest it as it is converted (foreign/common.py's batches)."""
         from dltop.tui.core import foreign  # noqa: PLC0415
 
         try:
@@ -58,14 +58,13 @@ class ForeignSource(ReaderThread):
             log = foreign.take_preloaded(self.path, self.format)
             if log is None:
                 log = foreign.load(self.path, self.format)
-            records = log.records
-            for i in range(0, len(records), SLICE):
-                if self._stop.is_set():
-                    return
-                self.model.ingest(records[i : i + SLICE], malformed=log.skipped)
-                self._notify(len(records[i : i + SLICE]))
-            if not records:
-                self.model.ingest([], malformed=log.skipped)
+            for batch in log.batches():  # converted as read: a batch's memory at a time
+                for i in range(0, len(batch), SLICE):
+                    if self._stop.is_set():
+                        return
+                    self.model.ingest(batch[i : i + SLICE], malformed=log.skipped)
+                    self._notify(len(batch[i : i + SLICE]))
+            self.model.ingest([], malformed=log.skipped)  # the count, complete at the end
             self.model.finish()  # the whole log is in: judged at its end, as `check` does
         except SourceError as exc:
             self._fail(str(exc))

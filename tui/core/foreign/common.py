@@ -9,15 +9,22 @@ here bounds the work a file can cause, and a file that cannot be read is one
 from __future__ import annotations
 
 import math
+import mmap
 import os
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 from dltop.probe.schema import EV_EXIT, EVAL, EVENT, META, SCHEMA_VERSION, STEP, as_float, as_step
 from dltop.tui.core.sourcefiles import SourceError, open_log
 
-MAX_FILE_BYTES = 64 << 20  # bytes read from one file; a bigger file is refused, not cut
-MAX_ENTRIES = 2_000_000  # log_history entries, CSV rows or TensorBoard events per source
+MAX_FILE_BYTES = 64 << 20  # bytes read whole from one file (the readers that cannot stream)
+# bytes of a file read as it streams (trainer_state.json, metrics.csv): memory does not grow
+# with it, the time does, as for our own logs; beyond this the file is refused, not cut
+MAX_STREAM_BYTES = 16 << 30
+MAX_ENTRIES = 50_000_000  # log_history entries, CSV rows or TensorBoard events per source
+BATCH = 4096  # records per batch handed on (the store and the rules take them as they come)
+WINDOW = 8192  # records a streaming reader holds to merge a step's values logged apart
 MAX_EVENT_FILES = 64  # TensorBoard event files read from one folder
 MAX_SCAN_ENTRIES = 5000  # directory entries looked at while searching a folder for event files
 MAX_SCAN_DEPTH = 4  # folder levels searched below the one given
@@ -34,20 +41,97 @@ SOURCE_NOTE = {
 TOOL_NAME = {HF: "Hugging Face Trainer", LIGHTNING: "Lightning", TENSORBOARD: "TensorBoard"}
 
 
+Stream = Callable[["ForeignLog"], Iterator[list[dict[str, Any]]]]
+
+
 @dataclass
 class ForeignLog:
-    """One source converted into our records: ``meta`` first, then ``step``/``eval``/``event``."""
+    """One source converted into our records: ``meta`` first, then ``step``/``eval``/``event``.
+
+    Converted as it is read (:meth:`batches`), so a long run's log costs the memory of a
+    batch, not of the run (issue 29: a 64 MiB trainer_state.json took 15-60x its size as
+    Python objects, and a bigger one was refused). ``skipped`` and ``notes`` are complete
+    once the batches are all read; the notes are also appended to the meta record's own
+    ``notes`` list then, so a store or engine that kept the meta record sees them too.
+    """
 
     format: str  # HF, LIGHTNING or TENSORBOARD
     path: str  # the file or folder given
     files: list[str]  # the files read
-    records: list[dict[str, Any]] = field(default_factory=list)
     skipped: int = 0  # entries (rows, events, values) left out as unusable
     notes: list[str] = field(default_factory=list)  # said once in meta.notes
+    stream: Stream | None = None  # the reader's generator of batches, run once
+    _records: list[dict[str, Any]] | None = None
+
+    def batches(self) -> Iterator[list[dict[str, Any]]]:
+        """The records in batches of about :data:`BATCH`, read and converted as they come.
+        The stream runs once; after :attr:`records` was asked, its copy is replayed."""
+        if self._records is not None:
+            for i in range(0, len(self._records), BATCH):
+                yield self._records[i : i + BATCH]
+            return
+        stream, self.stream = self.stream, None
+        if stream is None:
+            raise RuntimeError("the log's records were read already")
+        yield from stream(self)
+
+    @property
+    def records(self) -> list[dict[str, Any]]:
+        """Every record at once (tests, small logs): the stream read into a list."""
+        if self._records is None:
+            self._records = [r for b in self.batches() for r in b]
+        return self._records
+
+    def keep(self, records: list[dict[str, Any]]) -> None:
+        """Records converted up front (the readers that read a file whole)."""
+        if self._records is None:
+            self._records = []
+        self._records.extend(records)
 
     @property
     def steps(self) -> int:
         return sum(1 for r in self.records if r.get("kind") == STEP)
+
+    def said(self, meta: dict[str, Any], notes: list[str]) -> None:
+        """The notes known at the end of the read, kept here and in the meta record."""
+        self.notes = list(notes)
+        meta_notes = meta.get("notes")
+        if isinstance(meta_notes, list):
+            meta_notes[:] = notes
+
+
+class MappedFile:
+    """A whole regular file as a read-only memory map (empty files as ``b""``): parsers
+    that need the whole text (a JSON document) read it without a copy on the heap."""
+
+    def __init__(self, path: str, what: str, limit: int = MAX_STREAM_BYTES) -> None:
+        fd = open_log(path)
+        try:
+            size = os.fstat(fd).st_size
+            if size > limit:
+                raise SourceError(
+                    f"{path}: {what} of {size} bytes is over dltop's {limit >> 30} GiB "
+                    "limit for another tool's log"
+                )
+            self._map: mmap.mmap | None = (
+                mmap.mmap(fd, size, access=mmap.ACCESS_READ) if size else None
+            )
+        except OSError as exc:
+            raise SourceError(f"cannot read {path}: {exc.strerror or exc}") from None
+        finally:
+            os.close(fd)
+        self.size = size
+
+    @property
+    def data(self) -> bytes | mmap.mmap:
+        return self._map if self._map is not None else b""
+
+    def close(self) -> None:
+        if self._map is not None:
+            try:
+                self._map.close()
+            except BufferError:  # a view of it is still alive: the GC unmaps it later
+                pass
 
 
 def read_capped(path: str, what: str) -> bytes:
@@ -146,17 +230,28 @@ def exit_record(step: int | None) -> dict[str, Any]:
 
 class Merger:
     """``step`` and ``eval`` records keyed by (kind, step), in order of first appearance,
-    so values of one step logged in separate rows or events become one record."""
+    so values of one step logged in separate rows or events become one record.
 
-    def __init__(self) -> None:
+    With ``window``, at most that many records are held: :meth:`take` hands on the oldest
+    ones (a reader streaming a long log keeps a window, not the run). A value for a step
+    already handed on comes too late to join its record: it is left out and counted with
+    the repeated values (a tool logs one step's values together, so this is rare)."""
+
+    def __init__(self, window: int | None = None) -> None:
         self._by_key: dict[tuple[str, int], dict[str, Any]] = {}
         self.order: list[dict[str, Any]] = []
         self.repeated = 0  # other values of a field a step already had: left out, said
+        self.window = window
+        self._gone: dict[str, int] = {}  # per kind, the highest step handed on
 
     def put(self, kind: str, step: int, name: str, value: float) -> None:
         key = (kind, step)
         rec = self._by_key.get(key)
         if rec is None:
+            gone = self._gone.get(kind)
+            if gone is not None and step <= gone:
+                self.repeated += 1  # its record was handed on already
+                return
             rec = {"kind": kind, "step": step}
             self._by_key[key] = rec
             self.order.append(rec)
@@ -164,6 +259,20 @@ class Merger:
             rec[name] = value
         elif name != "t" and rec[name] != value:  # a time, or the same value again: no loss
             self.repeated += 1
+
+    def take(self, final: bool = False) -> list[dict[str, Any]]:
+        """The records to hand on now: all of them when ``final`` (or without a window),
+        else the oldest half once more than ``window`` are held."""
+        if not final and (self.window is None or len(self.order) <= self.window):
+            return []
+        n = len(self.order) if final or self.window is None else len(self.order) - self.window // 2
+        out, self.order = self.order[:n], self.order[n:]
+        for rec in out:
+            kind, step = rec["kind"], rec["step"]
+            del self._by_key[(kind, step)]
+            if step > self._gone.get(kind, step - 1):
+                self._gone[kind] = step
+        return out
 
     def records(self) -> list[dict[str, Any]]:
         return self.order
@@ -184,6 +293,7 @@ def skipped_note(skipped: int, what: str) -> str:
 
 
 __all__ = [
+    "open_log",
     "EVAL",
     "STEP",
     "ForeignLog",

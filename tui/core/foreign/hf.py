@@ -5,21 +5,34 @@ Each ``log_history`` entry is one of: a training log (``loss``, ``grad_norm``,
 ``logging_steps`` optimizer steps), an evaluation (``eval_loss``, ``eval_*``), or the
 end-of-training summary (``train_runtime``, ``train_loss``...), which becomes an ``exit``
 event: the Trainer got to its end. There is no wall time in the file.
+
+Read in bounded memory: msgspec parses the document once into the state's few scalar
+fields and one ``Raw`` slice per ``log_history`` entry (zero-copy views of the mapped
+file), and each entry is decoded only when its batch is converted. A 64 MiB state took
+1-4 GB as Python objects (issue 29), and a bigger one was refused; now the file's pages
+and a batch are what it costs. A state msgspec cannot take (an integer of 5 000 digits)
+is read the old way, whole, when it is small enough.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import re
+from collections.abc import Iterator
 from typing import Any
 
+import msgspec
 from dltop.tui.core.foreign.common import (
+    BATCH,
     EVAL,
     HF,
     MAX_ENTRIES,
     MAX_EXTRAS,
+    MAX_FILE_BYTES,
     STEP,
     ForeignLog,
+    MappedFile,
     SourceError,
     exit_record,
     meta_record,
@@ -36,6 +49,9 @@ EVAL_PREFIX = "eval_"
 EVAL_SPEED = ("eval_runtime", "eval_samples_per_second", "eval_steps_per_second")
 MAX_CONTAINERS = MAX_ENTRIES + 1000  # objects and lists parsed from one file (an upper bound)
 STATE_KEYS = ("global_step", "max_steps", "logging_steps", "eval_steps", "num_train_epochs")
+EVAL_SPEED_SUFFIXES = ("runtime", "samples_per_second", "steps_per_second", "_flos")
+# our own step fields: an extra of that name is kept as "x/<name>", never over ours
+RESERVED = frozenset(("kind", "t", "lr", "step_time", "data_time", "samples_per_s", "batch_size"))
 
 
 def _stopping(state: dict[str, Any]) -> bool:
@@ -59,7 +75,53 @@ def _parse_int(text: str) -> int | float:
     return int(text) if len(text) <= 18 else float(text)
 
 
+class _State(msgspec.Struct):
+    """What is read of a trainer_state.json: the scalars we report and one raw slice per
+    ``log_history`` entry (decoded later, one batch at a time)."""
+
+    # its bytes, not its objects: decoding it here would build every entry at once
+    log_history: msgspec.Raw = msgspec.Raw()  # empty: the key is missing
+    global_step: Any = None
+    max_steps: Any = None
+    logging_steps: Any = None
+    eval_steps: Any = None
+    num_train_epochs: Any = None
+    stateful_callbacks: Any = None
+
+
+_STATE = msgspec.json.Decoder(_State)
+_HISTORY = msgspec.json.Decoder(list[msgspec.Raw])
+_ENTRY = msgspec.json.Decoder()
+# Python's json writes NaN and infinities bare; JSON (and msgspec) has no such tokens: they
+# are quoted before parsing where they stand as values (``number`` reads "NaN" back)
+_BARE = re.compile(rb"(?<=[:\[,\s])(-?Infinity|NaN)(?=\s*[,\]\}])")
+
+
+def _quoted(data: Any) -> Any:
+    if data.find(b"NaN") >= 0 or data.find(b"Infinity") >= 0:  # (`in` walks an mmap bytewise)
+        return _BARE.sub(rb'"\1"', data)
+    return data
+
+
+def _corrupt(path: str, where: str = "it") -> SourceError:
+    return SourceError(
+        f"{path}: corrupt trainer_state.json (JSON error at {where}) — "
+        "a checkpoint cut while being written? pass another checkpoint's file"
+    )
+
+
+def _check_shape(obj: Any, path: str) -> None:
+    if not isinstance(obj, dict):
+        raise SourceError(f"{path}: not a trainer_state.json (not a JSON object)")
+    if not isinstance(obj.get("log_history"), list):
+        raise SourceError(
+            f"{path}: not a trainer_state.json (no log_history list) — "
+            "pass the trainer_state.json from a Trainer checkpoint folder"
+        )
+
+
 def parse(blob: bytes, path: str) -> dict[str, Any]:
+    """The whole state as Python objects: the fallback for what msgspec cannot take."""
     # memory is bounded by the objects parsed, not the bytes: 64 MiB of "{}," is 21 M dicts
     containers = blob.count(b"{") + blob.count(b"[")
     if containers > MAX_CONTAINERS:
@@ -71,34 +133,116 @@ def parse(blob: bytes, path: str) -> dict[str, Any]:
         obj = json.loads(blob.decode("utf-8", errors="replace"), parse_int=_parse_int)
     except ValueError as exc:
         where = f"line {exc.lineno}" if isinstance(exc, json.JSONDecodeError) else "it"
-        raise SourceError(
-            f"{path}: corrupt trainer_state.json (JSON error at {where}) — "
-            "a checkpoint cut while being written? pass another checkpoint's file"
-        ) from None
+        raise _corrupt(path, where) from None
     except RecursionError:
         raise SourceError(f"{path}: corrupt trainer_state.json (nested too deep)") from None
-    if not isinstance(obj, dict):
-        raise SourceError(f"{path}: not a trainer_state.json (not a JSON object)")
-    if not isinstance(obj.get("log_history"), list):
-        raise SourceError(
-            f"{path}: not a trainer_state.json (no log_history list) — "
-            "pass the trainer_state.json from a Trainer checkpoint folder"
-        )
+    _check_shape(obj, path)
     return obj
 
 
+def _read(path: str) -> tuple[dict[str, Any], list[Any], MappedFile | None]:
+    """The state's scalars, its entries (raw slices, or parsed dicts in the fallback) and
+    the mapped file the slices point into."""
+    mapped = MappedFile(path, "trainer_state.json")
+    data = _quoted(mapped.data)
+    try:
+        head = _STATE.decode(data)
+        raw = head.log_history
+        if bytes(memoryview(raw)[:1]) != b"[":
+            obj: Any = msgspec.json.decode(data) if not len(raw) else {}
+            _check_shape(obj if isinstance(obj, dict) else None, path)
+        history = _HISTORY.decode(raw)
+    except (msgspec.DecodeError, RecursionError) as exc:
+        mapped.close()
+        if mapped.size <= MAX_FILE_BYTES:
+            # what msgspec does not take (a 400-digit integer, 1e999) Python's json may:
+            # the old way, whole, which also words a corrupt file's error by its line
+            state = parse(read_capped(path, "trainer_state.json"), path)
+            return state, state["log_history"], None
+        if isinstance(exc, RecursionError):
+            raise SourceError(f"{path}: corrupt trainer_state.json (nested too deep)") from None
+        where = str(exc).rsplit("(", 1)[-1].rstrip(")") if "(byte" in str(exc) else "it"
+        raise _corrupt(path, where) from None
+    state = {k: getattr(head, k) for k in (*STATE_KEYS, "stateful_callbacks")}
+    return state, history, mapped
+
+
+def _entry(raw: Any) -> Any:
+    if isinstance(raw, msgspec.Raw):
+        try:
+            return _ENTRY.decode(raw)
+        except (msgspec.DecodeError, RecursionError):
+            return None  # counted as skipped, like any entry of the wrong shape
+    return raw
+
+
+# keys of a training log entry that are no metric of the step: its identity, the Trainer's
+# summary and speed figures
+_NOT_EXTRA = frozenset(("step", *TRAIN_FIELDS, *SUMMARY_KEYS, "train_loss", "total_flos"))
+
+
+def _extras(entry: dict[str, Any], rec: dict[str, Any], kept: dict[str, str]) -> None:
+    """The entry's other numbers (``rewards/chosen``, ``mean_token_accuracy``...) as extras
+    of the step, by their own names (``x/<name>`` where the name is one of our fields), the
+    first :data:`MAX_EXTRAS` names met; what the viewer's ``m`` charts."""
+    for key, value in entry.items():
+        if not isinstance(key, str) or key in _NOT_EXTRA or key.startswith(EVAL_PREFIX):
+            continue
+        name = kept.get(key)
+        if name is None:
+            if len(kept) >= MAX_EXTRAS or len(key) > 200 or key.endswith(EVAL_SPEED_SUFFIXES):
+                continue
+            name = f"x/{key}" if key in RESERVED else key
+            kept[key] = name
+        f = number(value)
+        if f is not None:
+            rec[name] = f
+
+
 def load(path: str, shown: str | None = None) -> ForeignLog:
-    """Read ``path`` (a trainer_state.json); ``shown`` is the path the user gave (a folder)."""
-    state = parse(read_capped(path, "trainer_state.json"), path)
-    history: list[Any] = state["log_history"]
+    """Open ``path`` (a trainer_state.json; ``shown`` is the path the user gave, a folder)
+    and check its shape now; its entries are converted as :meth:`ForeignLog.batches`
+    reads them."""
+    state, history, mapped = _read(path)
     log = ForeignLog(HF, shown or path, [path])
+
+    def stream(log: ForeignLog) -> Iterator[list[dict[str, Any]]]:
+        try:
+            yield from _convert(log, state, history)
+        finally:
+            if mapped is not None:
+                history.clear()  # the raw slices go before the map they point into
+                mapped.close()
+
+    log.stream = stream
+    return log
+
+
+def _convert(
+    log: ForeignLog, state: dict[str, Any], history: list[Any]
+) -> Iterator[list[dict[str, Any]]]:
+    notes = [
+        "another tool's log: no wall time, step time, data time, memory or GPU readings; "
+        "each loss is the Trainer's mean over logging_steps steps"
+    ]
+    info = {k: state.get(k) for k in STATE_KEYS}
+    info = {
+        k: v
+        for k, v in info.items()
+        if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+    }
+    meta = meta_record(HF, log.path, notes, trainer_state=info or None)
     skipped = 0
     extra_skipped = max(0, len(history) - MAX_ENTRIES)
     ended: int | None = None
     finished = False
-    body: list[dict[str, Any]] = []
     last_step: int | None = None
-    for entry in history[:MAX_ENTRIES]:
+    body: list[dict[str, Any]] = [meta]
+    extras: dict[str, str] = {}  # the training log's other keys kept, and their field names
+    for n, raw in enumerate(history):
+        if n >= MAX_ENTRIES:
+            break
+        entry = _entry(raw)
         if not isinstance(entry, dict):
             skipped += 1
             continue
@@ -120,6 +264,7 @@ def load(path: str, shown: str | None = None) -> ForeignLog:
                     else:
                         rec[name] = f
             if len(rec) > 2:
+                _extras(entry, rec, extras)
                 body.append(rec)
                 made = True
         evals = [k for k in entry if isinstance(k, str) and k.startswith(EVAL_PREFIX)]
@@ -139,30 +284,22 @@ def load(path: str, shown: str | None = None) -> ForeignLog:
             last_step = step
         else:
             skipped += 1
+        if len(body) >= BATCH:
+            yield body
+            body = []
     skipped += extra_skipped
-    notes = [
-        "another tool's log: no wall time, step time, data time, memory or GPU readings; "
-        "each loss is the Trainer's mean over logging_steps steps"
-    ]
     if skipped:
         notes.append(skipped_note(skipped, "log_history entries or values"))
     if extra_skipped:
         notes.append(f"warning: only the first {MAX_ENTRIES} log_history entries were read")
-    info = {k: state.get(k) for k in STATE_KEYS}
-    info = {
-        k: v
-        for k, v in info.items()
-        if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
-    }
-    log.records.append(meta_record(HF, log.path, notes, trainer_state=info or None))
-    log.records.extend(body)
     if not finished and last_step is not None and _stopping(state):
         finished, ended = True, last_step
     if finished:
-        log.records.append(exit_record(ended if ended is not None else last_step))
+        body.append(exit_record(ended if ended is not None else last_step))
     log.skipped = skipped
-    log.notes = notes
-    return log
+    log.said(meta, notes)
+    if body:
+        yield body
 
 
 def looks_like(head: bytes, name: str) -> bool:

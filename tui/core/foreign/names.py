@@ -15,7 +15,17 @@ from collections.abc import Mapping
 from dltop.probe.schema import EVAL, STEP
 
 TRAIN_LOSS, EVAL_LOSS, GRAD_NORM, LR, EPOCH = "loss", "eval_loss", "grad_norm", "lr", "epoch"
+STEP_TIME, DATA_TIME, SAMPLES = "step_time", "data_time", "samples_per_s"
 EVAL_EXTRA = "eval_extra"  # another eval metric, kept under its name without the prefix
+# any other scalar logged per step (accuracy, reward, perplexity...): kept under its own
+# name, as the probe keeps a user's extras, so a panel can chart it (the viewer's `m`)
+STEP_EXTRA = "step_extra"
+# our own step fields: a tool's scalar of that name that is not what we mean by it is kept
+# as an extra under "x/<name>", never over our field
+_OURS = frozenset(
+    ("kind", "step", "t", "loss", "grad_norm", "lr", "epoch", "step_time", "data_time",
+     "compute_time", "samples_per_s", "batch_size", "mem_allocated", "mem_reserved")
+)  # fmt: skip
 END = "end"  # the tool's end-of-training summary: the run finished
 IGNORE = "ignore"
 
@@ -40,6 +50,13 @@ EXACT: dict[str, tuple[str, int]] = {
     "train/learning_rate": (LR, 0), "learning_rate": (LR, 0), "lr": (LR, 0), "train/lr": (LR, 1),
     "epoch_learning_rate": (LR, 2),
     "epoch": (EPOCH, 0), "train/epoch": (EPOCH, 0),
+    # step timings and throughput, as timing callbacks and our own probe name them
+    "step_time": (STEP_TIME, 0), "time/step": (STEP_TIME, 1), "train/step_time": (STEP_TIME, 1),
+    "perf/step_time": (STEP_TIME, 1), "time/step_time": (STEP_TIME, 1),
+    "data_time": (DATA_TIME, 0), "time/data": (DATA_TIME, 1), "train/data_time": (DATA_TIME, 1),
+    "perf/data_time": (DATA_TIME, 1), "time/data_time": (DATA_TIME, 1),
+    "samples_per_s": (SAMPLES, 0), "samples_per_second": (SAMPLES, 1),
+    "train/samples_per_second": (SAMPLES, 1), "perf/samples_per_s": (SAMPLES, 1),
     # Trainer's summaries: not a step's value
     "train/train_loss": (IGNORE, 0), "train_loss_mean": (IGNORE, 0),
     "train/train_runtime": (END, 0), "train_runtime": (END, 0),
@@ -78,6 +95,17 @@ def classify(name: str) -> tuple[str, int] | None:
         return EXACT[low]
     if low.endswith(IGNORED_SUFFIXES):
         return None
+    found = _named(low)
+    if found is not None:
+        return found
+    if not low or len(low) > 200:
+        return None
+    if set(_WORDS.split(low)) & TEST_WORDS:
+        return None  # a test loop's metric, on the test loop's own step count
+    return STEP_EXTRA, 9  # any other scalar: an extra of the step, by its own name
+
+
+def _named(low: str) -> tuple[str, int] | None:
     words = set(_WORDS.split(low))
     if "loss" in low:
         if words & TEST_WORDS:
@@ -103,10 +131,12 @@ def extra_name(name: str) -> str:
 
 def choose(counts: Mapping[str, int], max_extras: int = 16) -> dict[str, str]:
     """Map each name worth reading to the field it fills: per role, the name with the best
-    preference, then the most values; eval extras by their own name (at most ``max_extras``)."""
+    preference, then the most values; eval extras by their own name (at most ``max_extras``),
+    and the other scalars as extras of the step (the ``max_extras`` with most values)."""
     best: dict[str, tuple[int, int, str]] = {}
     out: dict[str, str] = {}
     extras = 0
+    step_extras: list[tuple[int, str]] = []
     for name, count in counts.items():
         found = classify(name)
         if found is None or count <= 0:
@@ -119,11 +149,23 @@ def choose(counts: Mapping[str, int], max_extras: int = 16) -> dict[str, str]:
                 out[name] = f"{EVAL_EXTRA}:{extra_name(name)}"
                 extras += 1
             continue
+        if role == STEP_EXTRA:
+            step_extras.append((-count, name))
+            continue
         key = (pref, -count, name)
         if role not in best or key < best[role]:
             best[role] = key
     for role, (_, _, name) in best.items():
         out[name] = role
+    taken = {target(r)[1] for r in out.values() if r != END}
+    for _, name in sorted(step_extras)[:max_extras]:
+        if name in out:
+            continue
+        field = name.strip()
+        if field.lower() in _OURS or field in taken:
+            field = f"x/{field}"
+        out[name] = f"{STEP_EXTRA}:{field}"
+        taken.add(field)
     return out
 
 
@@ -133,4 +175,6 @@ def target(role: str) -> tuple[str, str]:
         return EVAL, "loss"
     if role.startswith(EVAL_EXTRA + ":"):
         return EVAL, role.split(":", 1)[1]
+    if role.startswith(STEP_EXTRA + ":"):
+        return STEP, role.split(":", 1)[1]
     return STEP, role

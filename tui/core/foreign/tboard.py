@@ -1,17 +1,17 @@
 """TensorBoard event files (``events.out.tfevents.*``): their scalars as our records.
 
-Read with TensorBoard's own ``event_file_loader.LegacyEventFileLoader`` (an optional
-extra: ``pip install 'dltop-monitor[tensorboard]'``). Measured on the 36 real event files
-of ``shared/realruns/tensorboard`` (2.9 MB, ~51 k scalars, two cores): the loader read
-them in 0.55 s (import 0.17 s), ``EventAccumulator`` in 0.71 s and ``tbparse`` in 0.80 s
-(it also pulls pandas). The loader streams raw ``Event`` protos one at a time, so we stop
-at our own event budget and keep no reservoir-sampled copy (the accumulator's), and it
-needs nothing beyond the ``tensorboard`` package.
+The records are read by ``tfrecord.py`` (bulk reads, C checksums) and each one parsed
+with TensorBoard's own generated ``Event`` message (the optional extra: ``pip install
+'dltop-monitor[tensorboard]'``, which also brings the ``crc32c`` extension), so a file is
+read once, in order, and converted as it goes: a long run costs a window of records, not
+the run (issue 29: a 1 M-step file of 283 MB was refused, and 200 k steps took 416 MB).
+TensorBoard's ``EventAccumulator`` took 76-81 s and up to 1.3 GB on that file.
 
-The loader stops quietly at a damaged record; to say so, each file's TFRecord framing
-(8-byte length, masked CRC-32C of it, data, CRC of the data) is walked first, lengths and
-header checksums only, and a file whose loader stops short is reported with the count.
-Recognition needs no TensorBoard: the first record's header checksum is checked here.
+Which tag fills which field is decided from the first :data:`PREVIEW` values (the names
+table, ``names.py``); a tag first seen after them is left out and counted. A damaged
+record (a checksum that does not hold, a file cut inside a record) ends the file's read
+and is said with the count. Recognition needs no TensorBoard: the first record's header
+checksum is checked here.
 """
 
 from __future__ import annotations
@@ -22,17 +22,19 @@ import os
 import stat
 import struct
 from collections import Counter
+from collections.abc import Iterator
 from typing import Any
 
-from dltop.tui.core.foreign import names
+from dltop.tui.core.foreign import names, tfrecord
 from dltop.tui.core.foreign.common import (
     MAX_ENTRIES,
     MAX_EVENT_FILES,
     MAX_EXTRAS,
-    MAX_FILE_BYTES,
     MAX_SCAN_DEPTH,
     MAX_SCAN_ENTRIES,
+    MAX_STREAM_BYTES,
     TENSORBOARD,
+    WINDOW,
     ForeignLog,
     Merger,
     SourceError,
@@ -49,7 +51,7 @@ MISSING = (
     "pip install 'dltop-monitor[tensorboard]'"
 )
 NAME_HINT = "tfevents"
-MAX_RECORD = 1 << 26  # bytes in one TFRecord; a longer length is damage
+PREVIEW = 200_000  # values read before the tags' roles are chosen
 # an event file in a folder named like this holds validation values (Keras: logs/validation)
 EVAL_DIRS = frozenset(("validation", "val", "valid", "eval", "evaluation"))
 SCALAR_PLUGINS = ("", "scalars")
@@ -61,52 +63,8 @@ class MissingExtra(SourceError):
     """The optional reader is not installed: the message is the whole line to print."""
 
 
-def _crc_table() -> list[int]:
-    table = []
-    for i in range(256):
-        c = i
-        for _ in range(8):
-            c = (c >> 1) ^ 0x82F63B78 if c & 1 else c >> 1
-        table.append(c)
-    return table
-
-
-_TABLE = _crc_table()
-
-
-def masked_crc32c(data: bytes) -> int:
-    """TFRecord's masked CRC-32C (Castagnoli); used on 8-byte headers only, so pure Python."""
-    c = 0xFFFFFFFF
-    for b in data:
-        c = _TABLE[(c ^ b) & 0xFF] ^ (c >> 8)
-    c ^= 0xFFFFFFFF
-    return ((((c >> 15) | (c << 17)) & 0xFFFFFFFF) + 0xA282EAD8) & 0xFFFFFFFF
-
-
-def framed(head: bytes) -> bool:
-    """True when ``head`` starts with a TFRecord header whose checksum holds."""
-    if len(head) < 12:
-        return False
-    (length,) = struct.unpack("<Q", head[:8])
-    (crc,) = struct.unpack("<I", head[8:12])
-    return 0 < length < MAX_RECORD and masked_crc32c(head[:8]) == crc
-
-
-def _walk_frames(fd: int, size: int) -> tuple[int, str | None]:
-    """Records whose framing is whole, and why the walk stopped early (None: clean end)."""
-    off = n = 0
-    while off < size and n < MAX_ENTRIES:
-        head = os.pread(fd, 12, off)
-        if len(head) < 12:
-            return n, "cut inside a record header"
-        if not framed(head):
-            return n, "a record header with a bad checksum"
-        (length,) = struct.unpack("<Q", head[:8])
-        off += 12 + length + 4
-        if off > size:
-            return n, "cut inside a record"
-        n += 1
-    return n, None
+masked_crc32c = tfrecord.masked_crc32c
+framed = tfrecord.framed
 
 
 def find_event_files(directory: str) -> tuple[list[str], bool]:
@@ -161,15 +119,16 @@ def _file_framed(path: str) -> bool:
 
 
 def _loader() -> Any:
+    """TensorBoard's ``Event`` message class (the ``from_bytes`` of each record)."""
     try:
-        from tensorboard.backend.event_processing import event_file_loader  # noqa: PLC0415
+        from tensorboard.compat.proto import event_pb2  # noqa: PLC0415
     except ImportError:
         raise MissingExtra(MISSING) from None
     except Exception as exc:  # a broken install (protobuf mismatch...) is no traceback either
         raise MissingExtra(f"{MISSING} (the installed one failed to load: {exc})") from None
     logging.getLogger("tensorboard").addHandler(logging.NullHandler())
-    logging.getLogger("tensorboard").propagate = False  # its read errors are ours to word
-    return event_file_loader.LegacyEventFileLoader
+    logging.getLogger("tensorboard").propagate = False
+    return event_pb2.Event
 
 
 def require() -> None:
@@ -204,17 +163,92 @@ def _size_ok(path: str) -> int:
         size = os.fstat(fd).st_size
     finally:
         os.close(fd)
-    if size > MAX_FILE_BYTES:
+    if size > MAX_STREAM_BYTES:
         raise SourceError(
-            f"{path}: event file of {size} bytes is over dltop's {MAX_FILE_BYTES >> 20} MiB "
+            f"{path}: event file of {size} bytes is over dltop's {MAX_STREAM_BYTES >> 30} GiB "
             "limit for another tool's log"
         )
     return size
 
 
+class _Read:
+    """What reading the files met: values left out, damage, the budget's end."""
+
+    def __init__(self) -> None:
+        self.skipped = 0
+        self.errors: list[str] = []
+        self.capped = False
+        self.counts: Counter[str] = Counter()
+        self.first_t: float | None = None
+        self.values = 0
+
+
+Point = tuple[str, int, "float | None", float]
+
+
+def _points(event_cls: Any, files: list[str], root: str, read: _Read) -> Iterator[Point]:
+    """(tag, step, wall time, value) of every scalar of ``files``, in order."""
+    budget = MAX_ENTRIES
+    from_bytes = event_cls.FromString
+    for f in files:
+        try:
+            _size_ok(f)
+            fd = open_log(f)
+        except SourceError as exc:
+            if len(files) == 1:
+                raise
+            read.errors.append(str(exc))
+            continue
+        rel = os.path.relpath(os.path.dirname(f), root) if root else ""
+        prefix = "val/" if os.path.basename(rel).lower() in EVAL_DIRS else ""
+        walk = tfrecord.Walk()
+        try:
+            for data in tfrecord.records(fd, walk, budget):
+                try:
+                    event = from_bytes(data)
+                except Exception:  # framing that holds around data that is no event
+                    read.skipped += 1
+                    continue
+                if not event.HasField("summary"):
+                    continue
+                step = step_of(event.step)
+                t = wall_time(event.wall_time)
+                for value in event.summary.value:
+                    x = _scalar(value)
+                    if x is False:
+                        continue
+                    if x is None or step is None or isinstance(x, bool):
+                        read.skipped += 1
+                        continue
+                    if read.values >= MAX_ENTRIES:  # one event can hold many values
+                        read.capped = True
+                        return
+                    read.values += 1
+                    tag = prefix + str(value.tag)[:200]
+                    read.counts[tag] += 1
+                    if read.first_t is None and t is not None:
+                        read.first_t = t
+                    yield tag, step, t, x
+        except OSError as exc:
+            read.errors.append(f"{os.path.basename(f)}: unreadable ({exc.strerror or exc})")
+        finally:
+            os.close(fd)
+        budget -= walk.records
+        if walk.records >= MAX_ENTRIES or budget <= 0:
+            read.capped = True  # not damage: the rest is left unread
+            return
+        if walk.damage is not None:
+            read.skipped += 1  # at least the damaged record; what follows it cannot be found
+            read.errors.append(
+                f"{os.path.basename(f)}: stopped at {walk.damage} after {walk.records} records"
+            )
+
+
 def load(path: str, shown: str | None = None) -> ForeignLog:
-    """Read an event file, or every event file in a folder (bounded; see common.py)."""
-    loader_cls = _loader()
+    """Open an event file, or every event file in a folder (bounded; see common.py), read
+    the first :data:`PREVIEW` values to choose which tag fills which field (a file without
+    scalars is said now, in one line), and convert the rest as it is read."""
+    event_cls = _loader()
     notes: list[str] = []
     if os.path.isdir(path):
         files, cut = find_event_files(path)
@@ -228,89 +262,47 @@ def load(path: str, shown: str | None = None) -> ForeignLog:
         root = path
     else:
         files, root = [path], os.path.dirname(path)
-    log = ForeignLog(TENSORBOARD, shown or path, files)
-    points: list[tuple[str, int, float | None, float]] = []
-    counts: Counter[str] = Counter()
-    skipped = 0
-    budget = MAX_ENTRIES
-    errors: list[str] = []
-    for f in files:
-        try:
-            size = _size_ok(f)
-            fd = open_log(f)
-            try:
-                whole, damage = _walk_frames(fd, size)
-            finally:
-                os.close(fd)
-        except SourceError as exc:
-            if len(files) == 1:
-                raise
-            errors.append(str(exc))
-            continue
-        rel = os.path.relpath(os.path.dirname(f), root) if root else ""
-        prefix = "val/" if os.path.basename(rel).lower() in EVAL_DIRS else ""
-        read = 0
-        capped = False  # the event or value budget ran out in this file
-        try:
-            for event in loader_cls(f).Load():
-                if read >= budget:
-                    capped = True
-                    break
-                read += 1
-                if not event.HasField("summary"):
-                    continue
-                step = step_of(event.step)
-                t = wall_time(event.wall_time)
-                for value in event.summary.value:
-                    x = _scalar(value)
-                    if x is False:
-                        continue
-                    if x is None or step is None or isinstance(x, bool):
-                        skipped += 1
-                        continue
-                    if len(points) >= MAX_ENTRIES:  # one event can hold many values
-                        capped = True
-                        break
-                    tag = prefix + str(value.tag)[:200]
-                    counts[tag] += 1
-                    points.append((tag, step, t, x))
-                if capped:
-                    break
-        except Exception as exc:  # the loader met what its own checks did not expect
-            errors.append(f"{os.path.basename(f)}: unreadable after {read} records ({exc})")
-        budget -= read
-        if capped:  # not damage: the rest of this file and the next ones are left unread
-            notes.append(f"warning: only the first {MAX_ENTRIES} events or values were read")
-            break
-        if read < whole:
-            skipped += whole - read
-            errors.append(
-                f"{os.path.basename(f)}: stopped at a damaged record after {read} records"
-            )
-        elif damage is not None:
-            skipped += 1  # at least the damaged record; what follows it cannot be found
-            errors.append(f"{os.path.basename(f)}: {damage} after {whole} records")
-    if not points:
+    read = _Read()
+    points = _points(event_cls, files, root, read)
+    preview = list(itertools.islice(points, PREVIEW))
+    if not preview:
         # a folder's search may have found a file deep below it (`dltop check .` in a
         # project): say which, so the user knows what was read
         which = f"the event file{'s' if len(files) > 1 else ''}"
         if root is path:
             more = f" and {len(files) - 1} more" if len(files) > 1 else ""
             which += f" found below it ({os.path.relpath(files[0], path)}{more})"
-        why = f" ({errors[0]})" if errors else ""
-        if skipped and not why:  # scalars there were, none usable: say so, not "none"
-            why = f" ({skipped} scalar values left out: no step in range, or not a number)"
+        why = f" ({read.errors[0]})" if read.errors else ""
+        if read.skipped and not why:  # scalars there were, none usable: say so, not "none"
+            why = f" ({read.skipped} scalar values left out: no step in range, or not a number)"
         raise SourceError(f"{path}: no scalars in {which}{why}")
-    chosen = names.choose(counts, MAX_EXTRAS)
-    merged = Merger()
+    chosen = names.choose(read.counts, MAX_EXTRAS)
+    log = ForeignLog(TENSORBOARD, shown or path, files)
+
+    def stream(log: ForeignLog) -> Iterator[list[dict[str, Any]]]:
+        yield from _convert(log, chosen, read, itertools.chain(preview, points), notes)
+
+    log.stream = stream
+    return log
+
+
+def _convert(
+    log: ForeignLog, chosen: dict[str, str], read: _Read, points: Iterator[Point], notes: list[str]
+) -> Iterator[list[dict[str, Any]]]:
+    notes.insert(
+        0,
+        "another tool's log: wall time per value; no step time, data time, memory or GPU readings",
+    )
+    meta = meta_record(TENSORBOARD, log.path, notes, t=read.first_t, tags=sorted(chosen)[:64])
+    yield [meta]
+    merged = Merger(window=WINDOW)
     ended: tuple[int, float | None] | None = None
-    first_t: float | None = None
+    late = 0  # values of tags first seen after the preview
     for tag, step, t, x in points:
         role = chosen.get(tag)
         if role is None:
+            late += tag not in read.counts or read.counts[tag] == 0
             continue
-        if first_t is None and t is not None:
-            first_t = t
         if role == names.END:
             ended = (step, t)
             continue
@@ -318,24 +310,22 @@ def load(path: str, shown: str | None = None) -> ForeignLog:
         merged.put(kind, step, field, x)
         if t is not None:
             merged.put(kind, step, "t", t)
-    notes.insert(
-        0,
-        "another tool's log: wall time per value; no step time, data time, memory or GPU readings",
-    )
-    notes += [f"warning: {e}" for e in errors[:5]]
-    if skipped:
-        notes.append(skipped_note(skipped, "events or values"))
+        if ready := merged.take():
+            yield ready
+    last = merged.take(final=True)
+    if read.capped:
+        notes.append(f"warning: only the first {MAX_ENTRIES} events or values were read")
+    notes += [f"warning: {e}" for e in read.errors[:5]]
+    if read.skipped:
+        notes.append(skipped_note(read.skipped, "events or values"))
     if (repeated := merged.note()) is not None:
         notes.append(repeated)
-    log.records.append(
-        meta_record(TENSORBOARD, log.path, notes, t=first_t, tags=sorted(chosen)[:64])
-    )
-    log.records.extend(merged.records())
     if ended is not None:
         rec = exit_record(ended[0])
         if ended[1] is not None:
             rec["t"] = ended[1]
-        log.records.append(rec)
-    log.skipped = skipped
-    log.notes = notes
-    return log
+        last.append(rec)
+    log.skipped = read.skipped
+    log.said(meta, notes)
+    if last:
+        yield last

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from dltop.tui.core.alerts import WARNING
+from dltop.tui.core.alerts import INFO, WARNING, Severity
 from dltop.tui.core.rules.base import Rule, Tracker
 
 if TYPE_CHECKING:
@@ -53,6 +53,8 @@ class NonFiniteMetrics(Rule):
         self.settings("nan_metric")
         self.tr = Tracker(engine, "nan_metric")
         self.seen: dict[str, _Seen] = {}
+        # metrics with a finite value before any NaN (bounded: names come from the log)
+        self.ever_finite: set[str] = set()
         self.evals = 0  # eval records read
 
     def alert_trackers(self) -> list[Tracker]:
@@ -81,8 +83,15 @@ class NonFiniteMetrics(Rule):
             known = self.seen.get(name)
             if v - v == 0.0:  # finite
                 if known is not None:
-                    known.total += 1
+                    if known.total == known.bad and self.tr.active:
+                        # NaN until now, finite from here: it was broken, not never computed
+                        known.total += 1
+                        self._fire(e, step)
+                    else:
+                        known.total += 1
                     known.now = False
+                elif len(self.ever_finite) < 4 * MAX_METRICS:
+                    self.ever_finite.add(name)
                 continue
             if known is None:
                 if len(self.seen) >= MAX_METRICS:
@@ -133,5 +142,14 @@ class NonFiniteMetrics(Rule):
             title = f"Eval metric {name0[5:]} is {s0.value}"
         else:
             title = f"Metric {name0} is {s0.value}"
-        self.tr.fire(s0.first, WARNING, title, msg, ev, t=e.last_t, refresh=True)
+        # a metric that was never finite, and is not a loss, is the metric's own code (a
+        # 0/0 over an empty set, a field never filled) and says nothing of the training:
+        # information. A loss, or a metric that was finite and went bad, is a warning.
+        broken = any(
+            s.total > s.bad or n in self.ever_finite or "loss" in n.lower() for n, s in worst
+        )
+        if not broken:
+            msg += "; never finite, so the metric's own computation, not the training, is at fault"
+        sev: Severity = WARNING if broken else INFO
+        self.tr.fire(s0.first, sev, title, msg, ev, t=e.last_t, refresh=True)
         self.tr.hold(step)

@@ -1,0 +1,48 @@
+"""nan_metric's severity: a metric that never had a finite value (and is not a loss) is the
+metric's own code, information; a loss, or a metric that went bad, is a warning."""
+
+from __future__ import annotations
+
+import math
+
+from dltop.tui.core.rules import RuleEngine
+
+
+def _run(eval_value: object, name: str = "errors", finite_until: int = -1) -> list[tuple[str, str]]:
+    e = RuleEngine()
+    e.feed({"kind": "meta", "v": 1, "pid": 1, "t": 0.0})
+    for i in range(400):
+        e.feed({"kind": "step", "step": i, "t": float(i), "loss": 2.0 * math.exp(-i / 200) + 0.1})
+        if i % 40 == 39:
+            v = 0.5 if i < finite_until else eval_value
+            e.feed({"kind": "eval", "step": i, "t": float(i), "loss": 1.0, name: v})
+    return [(a.id, a.severity) for a in e.alerts()]
+
+
+def test_a_metric_never_finite_is_information() -> None:
+    assert ("nan_metric", "info") in _run(math.nan)
+
+
+def test_a_loss_never_finite_is_a_warning() -> None:
+    assert ("nan_metric", "warning") in _run(math.nan, name="aux_loss")
+
+
+def test_a_metric_that_went_bad_is_a_warning() -> None:
+    assert ("nan_metric", "warning") in _run(math.nan, finite_until=200)
+
+
+def test_a_finite_metric_raises_nothing() -> None:
+    assert not [a for a in _run(0.25) if a[0] == "nan_metric"]
+
+
+def test_a_metric_nan_at_first_then_finite_is_a_warning() -> None:
+    """NaN at the first evaluations, finite after: it was broken for a while (a real run's
+    val_ExpRate, NaN at its first 80 of 138 evaluations)."""
+    e = RuleEngine()
+    e.feed({"kind": "meta", "v": 1, "pid": 1, "t": 0.0})
+    for i in range(400):
+        e.feed({"kind": "step", "step": i, "t": float(i), "loss": 2.0 * math.exp(-i / 200) + 0.1})
+        if i % 40 == 39:
+            e.feed({"kind": "eval", "step": i, "t": float(i), "rate": math.nan if i < 200 else 0.4})
+    (a,) = [a for a in e.alerts() if a.id == "nan_metric"]
+    assert a.severity == "warning" and not a.active
