@@ -67,11 +67,11 @@ export PYTHONPATH="$REPO${PYTHONPATH:+:$PYTHONPATH}"  # dltop.* through dltop/, 
 export PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false
 
 # ---- a python with torch (a CUDA one when there is a GPU) ------------------------------------
-cuda_torch() { "$1" -c 'import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)' >/dev/null 2>&1; }
-any_torch() { "$1" -c 'import torch' >/dev/null 2>&1; }
-in_venv() { "$1" -c 'import sys; sys.exit(0 if sys.prefix != sys.base_prefix else 1)' >/dev/null 2>&1; }
+cuda_torch() { "$1" -c 'import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)' </dev/null >/dev/null 2>&1; }
+any_torch() { "$1" -c 'import torch' </dev/null >/dev/null 2>&1; }
+in_venv() { "$1" -c 'import sys; sys.exit(0 if sys.prefix != sys.base_prefix else 1)' </dev/null >/dev/null 2>&1; }
 gpu_present() { command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; }
-torch_version() { "$1" -c 'import torch; print(torch.__version__)' 2>/dev/null; }
+torch_version() { "$1" -c 'import torch; print(torch.__version__)' </dev/null 2>/dev/null; }
 
 candidates() {
     local c
@@ -93,6 +93,13 @@ make_venv() {  # make_venv BASE [--system-site-packages]: .venv-gpu, echo its py
 
 install_missing() {  # the non-torch packages the parts import, torch held where it is
     local py=$1 missing constraints="$WORK/constraints.txt" spec
+    local -a opts=("${PIP_OPTS[@]}")
+    if ! in_venv "$py"; then  # no venv could be made: the user site (PEP 668 allowing)
+        opts+=(--user)
+        if "$py" -m pip install --help 2>/dev/null | grep -q -- --break-system-packages; then
+            opts+=(--break-system-packages)
+        fi
+    fi
     missing=$("$py" - <<'EOF'
 import importlib.util
 need = {
@@ -112,7 +119,7 @@ EOF
     printf 'torch==%s\n' "$(torch_version "$py")" >"$constraints"
     note "installing: $missing (torch held at $(torch_version "$py"))"
     # shellcheck disable=SC2086
-    if timeout 200 "$py" -m pip install "${PIP_OPTS[@]}" -c "$constraints" $missing >>"$LOG" 2>&1; then
+    if timeout 200 "$py" -m pip install "${opts[@]}" -c "$constraints" $missing >>"$LOG" 2>&1; then
         return 0
     fi
     for spec in $missing; do  # one by one: a package that cannot come costs only its parts
@@ -120,7 +127,7 @@ EOF
             note "stopped installing at ${SECONDS} s: $spec and what follows are missing"
             break
         fi
-        timeout 60 "$py" -m pip install "${PIP_OPTS[@]}" -c "$constraints" "$spec" >>"$LOG" 2>&1 ||
+        timeout 60 "$py" -m pip install "${opts[@]}" -c "$constraints" "$spec" >>"$LOG" 2>&1 ||
             note "could not install $spec: the parts that need it say so"
     done
 }

@@ -244,3 +244,141 @@ def test_the_oom_and_adapter_parts_on_the_cpu(tmp_path: Path) -> None:
         assert ad[name]["config_amp"] == {"dtype": "bfloat16", "scaler": False}
     md = (out / "gpu_check.md").read_text()
     assert "## Out of memory (the oom demo)" in md and "## Adapters under AMP" in md
+
+
+# --- the GPU-only logic, fed what a GPU would give ---------------------------------------------
+MIB = 1 << 20
+
+
+def _moment(label: str, used_mib: float, smi_used: float, reserved_mib: float) -> dict[str, Any]:
+    return {
+        "moment": label,
+        "panel": {"mem_used": int(used_mib * MIB), "mem_total": 81559 * MIB, "util": 40.0,
+                  "temp": 40.0, "power_w": 120.0},
+        "panel_v2_used": None,
+        "torch_reserved": int(reserved_mib * MIB),
+        "torch_allocated": 0,
+        "smi": {"mem_used": smi_used, "mem_total": 81559.0, "util": 38.0, "temp": 41.0,
+                "power_w": 118.0, "process_used": reserved_mib + 500},
+    }  # fmt: skip
+
+
+def test_the_nvml_comparison_passes_agreeing_readings_and_fails_a_gap() -> None:
+    from scripts.gpu_check.nvml_check import compare
+
+    rows = [
+        _moment("idle", 1000, 1000, 400),
+        _moment("+1 GiB", 2024, 2025, 1424),
+        _moment("+4 GiB", 6120, 6121, 5520),
+        _moment("training", 6300, 6300, 5700),
+        _moment("freed", 900, 899, 300),
+    ]
+    fails, soft, table = compare(rows)
+    assert fails == [] and soft == []
+    assert table[2]["used_moved_mib"] == 4096 and table[2]["reserved_moved_mib"] == 4096
+    # v1's used counting 500 MiB of reserved memory nvidia-smi leaves out: a failure
+    rows[1]["smi"]["mem_used"] = 1525
+    # and the panel not seeing the allocator's 4 GiB
+    rows[2]["panel"]["mem_used"] = 2100 * MIB
+    rows[2]["smi"]["mem_used"] = 2100
+    fails, _, _ = compare(rows)
+    assert any(f.startswith("+1 GiB: used 2024 MiB, nvidia-smi 1525") for f in fails), fails
+    assert any(f.startswith("+4 GiB: used moved +76 MiB, reserved +4096 MiB") for f in fails), fails
+
+
+def test_nvidia_smi_output_is_read_field_by_field(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from scripts.gpu_check.nvml_check import smi
+
+    fake = tmp_path / "nvidia-smi"
+    fake.write_text(
+        "#!/bin/sh\n"
+        'case "$1" in\n'
+        "  --query-gpu=*) echo '0, GPU-abc, 1234, 81559, 37, 41, 119.52, NVIDIA H100 80GB HBM3' ;;\n"
+        f"  --query-compute-apps=*) echo '{os.getpid()}, GPU-abc, 1100'; echo '1, GPU-abc, 5' ;;\n"
+        "esac\n"
+    )
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
+    r = smi(0)
+    assert r == {
+        "index": 0, "uuid": "GPU-abc", "mem_used": 1234.0, "mem_total": 81559.0, "util": 37.0,
+        "temp": 41.0, "power_w": 119.52, "name": "NVIDIA H100 80GB HBM3", "process_used": 1100.0,
+    }  # fmt: skip
+
+
+def test_the_markdown_tabulates_gpu_shaped_results() -> None:
+    from scripts.gpu_check.nvml_check import compare
+
+    rows = [_moment("idle", 1000, 1000, 400), _moment("+1 GiB", 2024, 2025, 1424)]
+    fails, soft, table = compare(rows)
+    cost = {
+        "precision": "fp16", "rounds": 5, "steps_per_block": 50,
+        "ms_per_step": {"none": 5.0, "dltop": 5.1, "tensorboard": 6.0, "item": 5.6},
+        "overhead_pct": {"dltop": 2.0, "tensorboard": 20.0, "item": 12.0}, "none_spread_pct": 1.5,
+    }  # fmt: skip
+    parts = {
+        "nvml": {"status": "pass", "summary": "ok", "details": {"comparison": table,
+                 "failures": fails, "soft_differences": ["training: util 0 %"]}},
+        "cost": {"status": "pass", "summary": "ok", "details": {
+            "variants": ["none", "dltop", "tensorboard", "item"], "results": [cost]}},
+        "adapters": {"status": "pass", "summary": "ok", "details": {
+            "lightning": {"ok": True, "precision": "16-mixed", "steps_logged": 30,
+                          "grad_norm_max_rel_err": 1e-7, "overflow_steps": 2,
+                          "config_amp": {"dtype": "float16", "scaler": True}},
+            "hf": {"skipped": "transformers not importable"}}},
+    }  # fmt: skip
+    doc = {"ok": True, "device": "cuda", "counts": {"pass": 3, "fail": 0, "skip": 0},
+           "env": {"device": "NVIDIA H100 80GB HBM3", "driver": "550.54", "cuda": "12.4"},
+           "setup": [], "parts": parts}  # fmt: skip
+    md = report.markdown(report.clean(doc))
+    assert "not tabulated" not in md
+    assert "| NVIDIA H100 80GB HBM3 | 550.54 | 12.4 |" in md
+    assert "| fp16 | tensorboard | 6 | +20.0 % | 1.5 |" in md
+    assert "| idle | 1000 |" in md and "Soft differences: training: util 0 %" in md
+    assert "| hf | – | – | – | – | – | skipped: transformers not importable |" in md
+
+
+def test_the_gpu_watch_counts_torch_sync_warnings_and_tells_whose(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """On a GPU the watch reads torch's sync debug mode warnings. The same warnings, raised
+    here by hand (what ``PyErr_WarnEx`` does for torch: the caller's frame is the site)."""
+    import threading
+    import warnings
+
+    from dltop.probe import gradnorm
+
+    modes: list[Any] = []
+    monkeypatch.setattr(torch.cuda, "get_sync_debug_mode", lambda: 0)
+    monkeypatch.setattr(torch.cuda, "set_sync_debug_mode", modes.append)
+    msg = "called a synchronizing CUDA operation (Triggered internally at Sync.cpp:1.)"
+    ns: dict[str, Any] = {"warnings": warnings, "MSG": msg}
+    # as if in probe/gradnorm.py (line 3: its docstring), as a backward hook would be
+    exec(compile("\n\ndef hook():\n    warnings.warn(MSG)\n", gradnorm.__file__, "exec"), ns)
+    with SyncWatch("cuda") as watch:
+        assert modes == ["warn"]
+        for _ in range(3):  # every one counted: the filter is "always"
+            warnings.warn(msg, stacklevel=1)
+        ns["hook"]()
+        other = threading.Thread(target=ns["hook"], name="autograd-like")
+        other.start()
+        other.join()
+        with pytest.warns(UserWarning, match="not a sync"):
+            warnings.warn("not a sync", stacklevel=1)  # passed on, not counted
+        # torch.cuda.synchronize(), which the debug mode does not see: intercepted
+        with pytest.raises((RuntimeError, AssertionError)):  # no CUDA here to wait for
+            torch.cuda.synchronize()
+    assert modes == ["warn", 0]  # the mode found is put back
+    assert torch.cuda.synchronize.__module__ == "torch.cuda"  # and the wrapper taken off
+    assert [e.what for e in watch.user_syncs()] == ["cuda sync"] * 3 + ["torch.cuda.synchronize"]
+    assert {e.site.split(" in ")[1] for e in watch.user_syncs()} == {
+        "test_the_gpu_watch_counts_torch_sync_warnings_and_tells_whose"
+    }
+    probe = watch.probe_syncs()
+    assert [(e.site, e.thread) for e in probe] == [
+        ("gradnorm.py:4 in hook", "MainThread"),
+        ("gradnorm.py:4 in hook", "autograd-like"),
+    ]
+    assert watch.cpu_branch_reads() == []

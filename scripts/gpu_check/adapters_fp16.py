@@ -9,7 +9,8 @@ download) on random tokens, clipping at 0.1, and takes a reference in the same r
 - Lightning: ``torch.nn.utils.get_total_norm`` of the gradients in
   ``on_before_optimizer_step`` (after Lightning's unscale, before its clipping);
 - HF: what ``Trainer._clip_grad_norm`` returns (Accelerate unscales, then torch's
-  ``clip_grad_norm_`` gives the pre-clip norm).
+  ``clip_grad_norm_`` gives the pre-clip norm); with a Trainer older than 5.0, which clips
+  inline, the ``grad_norm`` it logs at ``logging_steps=1`` (the same value, read back).
 
 Passes when every step's ``grad_norm`` in the log equals the reference (rel. 1e-4; an
 overflow step, which the scaler skips: both non-finite), the references were clipped
@@ -149,12 +150,21 @@ def run_hf(device: str, steps: int, work: Path) -> dict[str, Any]:
     transformers.logging.set_verbosity_error()
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     refs: list[torch.Tensor] = []
+    logged: list[float] = []
 
     class RefTrainer(transformers.Trainer):
-        def _clip_grad_norm(self, model: Any) -> Any:
+        def _clip_grad_norm(self, model: Any) -> Any:  # transformers >= 5
             norm = super()._clip_grad_norm(model)  # pre-clip, unscaled (Accelerate)
             refs.append(torch.as_tensor(norm).detach().clone())
             return norm
+
+    class Logged(transformers.TrainerCallback):
+        """The Trainer's own logged ``grad_norm`` (the same pre-clip norm, read back by the
+        Trainer at ``logging_steps=1``): the reference where ``_clip_grad_norm`` is absent."""
+
+        def on_log(self, args: Any, state: Any, control: Any, logs: Any = None, **k: Any) -> None:
+            if logs and "grad_norm" in logs and "loss" in logs:
+                logged.append(float(logs["grad_norm"]))
 
     torch.manual_seed(0)
     cfg = transformers.GPT2Config(n_layer=2, n_embd=64, n_head=2, vocab_size=256, n_positions=32)
@@ -183,12 +193,15 @@ def run_hf(device: str, steps: int, work: Path) -> dict[str, Any]:
         model=model,
         args=args,
         train_dataset=data,
-        callbacks=[DltopCallback(path=log, socket=False)],
+        callbacks=[Logged(), DltopCallback(path=log, socket=False)],
     )
     trainer.train()
     values = [float(r) for r in refs]
+    source = "Trainer._clip_grad_norm"
+    if not values:  # an older Trainer clips inline
+        values, source = logged, "the Trainer's logged grad_norm"
     precision = "fp16" if fp16 else "bf16"
-    return {"precision": precision} | _compare(log, values, precision, fp16)
+    return {"precision": precision, "reference": source} | _compare(log, values, precision, fp16)
 
 
 def body(args: argparse.Namespace) -> Outcome:

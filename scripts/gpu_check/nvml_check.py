@@ -41,7 +41,8 @@ from scripts.gpu_check.gpt import Trainer, config_for, make_batches
 
 MIB = 1 << 20
 GIB = 1 << 30
-SMI_FIELDS = "index,uuid,name,memory.used,memory.total,utilization.gpu,temperature.gpu,power.draw"
+# the name last: it is the one field that could hold a comma
+SMI_FIELDS = "index,uuid,memory.used,memory.total,utilization.gpu,temperature.gpu,power.draw,name"
 
 
 def _num(text: str) -> float | None:
@@ -70,12 +71,12 @@ def smi(index: int) -> dict[str, Any]:
     reading: dict[str, Any] = {
         "index": int(f[0]),
         "uuid": f[1],
-        "name": f[2],
-        "mem_used": _num(f[3]),  # MiB
-        "mem_total": _num(f[4]),
-        "util": _num(f[5]),
-        "temp": _num(f[6]),
-        "power_w": _num(f[7]),
+        "mem_used": _num(f[2]),  # MiB
+        "mem_total": _num(f[3]),
+        "util": _num(f[4]),
+        "temp": _num(f[5]),
+        "power_w": _num(f[6]),
+        "name": ",".join(f[7:]),
     }
     try:
         apps = subprocess.run(

@@ -1,10 +1,14 @@
 """Who made the host wait for the device, and where: the probe, or the training itself.
 
 On a GPU (``SyncWatch("cuda")``) torch says it: ``torch.cuda.set_sync_debug_mode("warn")``
-turns every synchronising CUDA call (``.item()``, ``.cpu()``, a blocking copy,
-``synchronize()``...) on any thread into a warning, which is caught here with the Python
-stack that made it. ``"error"`` would raise instead, inside the probe, which reports
-its own errors and carries on: the warning keeps the count and the place.
+turns the synchronising CUDA calls that go through c10's ``memcpy_and_sync`` or
+``stream_synchronize`` (``.item()``, ``.cpu()``, a blocking copy, ``nonzero``,
+``Stream.synchronize()``...) on any thread into a warning, which is caught here with the
+Python stack that made it. ``"error"`` would raise instead, inside the probe, which reports
+its own errors and carries on: the warning keeps the count and the place. The debug mode
+does not see ``torch.cuda.synchronize()`` nor ``Event.synchronize()``
+(``cudaDeviceSynchronize`` and ``cudaEventSynchronize`` are called without its check):
+those two are intercepted as well, on every thread.
 
 On the CPU (``SyncWatch("cpu")``) nothing syncs, so the calls that *would* on a GPU are
 intercepted instead: ``Tensor.item``, ``tolist``, ``__float__``, ``__int__``, ``__bool__``,
@@ -145,6 +149,11 @@ class SyncWatch:
         before = torch.cuda.get_sync_debug_mode()
         torch.cuda.set_sync_debug_mode("warn")
         self._undo.append(lambda: torch.cuda.set_sync_debug_mode(before))
+        # the two host waits the debug mode does not check
+        self._wrap(torch.cuda, "synchronize", "torch.cuda.synchronize", any_thread=True)
+        event = getattr(torch.cuda, "Event", None)
+        if event is not None:
+            self._wrap(event, "synchronize", "torch.cuda.Event.synchronize", any_thread=True)
 
     def _intercept_reads(self) -> None:
         for name in _READS:
@@ -155,7 +164,7 @@ class SyncWatch:
             if klass is not None:
                 self._wrap(klass, "synchronize", f"torch.cuda.{cls}.synchronize")
 
-    def _wrap(self, owner: Any, name: str, what: str) -> None:
+    def _wrap(self, owner: Any, name: str, what: str, any_thread: bool = False) -> None:
         orig = getattr(owner, name, None)
         if orig is None:
             return
@@ -163,7 +172,8 @@ class SyncWatch:
         local, watched = self._local, self._thread
 
         def read(*a: Any, **k: Any) -> Any:
-            if threading.current_thread() is watched and not getattr(local, "busy", False):
+            here = any_thread or threading.current_thread() is watched
+            if here and not getattr(local, "busy", False):
                 local.busy = True
                 try:
                     self._record(what, sys._getframe(1))
@@ -193,6 +203,8 @@ class SyncWatch:
         return None
 
     def _record(self, what: str, frame: FrameType | None) -> None:
+        # the training thread's reads only on the CPU (the writer reads host copies by
+        # design); on a GPU the debug mode and the two waits count on every thread
         site = self._site(frame)
         in_step = getattr(self._local, "in_step", 0) > 0
         if site is None:
