@@ -182,17 +182,20 @@ class GradNormTracker:
                 norms = list(torch._foreach_norm(grads))
                 nnz = _count_nonzero(torch, grads) if layers else []
             else:
-                first = grads[0].device
+                # gathered on a device, never on the host: a device norm copied to the CPU
+                # is a sync in every backward (a CPU-resident embedding listed first made
+                # it one); a CPU norm goes to the device without one (non_blocking)
+                first = _gather_device(grads)
                 norms = [None] * len(grads)
                 nnz = [None] * len(grads) if layers else []
                 for members in groups.values():
                     sub = [grads[j] for j in members]
                     for j, n in zip(members, torch._foreach_norm(sub), strict=True):
-                        norms[j] = n.to(first)
+                        norms[j] = n.to(first, non_blocking=True)
                     if layers:
                         counts = _count_nonzero(torch, sub)
                         for j, c in zip(members, counts, strict=True):
-                            nnz[j] = c.to(first)
+                            nnz[j] = c.to(first, non_blocking=True)
             stacked = torch.stack(norms)
             scale = getattr(
                 self.scaler, "_scale", None
@@ -293,6 +296,16 @@ class GradNormTracker:
         """The per-layer figures of the last layers-step backward, once."""
         out, self.layers = self.layers, None
         return out
+
+
+def _gather_device(grads: list[Any]) -> Any:
+    """Where gradients on several devices have their norms put together: the first one
+    not on the CPU (copying a norm from the host there needs no sync; the other way, a
+    device scalar read into host memory, waits for the device), the CPU when all are."""
+    for g in grads:
+        if g.device.type != "cpu":
+            return g.device
+    return grads[0].device
 
 
 def _piece_weight(g: Any) -> float:

@@ -83,15 +83,16 @@ class DeviceBatch:
             self._host = flat
 
     @classmethod
-    def marker(cls) -> DeviceBatch:
-        """A batch with no values, only a timing event: device time of a step without device scalars."""
+    def marker(cls, device: Any = None) -> DeviceBatch:
+        """A batch with no values, only a timing event: device time of a step without device
+        scalars, on ``device``'s current stream (``None``: the current device's)."""
         import torch
 
         self = cls.__new__(cls)
         self._host = None
         self._values = []
         ev = torch.cuda.Event(enable_timing=True)
-        ev.record()
+        ev.record(torch.cuda.current_stream(device))
         self._event = ev
         self.timing_event = ev
         return self
