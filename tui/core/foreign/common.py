@@ -244,7 +244,9 @@ class Merger:
         self.window = window
         self._gone: dict[str, int] = {}  # per kind, the highest step handed on
 
-    def put(self, kind: str, step: int, name: str, value: float) -> None:
+    def put(self, kind: str, step: int, name: str, value: float, t: float | None = None) -> None:
+        """``value`` under ``name`` in the (kind, step) record; ``t``, when given, as that
+        record's time (the first one given stays, like any other value)."""
         key = (kind, step)
         rec = self._by_key.get(key)
         if rec is None:
@@ -259,6 +261,8 @@ class Merger:
             rec[name] = value
         elif name != "t" and rec[name] != value:  # a time, or the same value again: no loss
             self.repeated += 1
+        if t is not None and "t" not in rec:
+            rec["t"] = t
 
     def take(self, final: bool = False) -> list[dict[str, Any]]:
         """The records to hand on now: all of them when ``final`` (or without a window),

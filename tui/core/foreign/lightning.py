@@ -146,7 +146,7 @@ def _convert(
 ) -> Iterator[list[dict[str, Any]]]:
     loss_col = next(n for n, r in chosen.items() if r == names.TRAIN_LOSS)
     notes = [
-        f"another tool's log: no wall time, step time, data time, memory or GPU readings; "
+        f"another tool's log: {names.lacking(chosen.values(), wall_time=False)}; "
         f"training loss from column {loss_col!r}"
     ]
     meta = meta_record(LIGHTNING, log.path, notes, columns=sorted(chosen))

@@ -10,7 +10,7 @@ preference and, among equals, the most values. No format-specific branches.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 
 from dltop.probe.schema import EVAL, STEP
 
@@ -178,3 +178,13 @@ def target(role: str) -> tuple[str, str]:
     if role.startswith(STEP_EXTRA + ":"):
         return STEP, role.split(":", 1)[1]
     return STEP, role
+
+
+def lacking(roles: Iterable[str], wall_time: bool) -> str:
+    """What the log cannot tell, for its note: "no wall time, step time, data time,
+    memory or GPU readings", less the timings it has columns or tags for."""
+    have = set(roles)
+    missing = [] if wall_time else ["wall time"]
+    missing += [w for r, w in ((STEP_TIME, "step time"), (DATA_TIME, "data time")) if r not in have]
+    missing.append("memory or GPU readings")
+    return ("wall time per value; " if wall_time else "") + "no " + ", ".join(missing)

@@ -43,7 +43,6 @@ from dltop.tui.core.foreign.common import (
     open_log,
     skipped_note,
     step_of,
-    wall_time,
 )
 
 MISSING = (
@@ -212,9 +211,13 @@ def _points(event_cls: Any, files: list[str], root: str, read: _Read) -> Iterato
                 if not event.HasField("summary"):
                     continue
                 step = step_of(event.step)
-                t = wall_time(event.wall_time)
+                w = event.wall_time  # a double: the range test also turns NaN away
+                t = w if 0.0 < w < 1e11 else None
                 for value in event.summary.value:
-                    x = _scalar(value)
+                    if value.WhichOneof("value") == "simple_value":  # the common case, inline
+                        x: float | bool | None = float(value.simple_value)
+                    else:
+                        x = _scalar(value)
                     if x is False:
                         continue
                     if x is None or step is None or isinstance(x, bool):
@@ -291,26 +294,26 @@ def _convert(
 ) -> Iterator[list[dict[str, Any]]]:
     notes.insert(
         0,
-        "another tool's log: wall time per value; no step time, data time, memory or GPU readings",
+        f"another tool's log: {names.lacking(chosen.values(), wall_time=True)}",
     )
     meta = meta_record(TENSORBOARD, log.path, notes, t=read.first_t, tags=sorted(chosen)[:64])
     yield [meta]
     merged = Merger(window=WINDOW)
     ended: tuple[int, float | None] | None = None
     late = 0  # values of tags first seen after the preview
+    targets = {tag: names.target(role) for tag, role in chosen.items() if role != names.END}
+    put, take, window = merged.put, merged.take, merged.window or 0
     for tag, step, t, x in points:
-        role = chosen.get(tag)
-        if role is None:
-            late += tag not in read.counts or read.counts[tag] == 0
+        where = targets.get(tag)
+        if where is None:
+            if tag not in chosen:
+                late += tag not in read.counts or read.counts[tag] == 0
+            else:  # the end-of-training summary
+                ended = (step, t)
             continue
-        if role == names.END:
-            ended = (step, t)
-            continue
-        kind, field = names.target(role)
-        merged.put(kind, step, field, x)
-        if t is not None:
-            merged.put(kind, step, "t", t)
-        if ready := merged.take():
+        kind, field = where
+        put(kind, step, field, x, t)
+        if len(merged.order) > window and (ready := take()):
             yield ready
     last = merged.take(final=True)
     if read.capped:
