@@ -61,9 +61,10 @@ def test_a_fresh_clone_imports_without_an_install(tmp_path: Path) -> None:
 
 def test_the_type_checker_reads_the_tree_through_dltop() -> None:
     """mypy checks probe/, tui/ and demos/ as `dltop.*` (configured in pyproject, run by
-    `make test`), and no `dltop` import is exempt from resolution."""
+    `make test`), and the GPU check's parts beside them; no `dltop` import is exempt from
+    resolution."""
     config = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["mypy"]
-    assert config["files"] == ["dltop/probe", "dltop/tui", "dltop/demos"]
+    assert config["files"] == ["dltop/probe", "dltop/tui", "dltop/demos", "scripts/gpu_check"]
     assert config.get("ignore_missing_imports") is not True
     for override in tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["mypy"].get(
         "overrides", []

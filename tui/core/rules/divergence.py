@@ -355,6 +355,12 @@ class Divergence(Rule):
         self.tr.fire(first, WARNING, "Loss never came down", msg, ev, t=e.t)
         self.tr.hold(e.last_step)
 
+    def close_early(self) -> None:
+        """No more early watch (the rules stop: two writers share the log); its list of
+        losses is let go."""
+        self.early_open = False
+        self.early_logs = []
+
     def early(self, e: RuleEngine, step: int, loss: float) -> None:
         """Called by the engine on each of the first ``early_steps`` finite losses, on the
         step itself (not at the block's end): a blow-up is named as it happens."""

@@ -162,5 +162,5 @@ class Segments:
         )
         e.sink.add(self.mixed)
         # the rules stop here: the early watch and its list of losses close with them
-        e.divergence_rule.early_open = False
+        e.divergence_rule.close_early()
         self._watch()
