@@ -146,7 +146,9 @@ def test_cpu_percent_sees_a_busy_training_thread() -> None:
     finally:
         sampler.stop()
     recs = [r for r in out.of_kind(SYS) if "cpu_percent" in r]
-    seen = sum(b["cpu_percent"] / 100 * (b["t"] - a["t"]) for a, b in zip(recs, recs[1:]))
+    seen = sum(
+        b["cpu_percent"] / 100 * (b["t"] - a["t"]) for a, b in zip(recs, recs[1:], strict=False)
+    )
     assert burned >= 0.9 and seen >= 0.5 * burned, (burned, seen, recs)
 
 
