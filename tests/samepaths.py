@@ -121,3 +121,16 @@ def opened_huge(log: Path, rules_worker: bool = False) -> Answer:
     finally:
         src.stop()
     return answer(model.alerts())
+
+
+def failing_python(folder: Any) -> str:
+    """A stand-in for ``sys.executable`` whose child takes the job from its stdin, then
+    fails (exit 1). ``/bin/false`` exited before the job was written on a loaded machine,
+    so the failure came as a broken pipe at the start instead of at the result: a race."""
+    import os
+    from pathlib import Path
+
+    path = Path(folder) / "failing-python"
+    path.write_text("#!/bin/sh\ncat >/dev/null\nexit 1\n")
+    os.chmod(path, 0o755)
+    return str(path)

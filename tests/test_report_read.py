@@ -21,7 +21,7 @@ from dltop.tui import check_cmd
 from dltop.tui.core import rules_worker, workers
 from dltop.tui.core.rules import Config
 from rulekit import Run
-from samepaths import child_results
+from samepaths import child_results, failing_python
 
 
 @pytest.fixture(autouse=True)
@@ -124,7 +124,7 @@ def test_a_failed_child_leaves_the_rules_here(
     alone = _report(log)
     got = child_results(monkeypatch)
     monkeypatch.setattr(rules_worker, "MIN_BYTES", 1)
-    monkeypatch.setattr(sys, "executable", "/bin/false")  # the child exits at once
+    monkeypatch.setattr(sys, "executable", failing_python(tmp_path))  # takes the job, exits 1
     _same(_report(log), alone)
     assert got == [None]
 

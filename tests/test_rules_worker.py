@@ -24,7 +24,7 @@ from dltop.tui.core.rules.config import Config
 from dltop.tui.core.run import RunModel
 from dltop.tui.core.sources import FileSource
 from rulekit import Run
-from samepaths import child_results, replayed
+from samepaths import child_results, failing_python, replayed
 from waiting import wait_for
 
 
@@ -80,7 +80,7 @@ def test_a_failing_child_leaves_the_rules_to_the_viewer(
     src, here = _opened(log, worker=False)
     src.run()
     results = child_results(monkeypatch)
-    monkeypatch.setattr(sys, "executable", "/bin/false")  # the child exits 1 at once
+    monkeypatch.setattr(sys, "executable", failing_python(log.parent))  # takes the job, exits 1
     src, there = _opened(log, worker=True)
     src.run()
     assert results == [None]

@@ -28,7 +28,7 @@ from dltop.tui.check_output import (
     verdict_of,
 )
 from dltop.tui.check_progress import Progress
-from dltop.tui.core import foreign, gradjoin, jobsplit, ranks, rules_worker, workers
+from dltop.tui.core import foreign, gradjoin, jobsplit, pipeline, ranks, rules_worker, workers
 from dltop.tui.core.alerts import SEVERITY_RANK
 from dltop.tui.core.logread import Snapshot
 from dltop.tui.core.rules import Config, ConfigError, RuleEngine
@@ -355,9 +355,7 @@ def check_foreign(path: str, fmt: str, config: Config, store: Store | None = Non
     engine = RuleEngine(config)
     try:
         for batch in log.batches():  # converted as read: a batch's memory, not the run's
-            engine.feed_many(batch)
-            if store is not None:
-                store.ingest(batch)
+            pipeline.feed(batch, engine, store=store)
     except SourceError as exc:
         raise CheckError(str(exc)) from None
     engine.finish()
@@ -411,13 +409,7 @@ def check_file(
                 if on_bytes is not None:
                     done += len(chunk)
                     on_bytes(done)
-                if shares is not None:
-                    shares.feed(recs)
-                engine.feed_many(recs)
-                if times is not None:
-                    times.feed(recs)
-                if store is not None:
-                    store.ingest(recs)
+                pipeline.feed(recs, engine, shares=shares, times=times, store=store)
             unread = snap.unread()
             if unread:  # still growing: its last line is being written, not malformed
                 note = snap.note(unread, dec.pending)
@@ -430,13 +422,10 @@ def check_file(
             job.kill()  # ended (reaped) already, or abandoned by an error or a Ctrl-C
     tail = dec.finish() if not note else []
     if shares is not None:
-        shares.feed(tail)
-        shares.finish()
-    engine.feed_many(tail)
-    if store is not None:
-        store.ingest(tail)
+        pipeline.feed(tail, shares=shares)
+        shares.finish()  # the last joined norms, written into their records before the rules
+    pipeline.feed(tail, engine, times=times, store=store)
     if times is not None:
-        times.feed(tail)
         times.finish()
     engine.finish()  # the log is all there is: judge the last steps (no exit record after SIGKILL)
     if dec.records == 0:

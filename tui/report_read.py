@@ -12,12 +12,12 @@ its part to this process, which reads those lines again for the rules.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
 from typing import IO
 
 from dltop.probe.decoding import LineDecoder
-from dltop.tui.core import gradjoin, ranks, rules_worker
+from dltop.tui.core import gradjoin, pipeline, ranks, rules_worker
+from dltop.tui.core.pipeline import judge_range
 from dltop.tui.core.rules import Config, RuleEngine
 from dltop.tui.core.store import Store
 
@@ -39,12 +39,7 @@ def store_then_engine(
     done = 0
     while done < job.upto and (chunk := f.read(min(chunk_size, job.upto - done))):
         done += len(chunk)
-        recs = dec.feed(chunk)
-        if shares is not None:
-            shares.feed(recs)
-        if times is not None:
-            times.feed(recs)
-        store.ingest(recs)
+        pipeline.feed(dec.feed(chunk), shares=shares, times=times, store=store)
         if on_bytes is not None:
             job.poll(0)  # the child's progress: the slower of the two is how far we are
             on_bytes(min(done, job.reached))
@@ -57,14 +52,7 @@ def store_then_engine(
 def _engine_here(fd: int, upto: int, config: Config, join: bool, chunk_size: int) -> RuleEngine:
     """The rules over ``[0, upto)``, read again here: what the child should have given
     (a job's only file joins its own grad-norm shares, as the whole-file loop does)."""
-    engine = RuleEngine(config)
-    dec = LineDecoder()
-    shares = gradjoin.GradNormJoin().primary() if join else None
-    off = 0
-    while off < upto and (piece := os.pread(fd, min(chunk_size, upto - off), off)):
-        off += len(piece)
-        recs = dec.feed(piece)
-        if shares is not None:
-            shares.feed(recs)
-        engine.feed_many(recs)
+    engine, error, _ = judge_range(fd, upto, config, join, chunk_size)
+    if engine is None or error is not None:
+        raise RuntimeError(error or "no rules engine")  # as a failing rule raises in check
     return engine

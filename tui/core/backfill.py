@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING
 from dltop.probe.decoding import LineDecoder, decode_line
 from dltop.probe.schema import META
 from dltop.tui.core import rules_worker, workers
-from dltop.tui.core.run import feed_engine, make_engine
+from dltop.tui.core.pipeline import feed_engine, make_engine
 
 if TYPE_CHECKING:
     import threading

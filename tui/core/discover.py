@@ -128,13 +128,14 @@ def _judge(
     """The run's step, status and verdict, as ``dltop check`` words them (the rules
     engine, ``status.run_state`` and ``verdict``): over the whole log when ``whole``, else
     over its meta and last records. A record the rules choke on leaves ``?``."""
-    from dltop.tui.core.rules import RuleEngine  # noqa: PLC0415 - only `dltop ls` needs it
+    from dltop.tui.core.pipeline import feed  # noqa: PLC0415 - only `dltop ls` needs it
+    from dltop.tui.core.rules import RuleEngine  # noqa: PLC0415
     from dltop.tui.core.status import run_state  # noqa: PLC0415
     from dltop.tui.core.verdict import primary_fault, verdict  # noqa: PLC0415
 
     engine = RuleEngine()
     try:
-        engine.feed_many(head + records[len(head) :][-STATUS_TAIL:] if not whole else records)
+        feed(head + records[len(head) :][-STATUS_TAIL:] if not whole else records, engine)
         if whole:
             engine.finish()  # the log as it is now, judged to its end as `check` judges it
         state = run_state(engine, now=now, pid_alive=pid_alive)

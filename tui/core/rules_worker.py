@@ -226,30 +226,20 @@ def _kill(proc: subprocess.Popen[bytes]) -> None:
 
 def _main() -> int:
     """The child: (fd, upto, config, join) on stdin; (engine, error, offset reached) on stdout."""
-    from dltop.probe.decoding import LineDecoder
-    from dltop.tui.core.gradjoin import GradNormJoin
-    from dltop.tui.core.run import feed_engine, make_engine
+    from dltop.tui.core.pipeline import judge_range
 
     fd, upto, config, join = pickle.load(sys.stdin.buffer)
-    shares = GradNormJoin().primary() if join else None
-    engine, error = make_engine(config)
-    dec = LineDecoder()
-    off = 0
     last = time.monotonic()
-    while off < upto and error is None:
-        piece = os.pread(fd, min(READ, upto - off), off)
-        if not piece:
-            break  # the file is shorter than it was: the result says where it stopped
-        off += len(piece)
-        recs = dec.feed(piece)
-        if shares is not None:
-            shares.feed(recs)
-        error = feed_engine(engine, recs)
+
+    def progress(off: int) -> None:
+        nonlocal last
         now = time.monotonic()
         if now - last >= PROGRESS:
             last = now
             sys.stderr.write(f"{off}\n")
             sys.stderr.flush()
+
+    engine, error, off = judge_range(fd, upto, config, join, READ, progress)
     result: Any = (engine, error, off)
     sys.stdout.buffer.write(pickle.dumps(result, protocol=pickle.HIGHEST_PROTOCOL))
     sys.stdout.flush()

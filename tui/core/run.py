@@ -22,33 +22,12 @@ from typing import Any
 
 from dltop.tui.core.alerts import Alert
 from dltop.tui.core.facts import Fact
+from dltop.tui.core.pipeline import feed_engine, make_engine
 from dltop.tui.core.rules import Config, RuleEngine
 from dltop.tui.core.status import RunState, explain_unrecorded_end, local_pid_alive
 from dltop.tui.core.store import Store
 
 SETTLE_S = 1.0  # seconds without records before a crashed run's last block is judged
-
-
-def make_engine(config: Config | None = None) -> tuple[RuleEngine | None, str | None]:
-    """A fresh RuleEngine and ``None``, or ``None`` and why there is none (its constructor
-    failed: the charts must work regardless). ``config``: the rule thresholds
-    (``rules.Config``, from ``--config``/``--set``); ``None``: the defaults."""
-    try:
-        return RuleEngine(config), None
-    except Exception as exc:
-        return None, f"rules engine failed to start: {type(exc).__name__}: {exc}"
-
-
-def feed_engine(engine: RuleEngine | None, records: list[dict[str, Any]]) -> str | None:
-    """Feed the rules; a failing rule must not stop the charts, so its error is returned
-    (the caller keeps it as ``engine_error`` and stops feeding) instead of raised."""
-    if engine is None:
-        return None
-    try:
-        engine.feed_many(records)
-    except Exception as exc:  # a bug in one rule: diagnosis off, data path alive
-        return f"rules engine failed: {type(exc).__name__}: {exc}"
-    return None
 
 
 class Staging:
