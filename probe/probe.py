@@ -40,6 +40,7 @@ from dltop.probe.lifecycle import (
 )
 from dltop.probe.loader import TimedLoader
 from dltop.probe.records import (
+    StepItem,
     StepRecords,
     build_layers,
     build_lazy,
@@ -373,24 +374,23 @@ class Probe:
                     cu = self._cuda = cuda_step_for(self.model, self.memory_every) or False
                 if cu:
                     dev, mem = cu.step(now, dev)
-            put(
-                (  # the layout is records.STEP_ITEM
-                    self._step_builder,
-                    step,
-                    time.time(),
-                    loss,
-                    grad_norm,
-                    lr,
-                    lrs,
-                    dw,
-                    st,
-                    batch_size,
-                    ex or None,  # an empty dict would keep the tuple GC-tracked
-                    mem,
-                    dev,
-                    phases,
-                )
+            item: StepItem = (
+                self._step_builder,
+                step,
+                time.time(),
+                loss,
+                grad_norm,
+                lr,
+                lrs,
+                dw,
+                st,
+                batch_size,
+                ex or None,  # an empty dict would keep the tuple GC-tracked
+                mem,
+                dev,
+                phases,
             )
+            put(item)
             if tr is not None and tr.layers is not None:
                 self._queue_layers(put, step)
             if not self._steps % CONFIG_EVERY:

@@ -38,25 +38,46 @@ STEP_OWN = frozenset(("kind", "step", "t", "step_time", "compute_time"))
 EVAL_OWN = frozenset(("kind", "step", "t"))
 _OWN_FIELD = "a field of every {} record: this metric is not logged, give it another name"
 
-# The queued step, one flat tuple of plain values (cheap to build on the training
-# thread, untracked by the garbage collector): its layout, in order. Probe.step packs it
-# as a literal in this order; StepRecords.build unpacks it; tests/test_overload.py
-# checks that a real queued step matches these names.
+
+# The queued step, one flat tuple of plain values, from ``Probe.step`` on the training
+# thread to ``StepRecords.build`` on the writer's. An exact tuple, not a NamedTuple: the
+# garbage collector untracks only exact tuples of atomic values, and a NamedTuple (a
+# subclass, whose __new__ is also Python code) more than doubled the cost of a step()
+# call (2.2 -> 4.7 us measured). Typed all the same: both ends are checked against
+# ``StepItem`` (a value of the wrong type, or a field added on one side only, fails the
+# type checker); the names, in order, are STEP_ITEM (tests/test_overload.py checks a
+# real queued step against them).
+StepItem = tuple[
+    int,  # builder: the writer's index of StepRecords.build (Writer.register)
+    int,  # step
+    float,  # t: wall time of the call
+    Any,  # loss: a number or None (a device value waits in ``device``)
+    Any,  # grad_norm
+    Any,  # lr
+    "list[Any] | None",  # lrs: every group's lr, with more than one param group
+    "float | None",  # data_time: None without probe.loader()
+    float,  # step_time
+    "int | None",  # batch_size
+    "dict[str, Any] | None",  # extras: None, never an empty dict (GC-tracked)
+    "tuple[Any, Any, Any, Any] | None",  # memory: (allocated, reserved, peak, limit)
+    "tuple[DeviceBatch, list[Key]] | None",  # device: values read back on the writer thread
+    "tuple[float, float] | None",  # phases: (forward_time, backward_time), host seconds
+]
 STEP_ITEM = (
-    "builder",  # the writer's index of StepRecords.build (Writer.register)
+    "builder",
     "step",
-    "t",  # wall time of the call
+    "t",
     "loss",
     "grad_norm",
     "lr",
-    "lrs",  # every group's lr, with more than one param group
-    "data_time",  # None without probe.loader()
+    "lrs",
+    "data_time",
     "step_time",
     "batch_size",
-    "extras",  # None or a dict of the user's extra values
-    "memory",  # None or (allocated, reserved, peak, limit)
-    "device",  # None or (DeviceBatch, keys): values read back on the writer thread
-    "phases",  # None or (forward_time, backward_time), host seconds
+    "extras",
+    "memory",
+    "device",
+    "phases",
 )
 
 
@@ -205,8 +226,8 @@ class StepRecords:
     def __init__(self) -> None:
         self._prev_timing_ev: Any = None
 
-    def build(self, item: tuple[Any, ...], force: bool | Deadline) -> dict[str, Any] | None:
-        _, step, t, loss, gn, lr, lrs, dw, st, bs, extras, mem, dev, phases = item  # STEP_ITEM
+    def build(self, item: StepItem, force: bool | Deadline) -> dict[str, Any] | None:
+        _, step, t, loss, gn, lr, lrs, dw, st, bs, extras, mem, dev, phases = item
         rec: dict[str, Any] = {"kind": STEP, "step": step, "t": t}
         device_time = None
         if dev is not None:
@@ -223,10 +244,10 @@ class StepRecords:
                             lr = val
                         elif key is GRAD_NORM:
                             gn = val
-                        elif lrs is not None:
-                            lrs[key[1]] = val  # the probe's own list, made for this step
-                    else:  # an extra; every extra a device value: no dict came with the step
-                        if extras is None:
+                        elif lrs is not None and isinstance(group := key[-1], int):
+                            lrs[group] = val  # (LRS, group): the probe's own list, this step's
+                    elif isinstance(key, str):  # an extra; every extra a device value: no
+                        if extras is None:  # dict came with the step
                             extras = {}
                         extras[key] = val
             ev = batch.timing_event

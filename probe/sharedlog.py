@@ -72,6 +72,13 @@ class SharedLog:
         ``end`` for none) that the backlog does not hold either."""
         keep_from = min(keep_from, self.backlog_start)
         while self.first < keep_from:
-            self.bytes -= len(self._chunks.popleft())
+            size = len(self._chunks.popleft())
+            self.bytes -= size
             self._lines.popleft()
+            if self.first >= self.window_start:
+                self._window_bytes -= size  # a freed chunk leaves the window too
             self.first += 1
+        # nobody is before ``first`` any more: the window starts there at the earliest, so
+        # the window's accounting never reads a chunk already freed (an IndexError that
+        # stopped the live server of a training with no viewer, stepping at full speed)
+        self.window_start = max(self.window_start, self.first)
