@@ -526,3 +526,55 @@ def test_thousands_of_alerts_mount_a_bounded_bar_and_a_still_reaches_them(
     tmp_path: Path,
 ) -> None:
     asyncio.run(_test_thousands_of_alerts_mount_a_bounded_bar_and_a_still_reaches_them(tmp_path))
+
+
+async def _test_keys_typed_while_the_help_closes_reach_the_dashboard(tmp_path: Path) -> None:
+    """Two escapes in a row (a browser sends them faster than a screen closes): the first
+    closes the help, the second is the dashboard's. The second used to reach the closing
+    help screen and dismiss it again: ScreenStackError, and the viewer died."""
+    from textual import events
+
+    log = tmp_path / "nan.jsonl"
+    write_log(log, "nan", 300)
+    app = _replay(log, 300)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await _loaded(pilot, app, 299)
+        await pilot.press("g", *"250", "enter")  # a window: escape has something to reset
+        await pilot.pause()
+        assert app.state.window is not None
+        await pilot.press("question_mark")
+        await pilot.pause()
+        help_screen = app.screen
+        assert isinstance(help_screen, HelpScreen)
+        help_screen.post_message(events.Key("escape", None))  # both queued before either
+        help_screen.post_message(events.Key("escape", None))  # is handled
+        await pilot.pause()
+        await pilot.pause()
+        assert not isinstance(app.screen, HelpScreen) and app.return_code is None
+        assert app.state.window is None  # the second escape reset the view
+
+
+def test_keys_typed_while_the_help_closes_reach_the_dashboard(tmp_path: Path) -> None:
+    asyncio.run(_test_keys_typed_while_the_help_closes_reach_the_dashboard(tmp_path))
+
+
+async def _test_two_escapes_close_the_panel_picker_once(tmp_path: Path) -> None:
+    from dltop.tui.app.picker import PanelPicker
+
+    log = tmp_path / "nan.jsonl"
+    write_log(log, "nan", 300)
+    app = _replay(log, 300)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await _loaded(pilot, app, 299)
+        await pilot.press("m")
+        await pilot.pause()
+        assert isinstance(app.screen, PanelPicker)
+        app.simulate_key("escape")  # both posted before either is handled
+        app.simulate_key("escape")
+        await pilot.pause()
+        await pilot.pause()
+        assert not isinstance(app.screen, PanelPicker) and app.return_code is None
+
+
+def test_two_escapes_close_the_panel_picker_once(tmp_path: Path) -> None:
+    asyncio.run(_test_two_escapes_close_the_panel_picker_once(tmp_path))

@@ -78,4 +78,9 @@ class HelpScreen(ModalScreen[None]):
             return  # the scroll bindings move the text
         event.stop()  # not also a dashboard key
         event.prevent_default()
+        if self not in self.app.screen_stack:
+            # a key typed while this screen closed (a browser sends two escapes faster
+            # than a screen goes): the dashboard's, not a second dismiss (ScreenStackError)
+            self.app.simulate_key(event.key)
+            return
         self.dismiss(None)
