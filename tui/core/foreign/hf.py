@@ -47,6 +47,7 @@ TRAIN_FIELDS = {"loss": "loss", "grad_norm": "grad_norm", "learning_rate": "lr",
 SUMMARY_KEYS = ("train_runtime", "train_samples_per_second", "total_flos")
 EVAL_PREFIX = "eval_"
 EVAL_SPEED = ("eval_runtime", "eval_samples_per_second", "eval_steps_per_second")
+MAX_ENTRY_FALLBACK = 1 << 20  # bytes of one entry read by Python's json when msgspec cannot
 MAX_CONTAINERS = MAX_ENTRIES + 1000  # objects and lists parsed from one file (an upper bound)
 STATE_KEYS = ("global_step", "max_steps", "logging_steps", "eval_steps", "num_train_epochs")
 EVAL_SPEED_SUFFIXES = ("runtime", "samples_per_second", "steps_per_second", "_flos")
@@ -152,7 +153,7 @@ def _read(path: str) -> tuple[dict[str, Any], list[Any], MappedFile | None]:
             obj: Any = msgspec.json.decode(data) if not len(raw) else {}
             _check_shape(obj if isinstance(obj, dict) else None, path)
         history = _HISTORY.decode(raw)
-    except (msgspec.DecodeError, RecursionError) as exc:
+    except (msgspec.DecodeError, UnicodeDecodeError, RecursionError) as exc:
         mapped.close()
         if mapped.size <= MAX_FILE_BYTES:
             # what msgspec does not take (a 400-digit integer, 1e999) Python's json may:
@@ -171,9 +172,22 @@ def _entry(raw: Any) -> Any:
     if isinstance(raw, msgspec.Raw):
         try:
             return _ENTRY.decode(raw)
-        except (msgspec.DecodeError, RecursionError):
-            return None  # counted as skipped, like any entry of the wrong shape
+        except (msgspec.DecodeError, UnicodeDecodeError, RecursionError):
+            return _entry_slow(raw)
     return raw
+
+
+def _entry_slow(raw: msgspec.Raw) -> Any:
+    """An entry msgspec does not take (1e999 or an integer of 5 000 digits: out of its
+    range; bytes that are no UTF-8), read as the whole-file fallback reads it (±infinity,
+    U+FFFD); None (counted as skipped) when it is no JSON either, or too long for that."""
+    if len(raw) > MAX_ENTRY_FALLBACK:
+        return None
+    try:
+        text = bytes(memoryview(raw)).decode("utf-8", errors="replace")
+        return json.loads(text, parse_int=_parse_int)
+    except (ValueError, RecursionError):
+        return None
 
 
 # keys of a training log entry that are no metric of the step: its identity, the Trainer's

@@ -1,0 +1,66 @@
+"""Other tools' logs made hostile: bytes that are no UTF-8, numbers out of range, "NaN" as
+text, a file without newlines, one wild step, odd TFRecord framing. Each case once ended
+in a traceback, a refusal, unbounded memory or silently lost values."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+import pytest
+from dltop.tui.core import foreign
+from dltop.tui.core.foreign import hf
+from foreignkit import check_json
+
+
+def _state(tmp_path: Path, text: str | bytes) -> Path:
+    path = tmp_path / "trainer_state.json"
+    path.write_bytes(text.encode() if isinstance(text, str) else text)
+    return path
+
+
+def _steps(path: Path) -> list[dict[str, Any]]:
+    return [r for r in foreign.load(str(path)).records if r["kind"] == "step"]
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        b'{"log_history": [{"loss": 1.0, "step": 1, "note": "\xff"}, {"loss": 2.0, "step": 2}]}',
+        b'{"global_step": "\xff", "log_history": [{"loss": 1.0, "step": 1}]}',
+        b'{"stateful_callbacks": {"\xfe": "\xff"}, "log_history": [{"loss": 1.0, "step": 1}]}',
+    ],
+)
+def test_bytes_that_are_no_utf8_are_no_traceback(
+    tmp_path: Path, capsys: Any, monkeypatch: Any, text: bytes
+) -> None:
+    path = _state(tmp_path, text)
+    assert [r["loss"] for r in _steps(path)][:1] == [1.0]
+    code, out = check_json(capsys, path)  # UnicodeDecodeError went up to the command line
+    assert code == 0 and out["steps"] >= 1
+    # over the whole-file fallback's limit (64 MiB), the streaming read says it in one line
+    monkeypatch.setattr(hf, "MAX_FILE_BYTES", 0)
+    try:
+        steps = _steps(path)
+    except foreign.SourceError as exc:
+        assert "trainer_state.json" in str(exc)
+    else:
+        assert steps[0]["loss"] == 1.0
+
+
+def test_numbers_out_of_range_are_infinities_not_lost_entries(tmp_path: Path) -> None:
+    """docs/foreign-logs.md: a JSON integer of thousands of digits is ±infinity, and 1e999
+    is what Python's json reads as infinity; msgspec called them out of range and the
+    entry (its step, its other values) was dropped."""
+    big = "1" + "0" * 5000
+    path = _state(
+        tmp_path,
+        '{"log_history": [{"loss": 1e999, "grad_norm": 2.0, "step": 1}, '
+        f'{{"loss": -1e999, "step": 2}}, {{"loss": {big}, "step": 3}}, '
+        f'{{"loss": -{big}, "step": 4}}, {{"loss": 0.5, "step": 5}}]}}',
+    )
+    steps = _steps(path)
+    assert [r["step"] for r in steps] == [1, 2, 3, 4, 5]
+    assert [r["loss"] for r in steps] == [math.inf, -math.inf, math.inf, -math.inf, 0.5]
+    assert steps[0]["grad_norm"] == 2.0
