@@ -64,3 +64,23 @@ def test_numbers_out_of_range_are_infinities_not_lost_entries(tmp_path: Path) ->
     assert [r["step"] for r in steps] == [1, 2, 3, 4, 5]
     assert [r["loss"] for r in steps] == [math.inf, -math.inf, math.inf, -math.inf, 0.5]
     assert steps[0]["grad_norm"] == 2.0
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        '{"log_history": [{"loss": NaN, "step": 1, "note": "a: NaN, b"}, {"loss": 1, "step": 2}]}',
+        '{"log_history": [{"loss": NaN, "step": 1, "x, NaN": 3}, {"loss": 1, "step": 2}]}',
+        '{"log_history": [{"loss": NaN, "step": 1}, {"loss": 1, "step": 2, "s": "[Infinity]"}]}',
+    ],
+)
+def test_nan_as_text_does_not_make_a_big_state_corrupt(
+    tmp_path: Path, monkeypatch: Any, text: str
+) -> None:
+    """A bare NaN is quoted before msgspec parses the file; the quoting also hit "NaN" in a
+    string, and the broken JSON fell back to the whole-file read, which a file over 64 MiB
+    does not have: such a file was refused as corrupt."""
+    monkeypatch.setattr(hf, "MAX_FILE_BYTES", 0)  # as for a file over 64 MiB
+    steps = _steps(_state(tmp_path, text))
+    assert [r["step"] for r in steps] == [1, 2]
+    assert math.isnan(steps[0]["loss"]) and steps[1]["loss"] == 1.0

@@ -104,6 +104,24 @@ def _quoted(data: Any) -> Any:
     return data
 
 
+# the same tokens, but strings matched whole first, so "NaN" in a key or a text value (a
+# note "a: NaN, b") stays as it is: slower (a call per string), so only where _BARE's
+# quicker pass left JSON that does not parse
+_BARE_OR_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"|' + _BARE.pattern)
+
+
+def _quoted_exactly(data: Any) -> bytes:
+    return _BARE_OR_STRING.sub(lambda m: m[0] if m[1] is None else b'"' + m[1] + b'"', data)
+
+
+def _decode(data: Any) -> tuple[_State, Any]:
+    head = _STATE.decode(data)
+    raw = head.log_history
+    if bytes(memoryview(raw)[:1]) != b"[":
+        return head, None  # no log_history list
+    return head, _HISTORY.decode(raw)
+
+
 def _corrupt(path: str, where: str = "it") -> SourceError:
     return SourceError(
         f"{path}: corrupt trainer_state.json (JSON error at {where}) — "
@@ -147,12 +165,15 @@ def _read(path: str) -> tuple[dict[str, Any], list[Any], MappedFile | None]:
     mapped = MappedFile(path, "trainer_state.json")
     data = _quoted(mapped.data)
     try:
-        head = _STATE.decode(data)
-        raw = head.log_history
-        if bytes(memoryview(raw)[:1]) != b"[":
-            obj: Any = msgspec.json.decode(data) if not len(raw) else {}
+        try:
+            head, history = _decode(data)
+        except msgspec.DecodeError:
+            if data is mapped.data:
+                raise
+            head, history = _decode(_quoted_exactly(mapped.data))  # "NaN" in a string
+        if history is None:
+            obj: Any = msgspec.json.decode(data)
             _check_shape(obj if isinstance(obj, dict) else None, path)
-        history = _HISTORY.decode(raw)
     except (msgspec.DecodeError, UnicodeDecodeError, RecursionError) as exc:
         mapped.close()
         if mapped.size <= MAX_FILE_BYTES:
