@@ -5,6 +5,7 @@ in a traceback, a refusal, unbounded memory or silently lost values."""
 from __future__ import annotations
 
 import math
+import tracemalloc
 from pathlib import Path
 from typing import Any
 
@@ -84,3 +85,19 @@ def test_nan_as_text_does_not_make_a_big_state_corrupt(
     steps = _steps(_state(tmp_path, text))
     assert [r["step"] for r in steps] == [1, 2]
     assert math.isnan(steps[0]["loss"]) and steps[1]["loss"] == 1.0
+
+
+def test_a_state_without_log_history_is_not_parsed_whole(tmp_path: Path) -> None:
+    """To say "no log_history list", the whole file was decoded into Python objects: 1.5 GB
+    for a 150 MB JSON object."""
+    path = _state(
+        tmp_path, '{"history": [' + ",".join(['{"loss": 1.5, "step": 3}'] * 200_000) + "]}"
+    )
+    tracemalloc.start()
+    try:
+        with pytest.raises(foreign.SourceError, match="no log_history list"):
+            foreign.load(str(path))
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < path.stat().st_size, peak  # not the objects of a 5 MB file (~60 MB)
