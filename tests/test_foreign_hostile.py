@@ -101,3 +101,10 @@ def test_a_state_without_log_history_is_not_parsed_whole(tmp_path: Path) -> None
     finally:
         tracemalloc.stop()
     assert peak < path.stat().st_size, peak  # not the objects of a 5 MB file (~60 MB)
+
+
+def test_a_bom_before_the_state_is_read(tmp_path: Path) -> None:
+    """A UTF-8 byte-order mark (a state saved by an editor) was "corrupt ... cut while being
+    written?"; the Lightning reader already skips one."""
+    path = _state(tmp_path, b'\xef\xbb\xbf{"log_history": [{"loss": 1.0, "step": 1}]}')
+    assert [r["loss"] for r in _steps(path)] == [1.0]

@@ -149,7 +149,8 @@ def parse(blob: bytes, path: str) -> dict[str, Any]:
             f"{MAX_CONTAINERS} for a trainer_state.json — not a Trainer's state?"
         )
     try:
-        obj = json.loads(blob.decode("utf-8", errors="replace"), parse_int=_parse_int)
+        # utf-8-sig: a byte-order mark (an editor saved the state) is skipped, not corrupt
+        obj = json.loads(blob.decode("utf-8-sig", errors="replace"), parse_int=_parse_int)
     except ValueError as exc:
         where = f"line {exc.lineno}" if isinstance(exc, json.JSONDecodeError) else "it"
         raise _corrupt(path, where) from None
