@@ -108,3 +108,37 @@ def test_a_bom_before_the_state_is_read(tmp_path: Path) -> None:
     written?"; the Lightning reader already skips one."""
     path = _state(tmp_path, b'\xef\xbb\xbf{"log_history": [{"loss": 1.0, "step": 1}]}')
     assert [r["loss"] for r in _steps(path)] == [1.0]
+
+
+def _peak(fn: Any) -> int:
+    tracemalloc.start()
+    try:
+        fn()
+        return tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+
+
+def test_a_metrics_csv_without_newlines_is_read_in_bounded_memory(tmp_path: Path) -> None:
+    """Lines were read whole: a 1 GiB metrics.csv of NULs (a sparse or zeroed file) took
+    2.1 GB and 14 s to be called binary data; one long line cost its length twice."""
+    path = tmp_path / "metrics.csv"
+    with path.open("wb") as f:
+        f.truncate(64 << 20)
+
+    def read() -> None:
+        with pytest.raises(foreign.SourceError, match="binary data"):
+            foreign.load(str(path))
+
+    assert _peak(read) < 16 << 20
+
+    path.write_bytes(b"step,train_loss\n1,1.0\n" + b"9" * (32 << 20) + b"\n2,0.5\n")
+    log = foreign.load(str(path))
+    got: list[dict[str, Any]] = []
+    assert _peak(lambda: got.extend(log.records)) < 16 << 20
+    assert [(r["step"], r["loss"]) for r in got if r["kind"] == "step"] == [(1, 1.0), (2, 0.5)]
+    assert log.skipped == 1  # the long line, counted
+
+    path.write_bytes(b"step,train_loss" + b",x" * (16 << 20) + b"\n1,1.0\n")
+    with pytest.raises(foreign.SourceError, match="line 1"):
+        foreign.load(str(path))
