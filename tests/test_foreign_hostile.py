@@ -142,3 +142,37 @@ def test_a_metrics_csv_without_newlines_is_read_in_bounded_memory(tmp_path: Path
     path.write_bytes(b"step,train_loss" + b",x" * (16 << 20) + b"\n1,1.0\n")
     with pytest.raises(foreign.SourceError, match="line 1"):
         foreign.load(str(path))
+
+
+@pytest.mark.parametrize("wild", [999_999_999, -5])
+def test_one_wild_step_does_not_drop_the_rest(tmp_path: Path, wild: int) -> None:
+    """The merge window hands records on oldest first and counted any later value for a
+    step at or below the highest step handed on as a repeat: one row with a wild step
+    (999999999) in a 20 000-step metrics.csv dropped the 11 808 rows after the window."""
+    rows = ["step,train_loss"]
+    for s in range(20_000):
+        rows.append(f"{s},1.0")
+        if s == 10:
+            rows.append(f"{wild},2.0")
+    path = tmp_path / "metrics.csv"
+    path.write_text("\n".join(rows) + "\n")
+    log = foreign.load(str(path))
+    steps = [r["step"] for r in log.records if r["kind"] == "step"]
+    assert sorted(steps) == sorted([*range(20_000), wild])
+    assert not any("left out" in n for n in log.notes), log.notes
+
+
+def test_a_value_later_than_the_window_is_still_a_repeat() -> None:
+    """What the window promises (docs/foreign-logs.md) holds: a value for a step handed on
+    long before is left out and counted, in order or not."""
+    from dltop.tui.core.foreign.common import Merger  # noqa: PLC0415
+
+    m = Merger(window=64)
+    out = []
+    for s in [*range(500), 10**9, *range(500, 1000)]:
+        m.put("step", s, "loss", 1.0)
+        out += m.take()
+    for s in (3, 499, 600):
+        m.put("step", s, "grad_norm", 2.0)
+    out += m.take(final=True)
+    assert len(out) == 1001 and m.repeated == 3

@@ -242,7 +242,12 @@ class Merger:
         self.order: list[dict[str, Any]] = []
         self.repeated = 0  # other values of a field a step already had: left out, said
         self.window = window
-        self._gone: dict[str, int] = {}  # per kind, the highest step handed on
+        # per kind, the steps handed on: the last ``window`` of them exactly, and a mark at
+        # or below which all older ones lie (the lowest of those kept, once some were
+        # forgotten). Not the highest step handed on: one row with a wild step (999999999)
+        # then made every later step a "repeat"
+        self._seen: dict[str, tuple[set[int], list[int]]] = {}
+        self._gone: dict[str, int] = {}
 
     def put(self, kind: str, step: int, name: str, value: float, t: float | None = None) -> None:
         """``value`` under ``name`` in the (kind, step) record; ``t``, when given, as that
@@ -250,8 +255,9 @@ class Merger:
         key = (kind, step)
         rec = self._by_key.get(key)
         if rec is None:
+            seen = self._seen.get(kind)
             gone = self._gone.get(kind)
-            if gone is not None and step <= gone:
+            if (seen is not None and step in seen[0]) or (gone is not None and step <= gone):
                 self.repeated += 1  # its record was handed on already
                 return
             rec = {"kind": kind, "step": step}
@@ -271,11 +277,22 @@ class Merger:
             return []
         n = len(self.order) if final or self.window is None else len(self.order) - self.window // 2
         out, self.order = self.order[:n], self.order[n:]
-        for rec in out:
-            kind, step = rec["kind"], rec["step"]
-            del self._by_key[(kind, step)]
-            if step > self._gone.get(kind, step - 1):
-                self._gone[kind] = step
+        keys = [(rec["kind"], rec["step"]) for rec in out]
+        by_key = self._by_key
+        for key in keys:
+            del by_key[key]
+        kinds = {kind for kind, _ in keys}
+        for kind in kinds:  # in bulk: this runs for every record of a long log
+            steps = [s for k, s in keys if k == kind] if len(kinds) > 1 else [s for _, s in keys]
+            seen, recent = self._seen.setdefault(kind, (set(), []))
+            seen.update(steps)
+            recent += steps
+            extra = len(recent) - (self.window or len(recent))
+            if extra > 0:
+                seen.difference_update(recent[:extra])
+                del recent[:extra]
+                low = min(recent)
+                self._gone[kind] = max(self._gone.get(kind, low), low)
         return out
 
     def records(self) -> list[dict[str, Any]]:
