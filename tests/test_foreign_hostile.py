@@ -5,6 +5,7 @@ in a traceback, a refusal, unbounded memory or silently lost values."""
 from __future__ import annotations
 
 import math
+import struct
 import tracemalloc
 from pathlib import Path
 from typing import Any
@@ -176,3 +177,52 @@ def test_a_value_later_than_the_window_is_still_a_repeat() -> None:
         m.put("step", s, "grad_norm", 2.0)
     out += m.take(final=True)
     assert len(out) == 1001 and m.repeated == 3
+
+
+def _record(data: bytes) -> bytes:
+    from dltop.tui.core.foreign.tfrecord import masked_crc32c  # noqa: PLC0415
+
+    head = struct.pack("<Q", len(data))
+    return (
+        head
+        + struct.pack("<I", masked_crc32c(head))
+        + data
+        + struct.pack("<I", masked_crc32c(data))
+    )
+
+
+def _events(steps: range) -> list[bytes]:
+    event_pb2 = pytest.importorskip("tensorboard.compat.proto.event_pb2")
+    out = [
+        _record(event_pb2.Event(wall_time=1.7e9, file_version="brain.Event:2").SerializeToString())
+    ]
+    for s in steps:
+        e = event_pb2.Event(step=s, wall_time=1.7e9 + s)
+        e.summary.value.add(tag="train/loss", simple_value=1.0)
+        out.append(_record(e.SerializeToString()))
+    return out
+
+
+def test_a_zero_length_record_is_read_through(tmp_path: Path) -> None:
+    """A record of length 0 is valid TFRecord framing (an empty Event: no summary); the walk
+    stopped there, calling it "a record header with a bad checksum"."""
+    events = _events(range(20))
+    path = tmp_path / "events.out.tfevents.1.host"
+    path.write_bytes(b"".join([*events[:11], _record(b""), *events[11:]]))
+    log = foreign.load(str(path))
+    assert [r["step"] for r in log.records if r["kind"] == "step"] == list(range(20))
+    assert not any("stopped" in n for n in log.notes), log.notes
+
+
+def test_a_record_too_long_is_said_as_such(tmp_path: Path) -> None:
+    """A header whose checksum holds around a length of 2**60 was "a bad checksum"."""
+    from dltop.tui.core.foreign.tfrecord import masked_crc32c  # noqa: PLC0415
+
+    head = struct.pack("<Q", 1 << 60)
+    events = _events(range(5))
+    path = tmp_path / "events.out.tfevents.1.host"
+    path.write_bytes(b"".join([*events, head + struct.pack("<I", masked_crc32c(head)), b"x" * 8]))
+    log = foreign.load(str(path))
+    assert len([r for r in log.records if r["kind"] == "step"]) == 5
+    (note,) = [n for n in log.notes if "stopped" in n]
+    assert "checksum" not in note and str(1 << 60) in note, note
