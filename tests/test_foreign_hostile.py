@@ -226,3 +226,28 @@ def test_a_record_too_long_is_said_as_such(tmp_path: Path) -> None:
     assert len([r for r in log.records if r["kind"] == "step"]) == 5
     (note,) = [n for n in log.notes if "stopped" in n]
     assert "checksum" not in note and str(1 << 60) in note, note
+
+
+def test_tags_first_seen_after_the_preview_are_counted_and_said(
+    tmp_path: Path, monkeypatch: Any
+) -> None:
+    """Roles are chosen from the first PREVIEW values and a tag first seen after them is
+    left out (tboard.py) and was to be counted: it was neither counted nor said (an eval
+    loss first logged after 200 000 values vanished without a word), and every such tag
+    was kept in the counts to the end (memory grew with the tags, not the batch)."""
+    from dltop.tui.core.foreign import tboard  # noqa: PLC0415
+
+    event_pb2 = pytest.importorskip("tensorboard.compat.proto.event_pb2")
+    monkeypatch.setattr(tboard, "PREVIEW", 50)
+    events = _events(range(60))
+    for s in range(60, 70):
+        e = event_pb2.Event(step=s, wall_time=1.7e9 + s)
+        e.summary.value.add(tag="eval/loss", simple_value=2.0)
+        e.summary.value.add(tag=f"late{s}", simple_value=3.0)
+        events.append(_record(e.SerializeToString()))
+    path = tmp_path / "events.out.tfevents.1.host"
+    path.write_bytes(b"".join(events))
+    log = foreign.load(str(path))
+    assert len([r for r in log.records if r["kind"] == "step"]) == 60
+    (note,) = [n for n in log.notes if "first seen after" in n]
+    assert note.startswith("warning: 20 values left out"), note

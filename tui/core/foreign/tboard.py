@@ -177,7 +177,9 @@ class _Read:
         self.skipped = 0
         self.errors: list[str] = []
         self.capped = False
-        self.counts: Counter[str] = Counter()
+        self.counts: Counter[str] = Counter()  # values per tag, in the preview
+        self.previewed = False  # the preview was read: the tags' roles are chosen
+        self.late = 0  # values of tags first seen after the preview: left out
         self.first_t: float | None = None
         self.values = 0
 
@@ -228,7 +230,11 @@ def _points(event_cls: Any, files: list[str], root: str, read: _Read) -> Iterato
                         return
                     read.values += 1
                     tag = prefix + str(value.tag)[:200]
-                    read.counts[tag] += 1
+                    if not read.previewed:
+                        read.counts[tag] += 1
+                    elif tag not in read.counts:
+                        read.late += 1  # no role chosen for it (and not kept: memory)
+                        continue
                     if read.first_t is None and t is not None:
                         read.first_t = t
                     yield tag, step, t, x
@@ -268,6 +274,7 @@ def load(path: str, shown: str | None = None) -> ForeignLog:
     read = _Read()
     points = _points(event_cls, files, root, read)
     preview = list(itertools.islice(points, PREVIEW))
+    read.previewed = True
     if not preview:
         # a folder's search may have found a file deep below it (`dltop check .` in a
         # project): say which, so the user knows what was read
@@ -300,15 +307,12 @@ def _convert(
     yield [meta]
     merged = Merger(window=WINDOW)
     ended: tuple[int, float | None] | None = None
-    late = 0  # values of tags first seen after the preview
     targets = {tag: names.target(role) for tag, role in chosen.items() if role != names.END}
     put, take, window = merged.put, merged.take, merged.window or 0
     for tag, step, t, x in points:
         where = targets.get(tag)
         if where is None:
-            if tag not in chosen:
-                late += tag not in read.counts or read.counts[tag] == 0
-            else:  # the end-of-training summary
+            if tag in chosen:  # the end-of-training summary
                 ended = (step, t)
             continue
         kind, field = where
@@ -319,6 +323,11 @@ def _convert(
     if read.capped:
         notes.append(f"warning: only the first {MAX_ENTRIES} events or values were read")
     notes += [f"warning: {e}" for e in read.errors[:5]]
+    if read.late:
+        notes.append(
+            f"warning: {read.late} values left out: their tags were first seen after the "
+            f"first {PREVIEW} values, from which the tags' roles are chosen"
+        )
     if read.skipped:
         notes.append(skipped_note(read.skipped, "events or values"))
     if (repeated := merged.note()) is not None:
