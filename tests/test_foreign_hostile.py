@@ -251,3 +251,25 @@ def test_tags_first_seen_after_the_preview_are_counted_and_said(
     assert len([r for r in log.records if r["kind"] == "step"]) == 60
     (note,) = [n for n in log.notes if "first seen after" in n]
     assert note.startswith("warning: 20 values left out"), note
+
+
+def test_the_end_of_training_after_the_preview_still_ends_the_run(
+    tmp_path: Path, monkeypatch: Any
+) -> None:
+    """train/train_runtime is logged once, at the very end: in a run of more than PREVIEW
+    values it was first seen after the preview, had no role, and the run never read as
+    finished."""
+    from dltop.tui.core.foreign import tboard  # noqa: PLC0415
+
+    event_pb2 = pytest.importorskip("tensorboard.compat.proto.event_pb2")
+    monkeypatch.setattr(tboard, "PREVIEW", 50)
+    events = _events(range(60))
+    e = event_pb2.Event(step=60, wall_time=1.7e9 + 60)
+    e.summary.value.add(tag="train/train_runtime", simple_value=100.0)
+    path = tmp_path / "events.out.tfevents.1.host"
+    path.write_bytes(b"".join([*events, _record(e.SerializeToString())]))
+    log = foreign.load(str(path))
+    assert [r for r in log.records if r["kind"] == "event"] == [
+        {"kind": "event", "type": "exit", "status": "ok", "step": 60, "t": 1.7e9 + 60}
+    ]
+    assert not any("first seen after" in n for n in log.notes), log.notes

@@ -156,6 +156,12 @@ def _scalar(value: Any) -> float | None | bool:
     return None
 
 
+def _ends(tag: str) -> bool:
+    """The tag of the tool's end-of-training summary (``train/train_runtime``): an exact
+    name of the table (a dict lookup: this runs for every value of a late tag)."""
+    return names.EXACT.get(tag.strip().lower(), (None,))[0] == names.END
+
+
 def _size_ok(path: str) -> int:
     fd = open_log(path)  # a regular file only
     try:
@@ -232,7 +238,7 @@ def _points(event_cls: Any, files: list[str], root: str, read: _Read) -> Iterato
                     tag = prefix + str(value.tag)[:200]
                     if not read.previewed:
                         read.counts[tag] += 1
-                    elif tag not in read.counts:
+                    elif tag not in read.counts and not _ends(tag):
                         read.late += 1  # no role chosen for it (and not kept: memory)
                         continue
                     if read.first_t is None and t is not None:
@@ -312,8 +318,8 @@ def _convert(
     for tag, step, t, x in points:
         where = targets.get(tag)
         if where is None:
-            if tag in chosen:  # the end-of-training summary
-                ended = (step, t)
+            if tag in chosen or tag not in read.counts:  # the end-of-training summary
+                ended = (step, t)  # (logged once, at the end: often after the preview)
             continue
         kind, field = where
         put(kind, step, field, x, t)
