@@ -273,3 +273,25 @@ def test_the_end_of_training_after_the_preview_still_ends_the_run(
         {"kind": "event", "type": "exit", "status": "ok", "step": 60, "t": 1.7e9 + 60}
     ]
     assert not any("first seen after" in n for n in log.notes), log.notes
+
+
+def test_eval_metrics_named_like_the_records_own_fields(tmp_path: Path) -> None:
+    """An eval metric's name without its prefix became a field of the eval record as it
+    was: a Trainer's "eval_kind" overwrote the record's kind (the evaluation vanished),
+    "eval_step" its step (a float), "eval_t" its time; a CSV's "val_t" became the time."""
+    path = _state(
+        tmp_path,
+        '{"log_history": [{"loss": 1.0, "step": 1}, {"eval_kind": 1.0, "eval_step": 99, '
+        '"eval_t": 5, "eval_": 3, "eval_loss": 2.0, "step": 1}]}',
+    )
+    (ev,) = [r for r in foreign.load(str(path)).records if r.get("kind") == "eval"]
+    assert ev == {
+        "kind": "eval", "step": 1, "loss": 2.0, "x/kind": 1.0, "x/step": 99, "x/t": 5, "x/": 3
+    }  # fmt: skip
+
+    csv = tmp_path / "metrics.csv"
+    csv.write_text("step,train_loss,val_loss,val_t,val_kind\n1,1.0,,,\n1,,2.0,7.0,8.0\n")
+    log = foreign.load(str(csv))
+    (ev,) = [r for r in log.records if r.get("kind") == "eval"]
+    assert ev == {"kind": "eval", "step": 1, "loss": 2.0, "x/t": 7.0, "x/kind": 8.0}
+    assert log.skipped == 0 and not any("left out" in n for n in log.notes), log.notes

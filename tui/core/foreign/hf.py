@@ -41,6 +41,7 @@ from dltop.tui.core.foreign.common import (
     skipped_note,
     step_of,
 )
+from dltop.tui.core.foreign.names import EVAL_OWN
 
 # log_history keys → our step fields
 TRAIN_FIELDS = {"loss": "loss", "grad_norm": "grad_norm", "learning_rate": "lr", "epoch": "epoch"}
@@ -313,7 +314,8 @@ def _convert(
                 f = number(entry[key])
                 if f is None:
                     continue  # an eval text field (a model name) is not a metric
-                ev["loss" if key == "eval_loss" else key[len(EVAL_PREFIX) :]] = f
+                name = "loss" if key == "eval_loss" else key[len(EVAL_PREFIX) :]
+                ev[f"x/{name}" if name in EVAL_OWN else name] = f  # not over "step", "kind"
             if len(ev) > 2:
                 body.append(ev)
                 made = True
