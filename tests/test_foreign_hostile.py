@@ -295,3 +295,28 @@ def test_eval_metrics_named_like_the_records_own_fields(tmp_path: Path) -> None:
     (ev,) = [r for r in log.records if r.get("kind") == "eval"]
     assert ev == {"kind": "eval", "step": 1, "loss": 2.0, "x/t": 7.0, "x/kind": 8.0}
     assert log.skipped == 0 and not any("left out" in n for n in log.notes), log.notes
+
+
+def test_half_precision_tensor_scalars_are_read(tmp_path: Path) -> None:
+    """A 0-d float16 tensor (its bits in half_val, or its bytes in tensor_content), which
+    TensorBoard reads, was counted as a value that could not be read."""
+    event_pb2 = pytest.importorskip("tensorboard.compat.proto.event_pb2")
+    tensor_pb2 = pytest.importorskip("tensorboard.compat.proto.tensor_pb2")
+    events = _events(range(0))
+    for s, tensor in enumerate(
+        [
+            tensor_pb2.TensorProto(dtype=19, half_val=[0x3C00]),  # 1.0
+            tensor_pb2.TensorProto(dtype=19, tensor_content=struct.pack("<e", 0.5)),
+            tensor_pb2.TensorProto(dtype=19, half_val=[0x7E00]),  # NaN: kept
+        ]
+    ):
+        e = event_pb2.Event(step=s, wall_time=1.7e9 + s)
+        v = e.summary.value.add(tag="train/loss")
+        v.tensor.CopyFrom(tensor)
+        v.metadata.plugin_data.plugin_name = "scalars"
+        events.append(_record(e.SerializeToString()))
+    path = tmp_path / "events.out.tfevents.1.host"
+    path.write_bytes(b"".join(events))
+    log = foreign.load(str(path))
+    losses = [r["loss"] for r in log.records if r["kind"] == "step"]
+    assert losses[:2] == [1.0, 0.5] and math.isnan(losses[2]) and log.skipped == 0

@@ -54,8 +54,8 @@ PREVIEW = 200_000  # values read before the tags' roles are chosen
 # an event file in a folder named like this holds validation values (Keras: logs/validation)
 EVAL_DIRS = frozenset(("validation", "val", "valid", "eval", "evaluation"))
 SCALAR_PLUGINS = ("", "scalars")
-DT_FLOAT, DT_DOUBLE = 1, 2  # TensorFlow dtype enum values
-_TENSOR_FORMAT = {DT_FLOAT: "<f", DT_DOUBLE: "<d"}
+DT_FLOAT, DT_DOUBLE, DT_HALF = 1, 2, 19  # TensorFlow dtype enum values
+_TENSOR_FORMAT = {DT_FLOAT: "<f", DT_DOUBLE: "<d", DT_HALF: "<e"}
 
 
 class MissingExtra(SourceError):
@@ -150,6 +150,8 @@ def _scalar(value: Any) -> float | None | bool:
         return float(t.float_val[0])
     if t.double_val:
         return float(t.double_val[0])
+    if t.half_val and t.dtype == DT_HALF:  # float16 bits in an int32 field
+        return float(struct.unpack("<e", struct.pack("<H", t.half_val[0] & 0xFFFF))[0])
     fmt = _TENSOR_FORMAT.get(t.dtype)
     if fmt is not None and len(t.tensor_content) == struct.calcsize(fmt):
         return float(struct.unpack(fmt, t.tensor_content)[0])
