@@ -95,24 +95,25 @@ _STATE = msgspec.json.Decoder(_State)
 _HISTORY = msgspec.json.Decoder(list[msgspec.Raw])
 _ENTRY = msgspec.json.Decoder()
 # Python's json writes NaN and infinities bare; JSON (and msgspec) has no such tokens: they
-# are quoted before parsing where they stand as values (``number`` reads "NaN" back)
-_BARE = re.compile(rb"(?<=[:\[,\s])(-?Infinity|NaN)(?=\s*[,\]\}])")
+# are quoted before parsing (``number`` reads "NaN" back). One pass that steps over strings
+# whole, so "NaN" in a key or a text value ("a: NaN, b") stays as it is; it never
+# backtracks (possessive), and a string left open takes the rest (a cut file: corrupt)
+_STRING = rb'"[^"\\]*+(?:\\[\s\S][^"\\]*+)*+"'
+_TO_BARE = re.compile(
+    rb"(?:" + _STRING + rb'|"[\s\S]*+|[^"NI\-]++|-(?!Infinity)|N(?!aN)|I(?!nfinity))*+'
+    rb"(-?Infinity|NaN)?"
+)
 
 
 def _quoted(data: Any) -> Any:
-    if data.find(b"NaN") >= 0 or data.find(b"Infinity") >= 0:  # (`in` walks an mmap bytewise)
-        return _BARE.sub(rb'"\1"', data)
-    return data
-
-
-# the same tokens, but strings matched whole first, so "NaN" in a key or a text value (a
-# note "a: NaN, b") stays as it is: slower (a call per string), so only where _BARE's
-# quicker pass left JSON that does not parse
-_BARE_OR_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"|' + _BARE.pattern)
-
-
-def _quoted_exactly(data: Any) -> bytes:
-    return _BARE_OR_STRING.sub(lambda m: m[0] if m[1] is None else b'"' + m[1] + b'"', data)
+    if data.find(b"NaN") < 0 and data.find(b"Infinity") < 0:  # (`in` walks an mmap bytewise)
+        return data
+    pieces, last = [], 0
+    for m in _TO_BARE.finditer(data):
+        if m[1] is not None:
+            pieces += [data[last : m.start(1)], b'"', m[1], b'"']
+            last = m.end()
+    return b"".join([*pieces, data[last:]])
 
 
 def _decode(data: Any) -> tuple[_State, Any]:
@@ -167,12 +168,7 @@ def _read(path: str) -> tuple[dict[str, Any], list[Any], MappedFile | None]:
     mapped = MappedFile(path, "trainer_state.json")
     data = _quoted(mapped.data)
     try:
-        try:
-            head, history = _decode(data)
-        except msgspec.DecodeError:
-            if data is mapped.data:
-                raise
-            head, history = _decode(_quoted_exactly(mapped.data))  # "NaN" in a string
+        head, history = _decode(data)
         if history is None:  # a JSON object (the struct took it) without the list: said
             # without decoding the whole file into objects (1.5 GB for 150 MB of them)
             mapped.close()
