@@ -320,3 +320,16 @@ def test_half_precision_tensor_scalars_are_read(tmp_path: Path) -> None:
     log = foreign.load(str(path))
     losses = [r["loss"] for r in log.records if r["kind"] == "step"]
     assert losses[:2] == [1.0, 0.5] and math.isnan(losses[2]) and log.skipped == 0
+
+
+def test_quoting_nan_stays_linear_on_hostile_quotes() -> None:
+    """The string-aware quoting must not backtrack: a quote followed only by escaped
+    quotes made a backtracking string pattern rescan the rest of the file from each one."""
+    import time  # noqa: PLC0415
+
+    for tail in (b'"' + b'\\"' * 200_000, b'"\\' * 200_000, b'"' * 200_001, b"N" * 400_000):
+        data = b'{"log_history": [NaN, ' + tail
+        start = time.perf_counter()
+        out = hf._quoted(data)
+        assert time.perf_counter() - start < 2.0
+        assert out.startswith(b'{"log_history": ["NaN", ')
