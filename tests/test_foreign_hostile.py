@@ -101,7 +101,7 @@ def test_a_state_without_log_history_is_not_parsed_whole(tmp_path: Path) -> None
         peak = tracemalloc.get_traced_memory()[1]
     finally:
         tracemalloc.stop()
-    assert peak < path.stat().st_size, peak  # not the objects of a 5 MB file (~60 MB)
+    assert peak < 3 * path.stat().st_size, peak  # its bytes, not its objects (~60 MB)
 
 
 def test_a_bom_before_the_state_is_read(tmp_path: Path) -> None:
@@ -333,3 +333,28 @@ def test_quoting_nan_stays_linear_on_hostile_quotes() -> None:
         out = hf._quoted(data)
         assert time.perf_counter() - start < 2.0
         assert out.startswith(b'{"log_history": ["NaN", ')
+
+
+def test_a_state_cut_short_while_read_is_no_crash(tmp_path: Path) -> None:
+    """The state was memory-mapped: cut short while its entries were being read (rewritten
+    in place by the Trainer's save_state, or copied over), the next page read killed the
+    process with SIGBUS, without a word. A state up to 64 MiB is now read into memory."""
+    import subprocess  # noqa: PLC0415
+    import sys  # noqa: PLC0415
+
+    path = _state(
+        tmp_path,
+        '{"log_history": ['
+        + ",".join(f'{{"loss": 1.0, "step": {i}}}' for i in range(50_000))
+        + "]}",
+    )
+    code = (
+        "import os, sys\nfrom dltop.tui.core import foreign\n"
+        "log = foreign.load(sys.argv[1])\nos.truncate(sys.argv[1], 10)\n"
+        "print(sum(len(b) for b in log.batches()))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code, str(path)], capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, (done.returncode, done.stderr[-500:])
+    assert done.stdout.strip() == "50001"

@@ -102,10 +102,16 @@ class ForeignLog:
 
 class MappedFile:
     """A whole regular file as a read-only memory map (empty files as ``b""``): parsers
-    that need the whole text (a JSON document) read it without a copy on the heap."""
+    that need the whole text (a JSON document) read it without a copy on the heap.
+
+    A file up to :data:`MAX_FILE_BYTES` is read into memory instead (its pages would count
+    in RSS as much): a mapped file cut short while it is read (rewritten in place, copied
+    over) kills the process with SIGBUS at the next page, without a word."""
 
     def __init__(self, path: str, what: str, limit: int = MAX_STREAM_BYTES) -> None:
         fd = open_log(path)
+        self._bytes = b""
+        self._map: mmap.mmap | None = None
         try:
             size = os.fstat(fd).st_size
             if size > limit:
@@ -113,9 +119,14 @@ class MappedFile:
                     f"{path}: {what} of {size} bytes is over dltop's {limit >> 30} GiB "
                     "limit for another tool's log"
                 )
-            self._map: mmap.mmap | None = (
-                mmap.mmap(fd, size, access=mmap.ACCESS_READ) if size else None
-            )
+            if size > MAX_FILE_BYTES:
+                self._map = mmap.mmap(fd, size, access=mmap.ACCESS_READ)
+            else:
+                parts, got = [], 0
+                while got < size and (part := os.pread(fd, min(1 << 20, size - got), got)):
+                    parts.append(part)
+                    got += len(part)
+                self._bytes = b"".join(parts)
         except OSError as exc:
             raise SourceError(f"cannot read {path}: {exc.strerror or exc}") from None
         finally:
@@ -124,9 +135,10 @@ class MappedFile:
 
     @property
     def data(self) -> bytes | mmap.mmap:
-        return self._map if self._map is not None else b""
+        return self._map if self._map is not None else self._bytes
 
     def close(self) -> None:
+        self._bytes = b""
         if self._map is not None:
             try:
                 self._map.close()
