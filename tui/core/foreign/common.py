@@ -102,10 +102,16 @@ class ForeignLog:
 
 class MappedFile:
     """A whole regular file as a read-only memory map (empty files as ``b""``): parsers
-    that need the whole text (a JSON document) read it without a copy on the heap."""
+    that need the whole text (a JSON document) read it without a copy on the heap.
+
+    A file up to :data:`MAX_FILE_BYTES` is read into memory instead (its pages would count
+    in RSS as much): a mapped file cut short while it is read (rewritten in place, copied
+    over) kills the process with SIGBUS at the next page, without a word."""
 
     def __init__(self, path: str, what: str, limit: int = MAX_STREAM_BYTES) -> None:
         fd = open_log(path)
+        self._bytes = b""
+        self._map: mmap.mmap | None = None
         try:
             size = os.fstat(fd).st_size
             if size > limit:
@@ -113,9 +119,14 @@ class MappedFile:
                     f"{path}: {what} of {size} bytes is over dltop's {limit >> 30} GiB "
                     "limit for another tool's log"
                 )
-            self._map: mmap.mmap | None = (
-                mmap.mmap(fd, size, access=mmap.ACCESS_READ) if size else None
-            )
+            if size > MAX_FILE_BYTES:
+                self._map = mmap.mmap(fd, size, access=mmap.ACCESS_READ)
+            else:
+                parts, got = [], 0
+                while got < size and (part := os.pread(fd, min(1 << 20, size - got), got)):
+                    parts.append(part)
+                    got += len(part)
+                self._bytes = b"".join(parts)
         except OSError as exc:
             raise SourceError(f"cannot read {path}: {exc.strerror or exc}") from None
         finally:
@@ -124,9 +135,10 @@ class MappedFile:
 
     @property
     def data(self) -> bytes | mmap.mmap:
-        return self._map if self._map is not None else b""
+        return self._map if self._map is not None else self._bytes
 
     def close(self) -> None:
+        self._bytes = b""
         if self._map is not None:
             try:
                 self._map.close()
@@ -242,7 +254,12 @@ class Merger:
         self.order: list[dict[str, Any]] = []
         self.repeated = 0  # other values of a field a step already had: left out, said
         self.window = window
-        self._gone: dict[str, int] = {}  # per kind, the highest step handed on
+        # per kind, the steps handed on: the last ``window`` of them exactly, and a mark at
+        # or below which all older ones lie (the lowest of those kept, once some were
+        # forgotten). Not the highest step handed on: one row with a wild step (999999999)
+        # then made every later step a "repeat"
+        self._seen: dict[str, tuple[set[int], list[int]]] = {}
+        self._gone: dict[str, int] = {}
 
     def put(self, kind: str, step: int, name: str, value: float, t: float | None = None) -> None:
         """``value`` under ``name`` in the (kind, step) record; ``t``, when given, as that
@@ -250,8 +267,9 @@ class Merger:
         key = (kind, step)
         rec = self._by_key.get(key)
         if rec is None:
+            seen = self._seen.get(kind)
             gone = self._gone.get(kind)
-            if gone is not None and step <= gone:
+            if (seen is not None and step in seen[0]) or (gone is not None and step <= gone):
                 self.repeated += 1  # its record was handed on already
                 return
             rec = {"kind": kind, "step": step}
@@ -271,11 +289,22 @@ class Merger:
             return []
         n = len(self.order) if final or self.window is None else len(self.order) - self.window // 2
         out, self.order = self.order[:n], self.order[n:]
-        for rec in out:
-            kind, step = rec["kind"], rec["step"]
-            del self._by_key[(kind, step)]
-            if step > self._gone.get(kind, step - 1):
-                self._gone[kind] = step
+        keys = [(rec["kind"], rec["step"]) for rec in out]
+        by_key = self._by_key
+        for key in keys:
+            del by_key[key]
+        kinds = {kind for kind, _ in keys}
+        for kind in kinds:  # in bulk: this runs for every record of a long log
+            steps = [s for k, s in keys if k == kind] if len(kinds) > 1 else [s for _, s in keys]
+            seen, recent = self._seen.setdefault(kind, (set(), []))
+            seen.update(steps)
+            recent += steps
+            extra = len(recent) - (self.window or len(recent))
+            if extra > 0:
+                seen.difference_update(recent[:extra])
+                del recent[:extra]
+                low = min(recent)
+                self._gone[kind] = max(self._gone.get(kind, low), low)
         return out
 
     def records(self) -> list[dict[str, Any]]:

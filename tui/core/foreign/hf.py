@@ -41,12 +41,14 @@ from dltop.tui.core.foreign.common import (
     skipped_note,
     step_of,
 )
+from dltop.tui.core.foreign.names import EVAL_OWN
 
 # log_history keys → our step fields
 TRAIN_FIELDS = {"loss": "loss", "grad_norm": "grad_norm", "learning_rate": "lr", "epoch": "epoch"}
 SUMMARY_KEYS = ("train_runtime", "train_samples_per_second", "total_flos")
 EVAL_PREFIX = "eval_"
 EVAL_SPEED = ("eval_runtime", "eval_samples_per_second", "eval_steps_per_second")
+MAX_ENTRY_FALLBACK = 1 << 20  # bytes of one entry read by Python's json when msgspec cannot
 MAX_CONTAINERS = MAX_ENTRIES + 1000  # objects and lists parsed from one file (an upper bound)
 STATE_KEYS = ("global_step", "max_steps", "logging_steps", "eval_steps", "num_train_epochs")
 EVAL_SPEED_SUFFIXES = ("runtime", "samples_per_second", "steps_per_second", "_flos")
@@ -93,14 +95,33 @@ _STATE = msgspec.json.Decoder(_State)
 _HISTORY = msgspec.json.Decoder(list[msgspec.Raw])
 _ENTRY = msgspec.json.Decoder()
 # Python's json writes NaN and infinities bare; JSON (and msgspec) has no such tokens: they
-# are quoted before parsing where they stand as values (``number`` reads "NaN" back)
-_BARE = re.compile(rb"(?<=[:\[,\s])(-?Infinity|NaN)(?=\s*[,\]\}])")
+# are quoted before parsing (``number`` reads "NaN" back). One pass that steps over strings
+# whole, so "NaN" in a key or a text value ("a: NaN, b") stays as it is; it never
+# backtracks (possessive), and a string left open takes the rest (a cut file: corrupt)
+_STRING = rb'"[^"\\]*+(?:\\[\s\S][^"\\]*+)*+"'
+_TO_BARE = re.compile(
+    rb"(?:" + _STRING + rb'|"[\s\S]*+|[^"NI\-]++|-(?!Infinity)|N(?!aN)|I(?!nfinity))*+'
+    rb"(-?Infinity|NaN)?"
+)
 
 
 def _quoted(data: Any) -> Any:
-    if data.find(b"NaN") >= 0 or data.find(b"Infinity") >= 0:  # (`in` walks an mmap bytewise)
-        return _BARE.sub(rb'"\1"', data)
-    return data
+    if data.find(b"NaN") < 0 and data.find(b"Infinity") < 0:  # (`in` walks an mmap bytewise)
+        return data
+    pieces, last = [], 0
+    for m in _TO_BARE.finditer(data):
+        if m[1] is not None:
+            pieces += [data[last : m.start(1)], b'"', m[1], b'"']
+            last = m.end()
+    return b"".join([*pieces, data[last:]])
+
+
+def _decode(data: Any) -> tuple[_State, Any]:
+    head = _STATE.decode(data)
+    raw = head.log_history
+    if bytes(memoryview(raw)[:1]) != b"[":
+        return head, None  # no log_history list
+    return head, _HISTORY.decode(raw)
 
 
 def _corrupt(path: str, where: str = "it") -> SourceError:
@@ -130,7 +151,8 @@ def parse(blob: bytes, path: str) -> dict[str, Any]:
             f"{MAX_CONTAINERS} for a trainer_state.json — not a Trainer's state?"
         )
     try:
-        obj = json.loads(blob.decode("utf-8", errors="replace"), parse_int=_parse_int)
+        # utf-8-sig: a byte-order mark (an editor saved the state) is skipped, not corrupt
+        obj = json.loads(blob.decode("utf-8-sig", errors="replace"), parse_int=_parse_int)
     except ValueError as exc:
         where = f"line {exc.lineno}" if isinstance(exc, json.JSONDecodeError) else "it"
         raise _corrupt(path, where) from None
@@ -146,13 +168,12 @@ def _read(path: str) -> tuple[dict[str, Any], list[Any], MappedFile | None]:
     mapped = MappedFile(path, "trainer_state.json")
     data = _quoted(mapped.data)
     try:
-        head = _STATE.decode(data)
-        raw = head.log_history
-        if bytes(memoryview(raw)[:1]) != b"[":
-            obj: Any = msgspec.json.decode(data) if not len(raw) else {}
-            _check_shape(obj if isinstance(obj, dict) else None, path)
-        history = _HISTORY.decode(raw)
-    except (msgspec.DecodeError, RecursionError) as exc:
+        head, history = _decode(data)
+        if history is None:  # a JSON object (the struct took it) without the list: said
+            # without decoding the whole file into objects (1.5 GB for 150 MB of them)
+            mapped.close()
+            _check_shape({}, path)
+    except (msgspec.DecodeError, UnicodeDecodeError, RecursionError) as exc:
         mapped.close()
         if mapped.size <= MAX_FILE_BYTES:
             # what msgspec does not take (a 400-digit integer, 1e999) Python's json may:
@@ -171,9 +192,22 @@ def _entry(raw: Any) -> Any:
     if isinstance(raw, msgspec.Raw):
         try:
             return _ENTRY.decode(raw)
-        except (msgspec.DecodeError, RecursionError):
-            return None  # counted as skipped, like any entry of the wrong shape
+        except (msgspec.DecodeError, UnicodeDecodeError, RecursionError):
+            return _entry_slow(raw)
     return raw
+
+
+def _entry_slow(raw: msgspec.Raw) -> Any:
+    """An entry msgspec does not take (1e999 or an integer of 5 000 digits: out of its
+    range; bytes that are no UTF-8), read as the whole-file fallback reads it (±infinity,
+    U+FFFD); None (counted as skipped) when it is no JSON either, or too long for that."""
+    if len(raw) > MAX_ENTRY_FALLBACK:
+        return None
+    try:
+        text = bytes(memoryview(raw)).decode("utf-8", errors="replace")
+        return json.loads(text, parse_int=_parse_int)
+    except (ValueError, RecursionError):
+        return None
 
 
 # keys of a training log entry that are no metric of the step: its identity, the Trainer's
@@ -276,7 +310,8 @@ def _convert(
                 f = number(entry[key])
                 if f is None:
                     continue  # an eval text field (a model name) is not a metric
-                ev["loss" if key == "eval_loss" else key[len(EVAL_PREFIX) :]] = f
+                name = "loss" if key == "eval_loss" else key[len(EVAL_PREFIX) :]
+                ev[f"x/{name}" if name in EVAL_OWN else name] = f  # not over "step", "kind"
             if len(ev) > 2:
                 body.append(ev)
                 made = True

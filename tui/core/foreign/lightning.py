@@ -39,10 +39,17 @@ from dltop.tui.core.foreign.common import (
 
 MAX_COLUMNS = 1024
 MAX_CELL = 1 << 16  # characters in one cell: a longer one is a blob, not a metric
+MAX_LINE = 1 << 22  # bytes in one line: a longer one is no row (read in pieces, dropped)
 
 
-def _lines(path: str) -> Iterator[str]:
-    """The file's lines, read a chunk at a time (never a FIFO or device: ``open_log``)."""
+def _text(raw: bytes, path: str) -> None:
+    if b"\0" in raw:
+        raise SourceError(f"{path}: not a metrics.csv (binary data) — pass a CSVLogger's file")
+
+
+def _lines(path: str) -> Iterator[str | None]:
+    """The file's lines, read a chunk at a time (never a FIFO or device: ``open_log``);
+    ``None`` for a line over :data:`MAX_LINE` bytes."""
     fd = open_log(path)
     try:
         size = os.fstat(fd).st_size
@@ -53,11 +60,15 @@ def _lines(path: str) -> Iterator[str]:
             )
         with os.fdopen(os.dup(fd), "rb") as f:
             first = True
-            for raw in f:
-                if b"\0" in raw:
-                    raise SourceError(
-                        f"{path}: not a metrics.csv (binary data) — pass a CSVLogger's file"
-                    )
+            while raw := f.readline(MAX_LINE + 1):
+                _text(raw, path)
+                if len(raw) > MAX_LINE and not raw.endswith(b"\n"):
+                    while raw and not raw.endswith(b"\n"):  # the rest of it, dropped
+                        raw = f.readline(1 << 20)
+                        _text(raw, path)
+                    first = False
+                    yield None  # a line over MAX_LINE: no row, counted
+                    continue
                 line = raw.decode("utf-8", errors="replace")
                 if first:
                     line, first = line.lstrip("\ufeff"), False
@@ -76,9 +87,11 @@ def _rows(path: str) -> tuple[list[str], Iterator[list[str] | None]]:
     counted, instead of the rest of the file (a quote left open swallowed every later
     row into one cell) or the whole file (a long cell raised for the file)."""
     lines = _lines(path)
-    head = next(lines, None)
-    header = _row(head) if head is not None else None
+    head = next(lines, "")
     if head is None:
+        raise SourceError(f"{path}: corrupt metrics.csv (line 1: over {MAX_LINE} bytes)")
+    header = _row(head) if head else None
+    if not head:
         raise SourceError(f"{path}: empty metrics.csv")
     if header is None:
         raise SourceError(f"{path}: corrupt metrics.csv (line 1: not a CSV header)")
@@ -89,7 +102,9 @@ def _rows(path: str) -> tuple[list[str], Iterator[list[str] | None]]:
         for n, line in enumerate(lines):
             if n >= MAX_ENTRIES:
                 return
-            if line.strip():
+            if line is None:
+                yield None  # counted as damaged, as a cell over MAX_CELL is
+            elif line.strip():
                 yield _row(line)
 
     return header[:MAX_COLUMNS], rows()

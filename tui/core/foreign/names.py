@@ -27,6 +27,9 @@ _OURS = frozenset(
      "compute_time", "samples_per_s", "batch_size", "mem_allocated", "mem_reserved")
 )  # fmt: skip
 END = "end"  # the tool's end-of-training summary: the run finished
+# an eval record's own fields: an eval metric of that name (a Trainer's "eval_step", a
+# "val_t" column) is kept as "x/<name>", never over them
+EVAL_OWN = frozenset(("kind", "step", "t", ""))
 IGNORE = "ignore"
 
 # exact names (lower case): role, preference
@@ -146,7 +149,8 @@ def choose(counts: Mapping[str, int], max_extras: int = 16) -> dict[str, str]:
             continue
         if role == EVAL_EXTRA:
             if extras < max_extras:
-                out[name] = f"{EVAL_EXTRA}:{extra_name(name)}"
+                field = extra_name(name)
+                out[name] = f"{EVAL_EXTRA}:{'x/' + field if field in EVAL_OWN else field}"
                 extras += 1
             continue
         if role == STEP_EXTRA:

@@ -54,8 +54,8 @@ PREVIEW = 200_000  # values read before the tags' roles are chosen
 # an event file in a folder named like this holds validation values (Keras: logs/validation)
 EVAL_DIRS = frozenset(("validation", "val", "valid", "eval", "evaluation"))
 SCALAR_PLUGINS = ("", "scalars")
-DT_FLOAT, DT_DOUBLE = 1, 2  # TensorFlow dtype enum values
-_TENSOR_FORMAT = {DT_FLOAT: "<f", DT_DOUBLE: "<d"}
+DT_FLOAT, DT_DOUBLE, DT_HALF = 1, 2, 19  # TensorFlow dtype enum values
+_TENSOR_FORMAT = {DT_FLOAT: "<f", DT_DOUBLE: "<d", DT_HALF: "<e"}
 
 
 class MissingExtra(SourceError):
@@ -150,10 +150,18 @@ def _scalar(value: Any) -> float | None | bool:
         return float(t.float_val[0])
     if t.double_val:
         return float(t.double_val[0])
+    if t.half_val and t.dtype == DT_HALF:  # float16 bits in an int32 field
+        return float(struct.unpack("<e", struct.pack("<H", t.half_val[0] & 0xFFFF))[0])
     fmt = _TENSOR_FORMAT.get(t.dtype)
     if fmt is not None and len(t.tensor_content) == struct.calcsize(fmt):
         return float(struct.unpack(fmt, t.tensor_content)[0])
     return None
+
+
+def _ends(tag: str) -> bool:
+    """The tag of the tool's end-of-training summary (``train/train_runtime``): an exact
+    name of the table (a dict lookup: this runs for every value of a late tag)."""
+    return names.EXACT.get(tag.strip().lower(), (None,))[0] == names.END
 
 
 def _size_ok(path: str) -> int:
@@ -177,7 +185,9 @@ class _Read:
         self.skipped = 0
         self.errors: list[str] = []
         self.capped = False
-        self.counts: Counter[str] = Counter()
+        self.counts: Counter[str] = Counter()  # values per tag, in the preview
+        self.previewed = False  # the preview was read: the tags' roles are chosen
+        self.late = 0  # values of tags first seen after the preview: left out
         self.first_t: float | None = None
         self.values = 0
 
@@ -228,7 +238,11 @@ def _points(event_cls: Any, files: list[str], root: str, read: _Read) -> Iterato
                         return
                     read.values += 1
                     tag = prefix + str(value.tag)[:200]
-                    read.counts[tag] += 1
+                    if not read.previewed:
+                        read.counts[tag] += 1
+                    elif tag not in read.counts and not _ends(tag):
+                        read.late += 1  # no role chosen for it (and not kept: memory)
+                        continue
                     if read.first_t is None and t is not None:
                         read.first_t = t
                     yield tag, step, t, x
@@ -268,6 +282,7 @@ def load(path: str, shown: str | None = None) -> ForeignLog:
     read = _Read()
     points = _points(event_cls, files, root, read)
     preview = list(itertools.islice(points, PREVIEW))
+    read.previewed = True
     if not preview:
         # a folder's search may have found a file deep below it (`dltop check .` in a
         # project): say which, so the user knows what was read
@@ -300,16 +315,13 @@ def _convert(
     yield [meta]
     merged = Merger(window=WINDOW)
     ended: tuple[int, float | None] | None = None
-    late = 0  # values of tags first seen after the preview
     targets = {tag: names.target(role) for tag, role in chosen.items() if role != names.END}
     put, take, window = merged.put, merged.take, merged.window or 0
     for tag, step, t, x in points:
         where = targets.get(tag)
         if where is None:
-            if tag not in chosen:
-                late += tag not in read.counts or read.counts[tag] == 0
-            else:  # the end-of-training summary
-                ended = (step, t)
+            if tag in chosen or tag not in read.counts:  # the end-of-training summary
+                ended = (step, t)  # (logged once, at the end: often after the preview)
             continue
         kind, field = where
         put(kind, step, field, x, t)
@@ -319,6 +331,11 @@ def _convert(
     if read.capped:
         notes.append(f"warning: only the first {MAX_ENTRIES} events or values were read")
     notes += [f"warning: {e}" for e in read.errors[:5]]
+    if read.late:
+        notes.append(
+            f"warning: {read.late} values left out: their tags were first seen after the "
+            f"first {PREVIEW} values, from which the tags' roles are chosen"
+        )
     if read.skipped:
         notes.append(skipped_note(read.skipped, "events or values"))
     if (repeated := merged.note()) is not None:

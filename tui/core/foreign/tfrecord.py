@@ -98,8 +98,11 @@ def records(fd: int, walk: Walk, limit: int) -> Iterator[bytes]:
                     walk.damage = "cut inside a record header"
                 return
         length, crc = unpack_header(buf, at)
-        if not 0 < length < MAX_RECORD or check(buf[at : at + 8]) != crc:
+        if check(buf[at : at + 8]) != crc:
             walk.damage = "a record header with a bad checksum"
+            return
+        if length >= MAX_RECORD:  # (a length of 0 is an empty record: read through)
+            walk.damage = f"a record of {length} bytes (over the {MAX_RECORD >> 20} MiB limit)"
             return
         end = at + 12 + length + 4
         while len(buf) < end:
