@@ -16,10 +16,8 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import os
 import random
 import resource
-import struct
 import subprocess
 import sys
 import tempfile
@@ -72,18 +70,9 @@ def write_jsonl(path: Path, steps: int) -> None:
 
 
 def write_tensorboard(folder: Path, steps: int) -> None:
-    from dltop.tui.core.foreign.tfrecord import masked_crc32c
+    from dltop.tui.core.foreign.tfrecord import frame
     from tensorboard.compat.proto.event_pb2 import Event
     from tensorboard.compat.proto.summary_pb2 import Summary
-
-    def frame(data: bytes) -> bytes:
-        head = struct.pack("<Q", len(data))
-        return (
-            head
-            + struct.pack("<I", masked_crc32c(head))
-            + data
-            + struct.pack("<I", masked_crc32c(data))
-        )
 
     tags = ("train/loss", "train/grad_norm", "train/learning_rate")
     tags += ("step_time", "data_time", "samples_per_s")
@@ -128,7 +117,6 @@ def write_lightning(path: Path, steps: int) -> None:
 
 def check(path: Path) -> tuple[float, float, int]:
     """Seconds, peak RSS (MB) and steps of one `dltop check --json` in a fresh process."""
-    before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
     t0 = time.perf_counter()
     child = [sys.executable, "-m", "dltop.tui", "check", str(path), "--json"]
     done = subprocess.run(child, capture_output=True, text=True, timeout=3600)
@@ -139,9 +127,9 @@ def check(path: Path) -> tuple[float, float, int]:
         steps = int(json.loads(done.stdout).get("steps") or 0)
     except ValueError:
         print(done.stdout[-300:], done.stderr[-300:], file=sys.stderr)
-    # ru_maxrss of children is the largest of any child so far: a fresh process per
-    # measurement below keeps it honest (see main)
-    return wall, max(peak, before) / 1024, steps
+    # the largest of any child so far, and a child's peak starts at its parent's: this
+    # runs in a fresh, small process per measurement (``--one``, see main)
+    return wall, peak / 1024, steps
 
 
 def main() -> int:
@@ -199,4 +187,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(os.EX_OK if main() == 0 else 1)
+    raise SystemExit(main())

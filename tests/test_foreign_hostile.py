@@ -180,15 +180,9 @@ def test_a_value_later_than_the_window_is_still_a_repeat() -> None:
 
 
 def _record(data: bytes) -> bytes:
-    from dltop.tui.core.foreign.tfrecord import masked_crc32c  # noqa: PLC0415
+    from dltop.tui.core.foreign.tfrecord import frame  # noqa: PLC0415
 
-    head = struct.pack("<Q", len(data))
-    return (
-        head
-        + struct.pack("<I", masked_crc32c(head))
-        + data
-        + struct.pack("<I", masked_crc32c(data))
-    )
+    return frame(data)
 
 
 def _events(steps: range) -> list[bytes]:

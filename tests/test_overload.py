@@ -102,15 +102,21 @@ def test_queued_steps_are_not_tracked_by_the_garbage_collector(tmp_path: Path) -
             assert not any(gc.is_tracked(x) for x in queued)
 
 
-def test_check_and_the_viewer_report_the_missing_records(tmp_path: Path) -> None:
-    log = tmp_path / "r.jsonl"
+def _overflowed(log: Path) -> int:
+    """300 000 steps while the writer is held: 262 144 fit the queue, the rest is dropped
+    and counted (returned)."""
     with Probe(path=str(log), system=False, socket=False) as probe:
         w = probe._writer
         assert w is not None
         with w._lock:
-            for i in range(300_000):  # 262 144 fit; the rest is dropped and counted
+            for i in range(300_000):
                 probe.step(loss=1.0 / (i + 1))
-        lost = w.dropped
+        return w.dropped
+
+
+def test_check_and_the_viewer_report_the_missing_records(tmp_path: Path) -> None:
+    log = tmp_path / "r.jsonl"
+    lost = _overflowed(log)
     assert lost == 300_000 - 262_144
     recs = _events(log)
     assert sum(r["kind"] == "step" for r in recs) + lost == 300_000
@@ -137,12 +143,7 @@ def test_the_status_counts_the_steps_the_log_lacks(tmp_path: Path) -> None:
     from dltop.tui.core.run import RunModel
 
     log = tmp_path / "r.jsonl"
-    with Probe(path=str(log), system=False, socket=False) as probe:
-        w = probe._writer
-        assert w is not None
-        with w._lock:
-            for i in range(300_000):  # 262 144 fit; the rest is dropped and counted
-                probe.step(loss=1.0 / (i + 1))
+    _overflowed(log)
     said = "finished after 300000 steps, 37856 of them not in the log"
     res = check_file(str(log), Config())
     assert res.state.status == "finished" and res.state.reason == said

@@ -43,6 +43,7 @@ from dltop.tui.core.foreign.common import (
     open_log,
     skipped_note,
     step_of,
+    wall_time,
 )
 
 MISSING = (
@@ -221,13 +222,9 @@ def _points(event_cls: Any, files: list[str], root: str, read: _Read) -> Iterato
                 if not event.HasField("summary"):
                     continue
                 step = step_of(event.step)
-                w = event.wall_time  # a double: the range test also turns NaN away
-                t = w if 0.0 < w < 1e11 else None
+                t = wall_time(event.wall_time)
                 for value in event.summary.value:
-                    if value.WhichOneof("value") == "simple_value":  # the common case, inline
-                        x: float | bool | None = float(value.simple_value)
-                    else:
-                        x = _scalar(value)
+                    x = _scalar(value)
                     if x is False:
                         continue
                     if x is None or step is None or isinstance(x, bool):

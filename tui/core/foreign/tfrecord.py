@@ -62,6 +62,13 @@ def masked_crc32c(data: bytes) -> int:
     return ((((c >> 15) | (c << 17)) & 0xFFFFFFFF) + 0xA282EAD8) & 0xFFFFFFFF
 
 
+def frame(data: bytes) -> bytes:
+    """``data`` as one TFRecord: the inverse of :func:`records` (tests and benchmarks
+    write event files with it)."""
+    head = struct.pack("<Q", len(data))
+    return head + _U32.pack(masked_crc32c(head)) + data + _U32.pack(masked_crc32c(data))
+
+
 def framed(head: bytes) -> bool:
     """True when ``head`` starts with a record header whose checksum holds."""
     if len(head) < 12:
