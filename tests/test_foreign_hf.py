@@ -280,3 +280,21 @@ def test_the_viewer_resolves_a_state_and_says_a_corrupt_one_in_a_line(tmp_path: 
             assert "\n" not in app.source_error
 
     asyncio.run(go())
+
+
+def test_an_entry_named_like_our_own_fields_is_kept_apart(tmp_path: Path) -> None:
+    """One list of our step fields for every reader (names.STEP_OWN): a Trainer entry's
+    ``mem_allocated`` or ``compute_time`` is not our measurement of them."""
+    import json as _json
+
+    from dltop.tui.core import foreign
+
+    hist = [
+        {"step": i, "loss": 1.0, "mem_allocated": 5.0, "compute_time": 0.5, "acc": 0.9}
+        for i in range(1, 4)
+    ]
+    path = tmp_path / "trainer_state.json"
+    path.write_text(_json.dumps({"log_history": hist}))
+    (step, *_) = [r for r in foreign.load(str(path)).records if r["kind"] == "step"]
+    assert step["x/mem_allocated"] == 5.0 and step["x/compute_time"] == 0.5
+    assert "mem_allocated" not in step and "compute_time" not in step and step["acc"] == 0.9

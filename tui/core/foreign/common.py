@@ -82,12 +82,6 @@ class ForeignLog:
             self._records = [r for b in self.batches() for r in b]
         return self._records
 
-    def keep(self, records: list[dict[str, Any]]) -> None:
-        """Records converted up front (the readers that read a file whole)."""
-        if self._records is None:
-            self._records = []
-        self._records.extend(records)
-
     @property
     def steps(self) -> int:
         return sum(1 for r in self.records if r.get("kind") == STEP)
@@ -326,7 +320,6 @@ def skipped_note(skipped: int, what: str) -> str:
 
 
 __all__ = [
-    "open_log",
     "EVAL",
     "STEP",
     "ForeignLog",

@@ -41,7 +41,7 @@ from dltop.tui.core.foreign.common import (
     skipped_note,
     step_of,
 )
-from dltop.tui.core.foreign.names import EVAL_OWN
+from dltop.tui.core.foreign.names import EVAL_OWN, STEP_OWN
 
 # log_history keys → our step fields
 TRAIN_FIELDS = {"loss": "loss", "grad_norm": "grad_norm", "learning_rate": "lr", "epoch": "epoch"}
@@ -53,7 +53,6 @@ MAX_CONTAINERS = MAX_ENTRIES + 1000  # objects and lists parsed from one file (a
 STATE_KEYS = ("global_step", "max_steps", "logging_steps", "eval_steps", "num_train_epochs")
 EVAL_SPEED_SUFFIXES = ("runtime", "samples_per_second", "steps_per_second", "_flos")
 # our own step fields: an extra of that name is kept as "x/<name>", never over ours
-RESERVED = frozenset(("kind", "t", "lr", "step_time", "data_time", "samples_per_s", "batch_size"))
 
 
 def _stopping(state: dict[str, Any]) -> bool:
@@ -226,7 +225,7 @@ def _extras(entry: dict[str, Any], rec: dict[str, Any], kept: dict[str, str]) ->
         if name is None:
             if len(kept) >= MAX_EXTRAS or len(key) > 200 or key.endswith(EVAL_SPEED_SUFFIXES):
                 continue
-            name = f"x/{key}" if key in RESERVED else key
+            name = f"x/{key}" if key in STEP_OWN else key  # never over our own fields
             kept[key] = name
         f = number(value)
         if f is not None:

@@ -32,10 +32,10 @@ from dltop.tui.core.foreign.common import (
     SourceError,
     meta_record,
     number,
-    open_log,
     skipped_note,
     step_of,
 )
+from dltop.tui.core.sourcefiles import open_log
 
 MAX_COLUMNS = 1024
 MAX_CELL = 1 << 16  # characters in one cell: a longer one is a blob, not a metric

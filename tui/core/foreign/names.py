@@ -22,7 +22,7 @@ EVAL_EXTRA = "eval_extra"  # another eval metric, kept under its name without th
 STEP_EXTRA = "step_extra"
 # our own step fields: a tool's scalar of that name that is not what we mean by it is kept
 # as an extra under "x/<name>", never over our field
-_OURS = frozenset(
+STEP_OWN = frozenset(
     ("kind", "step", "t", "loss", "grad_norm", "lr", "epoch", "step_time", "data_time",
      "compute_time", "samples_per_s", "batch_size", "mem_allocated", "mem_reserved")
 )  # fmt: skip
@@ -166,7 +166,7 @@ def choose(counts: Mapping[str, int], max_extras: int = 16) -> dict[str, str]:
         if name in out:
             continue
         field = name.strip()
-        if field.lower() in _OURS or field in taken:
+        if field.lower() in STEP_OWN or field in taken:
             field = f"x/{field}"
         out[name] = f"{STEP_EXTRA}:{field}"
         taken.add(field)
