@@ -83,12 +83,11 @@ class NonFiniteMetrics(Rule):
             known = self.seen.get(name)
             if v - v == 0.0:  # finite
                 if known is not None:
-                    if known.total == known.bad and self.tr.active:
+                    first_finite = known.total == known.bad
+                    known.total += 1
+                    if first_finite and self.tr.active:
                         # NaN until now, finite from here: it was broken, not never computed
-                        known.total += 1
                         self._fire(e, step)
-                    else:
-                        known.total += 1
                     known.now = False
                 elif len(self.ever_finite) < 4 * MAX_METRICS:
                     self.ever_finite.add(name)
