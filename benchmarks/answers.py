@@ -2,8 +2,8 @@
 
 Why: the rules engine is rewritten (issue 31) and must give the same answers, or each
 difference must be a fix or a change said in the note. "The same" means every alert's
-id, first and last step, severity, whether it is still active, and its evidence, plus
-the verdict and the status of each log. Wall-clock words are taken out of the status: it
+id, first and last step, severity, whether it is still active, its evidence, title,
+message and checklist, plus the verdict and the status of each log. Wall-clock words are taken out of the status: it
 is judged as of an hour after the log's last record, the process gone.
 
     python benchmarks/answers.py record OUT.json [--demos DIR] [--faults DIR] [--no-sweep]
@@ -55,6 +55,10 @@ def alert_answer(a: Alert) -> dict[str, Any]:
         "severity": a.severity,
         "active": a.active,
         "evidence": _plain(a.evidence),
+        "title": a.title,
+        "message": a.message,
+        "checklist": a.checklist,
+        "repeat": a.repeat,
     }
 
 
@@ -129,7 +133,7 @@ def record(args: argparse.Namespace) -> int:
 
 
 def _key(a: dict[str, Any]) -> tuple[Any, ...]:
-    return (a["id"], a["step"])
+    return (a["id"], a["step"], a.get("repeat", 0))
 
 
 def compare(args: argparse.Namespace) -> int:
@@ -164,9 +168,9 @@ def compare(args: argparse.Namespace) -> int:
                     sign = "+" if o is None else "-"
                     print(f"   {sign} {x['id']}@{x['step']} {x['severity']}")
                     continue
-                for f in ("last_step", "severity", "active"):
-                    if o[f] != n[f]:
-                        print(f"   ~ {k[0]}@{k[1]} {f}: {o[f]} -> {n[f]}")
+                for f in ("last_step", "severity", "active", "title", "message", "checklist"):
+                    if o.get(f) != n.get(f):
+                        print(f"   ~ {k[0]}@{k[1]} {f}: {o.get(f)!r} -> {n.get(f)!r}"[:300])
                 if o["evidence"] != n["evidence"]:
                     keys = sorted(
                         set(o["evidence"]) | set(n["evidence"]),

@@ -393,6 +393,8 @@ def test_every_code_line_is_python_or_a_shell_command(checklist_id):
 def test_stall_checklist_judges_the_stall_itself_not_the_end_of_the_log() -> None:
     """After a hang that resumed, the end-of-log gap is short; the step must still say yes
     from the alert's own evidence (the gap it saw against its threshold)."""
+    from dataclasses import replace
+
     from dltop.tui.core.alerts import Alert
     from dltop.tui.core.checklist_eval import evaluate
     from dltop.tui.core.checklists import checklist_for
@@ -408,8 +410,8 @@ def test_stall_checklist_judges_the_stall_itself_not_the_end_of_the_log() -> Non
     assert first.mark == "yes" and "375" in (first.evidence or "")
     # a stall alert always has its gap past warn_s; the step can still answer "no": a
     # warning-level gap short of the critical line
-    alert.evidence["seconds_without_step"] = 75.0
-    assert evaluate(checklist_for(alert), facts, alert)[0].mark == "no"
+    shorter = replace(alert, evidence={**alert.evidence, "seconds_without_step": 75.0})
+    assert evaluate(checklist_for(shorter), facts, shorter)[0].mark == "no"
 
 
 @pytest.mark.parametrize("checklist_id", EN_IDS)

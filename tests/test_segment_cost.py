@@ -17,7 +17,8 @@ from dltop.tui.core.rules import segments as segments_mod
 
 
 class _CountingList(list):  # type: ignore[type-arg]
-    """A list that counts the items it hands out, by iteration or by slice."""
+    """A list that counts the items it hands out by iteration or by slice (a scan); one
+    item by its index is a look-up (a tracker reading its own alert), not counted."""
 
     handed = 0
 
@@ -28,7 +29,8 @@ class _CountingList(list):  # type: ignore[type-arg]
 
     def __getitem__(self, i: Any) -> Any:
         got = super().__getitem__(i)
-        _CountingList.handed += len(got) if isinstance(i, slice) else 1
+        if isinstance(i, slice):
+            _CountingList.handed += len(got)
         return got
 
 
@@ -49,7 +51,7 @@ def test_each_restart_looks_only_at_the_alerts_of_the_part_that_ended(
 
     def counting_init(self: AlertSink) -> None:
         real_init(self)
-        self.alerts = _CountingList()
+        self._slots = _CountingList()
 
     monkeypatch.setattr(AlertSink, "__init__", counting_init)
     _CountingList.handed = 0

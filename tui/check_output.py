@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from dltop.probe.encoding import sanitize
@@ -90,7 +91,7 @@ def as_json(source: str, results: list[FileResult], said: str) -> dict[str, Any]
     return out
 
 
-def _evidence_line(ev: dict[str, Any]) -> str:
+def _evidence_line(ev: Mapping[str, Any]) -> str:
     parts = []
     for k, v in ev.items():
         if isinstance(v, (dict, list)) or (isinstance(v, str) and len(v) > 60):

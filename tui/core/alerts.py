@@ -6,7 +6,8 @@ them), ``dltop check`` (which prints them) and the app (which draws badges).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
 from typing import Any, Final, Literal
 
 Severity = Literal["info", "warning", "critical"]
@@ -42,14 +43,21 @@ ALERT_IDS = (
 )
 
 
-@dataclass
+@dataclass(frozen=True)
 class Alert:
-    """One diagnosis of a run.
+    """One diagnosis of a run: a frozen record, never changed once made.
 
     ``step`` is the first step at which the condition held (the contract's meaning);
     ``last_step`` the latest step at which it still held. ``evidence`` holds the numbers
     that triggered it, machine-readable; ``message`` says the same in one line for people
     ("grad norm 3.1e4 = 212x the median of the last 100 steps").
+
+    Why frozen: an alert is read by threads and processes that did not make it (the
+    viewer draws it while the reader thread diagnoses on; ``ranks`` annotates copies; a
+    report keeps one). A rule that escalates, holds, clears or re-words an alert makes a
+    new version through the :class:`AlertSink` (``revise``), so a version once handed out
+    says the same thing forever. ``evidence`` is typed read-only for the same reason (a
+    new version gets a new dict).
     """
 
     id: str
@@ -57,7 +65,7 @@ class Alert:
     step: int | None
     title: str
     message: str
-    evidence: dict[str, Any] = field(default_factory=dict)
+    evidence: Mapping[str, Any] = field(default_factory=dict)
     active: bool = True
     last_step: int | None = None
     t: float | None = None  # Unix time of the record that raised it
@@ -78,7 +86,7 @@ class Alert:
             "severity": self.severity,
             "step": self.step,
             "title": self.title,
-            "evidence": self.evidence,
+            "evidence": dict(self.evidence),
             "message": self.message,
             "active": self.active,
             "last_step": self.last_step,
@@ -87,25 +95,75 @@ class Alert:
 
 
 class AlertSink:
-    """Where rules report their alerts, in the order raised.
+    """Where rules report their alerts, in the order raised: the one place alerts are kept.
 
-    The one place alerts are kept: a rule's :class:`~dltop.tui.core.rules.base.Tracker`
-    adds and withdraws through it, the engine reads it, and it survives the engine's
-    segment resets (a rewind keeps what was already diagnosed).
+    Each alert raised gets a slot; a change to it (escalation, a new last step, clearing,
+    new wording) is a new version in the same slot (``revise``), a withdrawal empties the
+    slot. A rule's :class:`~dltop.tui.core.rules.base.Tracker` holds its slot, never an
+    alert object, so whoever revises an alert (the rule, the engine at a new segment, the
+    cross-rank judgement) is seen by all. The sink survives the engine's segment resets
+    (a rewind keeps what was already diagnosed).
     """
 
-    __slots__ = ("alerts", "_raised")
+    __slots__ = ("_slots", "_raised")
 
     def __init__(self) -> None:
-        self.alerts: list[Alert] = []
+        self._slots: list[Alert | None] = []  # the latest version per slot; None: withdrawn
         self._raised: dict[tuple[str, int | None], int] = {}  # alerts added per (id, step)
 
-    def add(self, alert: Alert) -> None:
-        key = (alert.id, alert.step)
-        alert.repeat = self._raised.get(key, 0)
-        self._raised[key] = alert.repeat + 1
-        self.alerts.append(alert)
+    @property
+    def alerts(self) -> list[Alert]:
+        """The latest version of every alert not withdrawn, in the order raised (a new list)."""
+        return [a for a in self._slots if a is not None]
 
-    def withdraw(self, alert: Alert) -> None:
-        """Take back an alert later records proved wrong (by identity: alerts compare by value)."""
-        self.alerts[:] = [a for a in self.alerts if a is not alert]
+    def __len__(self) -> int:
+        """Slots given so far (withdrawn ones included): a mark for :meth:`since`."""
+        return len(self._slots)
+
+    def since(self, mark: int) -> list[tuple[int, Alert]]:
+        """(slot, alert) of the alerts raised at or after slot ``mark`` and not withdrawn."""
+        return [(i, a) for i, a in enumerate(self._slots[mark:], mark) if a is not None]
+
+    def add(self, alert: Alert) -> int:
+        """Keep a new alert; returns its slot. Its ``repeat`` is set here (see Alert)."""
+        key = (alert.id, alert.step)
+        n = self._raised.get(key, 0)
+        self._raised[key] = n + 1
+        self._slots.append(replace(alert, repeat=n) if n != alert.repeat else alert)
+        return len(self._slots) - 1
+
+    def adopt(self, alert: Alert) -> int:
+        """Keep an alert made elsewhere as it is (its ``repeat`` included): a sink that
+        starts from another's alerts (``crossrank``). Returns its slot."""
+        self._slots.append(alert)
+        return len(self._slots) - 1
+
+    def get(self, slot: int | None) -> Alert | None:
+        return None if slot is None else self._slots[slot]
+
+    def revise(self, slot: int, extra: Mapping[str, Any] | None = None, **changes: Any) -> Alert:
+        """A new version of the alert in ``slot``: ``changes`` to its fields (``evidence=``
+        replaces the evidence whole), and ``extra`` merged over its evidence (into a new
+        dict). Returns the new version."""
+        a = self._slots[slot]
+        if a is None:
+            raise KeyError(f"alert slot {slot} was withdrawn")
+        if extra is not None:
+            changes["evidence"] = {**changes.get("evidence", a.evidence), **extra}
+        new = replace(a, **changes)
+        self._slots[slot] = new
+        return new
+
+    def revise_alert(
+        self, alert: Alert, extra: Mapping[str, Any] | None = None, **changes: Any
+    ) -> Alert:
+        """``revise`` for a caller that holds the alert, not its slot (the cross-rank
+        judgement reads ``alerts()``): found by identity, the latest first."""
+        for i in range(len(self._slots) - 1, -1, -1):
+            if self._slots[i] is alert:
+                return self.revise(i, extra, **changes)
+        raise KeyError(f"alert {alert.id}@{alert.step} is not this sink's latest version")
+
+    def withdraw(self, slot: int) -> None:
+        """Take back an alert later records proved wrong."""
+        self._slots[slot] = None

@@ -41,8 +41,9 @@ class _Fed:
 
 class _Judged:
     """What ``ranks.judge`` reads of an engine (``alerts()``, ``sink``, ``last_t``,
-    ``last_step``, ``where``), over copies of a rank's failure and stall alerts: the
-    judgement never writes into the rank's engine, so it can be repeated as the run goes on."""
+    ``last_step``, ``where``), over a sink of its own that starts with a rank's failure and
+    stall alerts: the judgement revises and adds there, never in the rank's engine, so it
+    can be repeated as the run goes on. (Alerts are frozen: the rank's are shared, not copied.)"""
 
     def __init__(
         self,
@@ -51,14 +52,24 @@ class _Judged:
         last_step: int | None = None,
         where: str | None = None,
     ) -> None:
-        self.failures = failures
         self.sink = AlertSink()
+        for a in failures:
+            self.sink.adopt(a)
+        self.adopted = len(failures)  # slots below this: the rank's alerts, in order
         self.last_t = last_t
         self.last_step = last_step
         self.where = where
 
     def alerts(self) -> list[Alert]:
-        return self.failures + self.sink.alerts
+        return self.sink.alerts
+
+    def judged(self, slot: int) -> Alert | None:
+        """The judgement's version of the rank's alert in ``slot`` (below ``adopted``)."""
+        return self.sink.get(slot)
+
+    def added(self) -> list[Alert]:
+        """The alerts the judgement raised (a straggler, a hung rank's stall)."""
+        return [a for _, a in self.sink.since(self.adopted)]
 
 
 @dataclass(frozen=True)
@@ -142,14 +153,12 @@ class CrossRank:
 
     def _judge(self, ranks: Sequence[RankLog]) -> bool:
         job: list[Rank] = []
-        originals: list[list[tuple[Alert, Alert]]] = []
+        originals: list[list[Alert]] = []
         for r in ranks:
             with r.model.lock:
                 engine = r.model.engine
-                pairs = [
-                    (a, replace(a, evidence=dict(a.evidence)))
-                    for a in (engine.alerts() if engine is not None else [])
-                    if a.id in JUDGED
+                mine = [
+                    a for a in (engine.alerts() if engine is not None else []) if a.id in JUDGED
                 ]
                 last_t = engine.last_t if engine is not None else None
                 last_step = engine.last_step if engine is not None else None
@@ -158,16 +167,20 @@ class CrossRank:
             # copy: finishing it writes that block's medians where the closed block's go
             times = copy.copy(self._fed[r.path].times)
             times.finish()
-            judged = _Judged([c for _, c in pairs], last_t, last_step, where)
+            judged = _Judged(mine, last_t, last_step, where)
             job.append(Rank(r.rank, cast("RuleEngine", judged), times))
-            originals.append(pairs)
+            originals.append(mine)
         judge(job)
         notes: dict[int, tuple[Alert, _Note]] = {}
         extra: dict[str, list[Alert]] = {}
         straggler: str | None = None
         first: int | None = None
-        for r, rank, pairs in zip(ranks, job, originals, strict=True):
-            for a, c in pairs:
+        for r, rank, alerts in zip(ranks, job, originals, strict=True):
+            judged = cast("_Judged", rank.engine)
+            for slot, a in enumerate(alerts):
+                c = judged.judged(slot)
+                if c is None or c is a:
+                    continue  # the judgement left it as it was
                 added = tuple(
                     (k, v) for k, v in c.evidence.items() if a.evidence.get(k, _MISSING) != v
                 )
@@ -183,7 +196,7 @@ class CrossRank:
                 notes[id(a)] = (a, note)
                 if note.first_rank is not None:
                     first = note.first_rank
-            mine = cast("_Judged", rank.engine).sink.alerts
+            mine = judged.added()
             if mine:
                 extra[r.path] = mine
                 if any(a.id == "straggler" for a in mine):

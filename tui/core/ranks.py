@@ -176,20 +176,26 @@ def hung_rank(ranks: Sequence[Rank]) -> None:
             last_step=hung.engine.last_step,
             t=hung.engine.last_t,
         )
-        hung.engine.sink.add(own)
+        own = hung.engine.sink.get(hung.engine.sink.add(own)) or own
     if own.evidence.get("rank") != hung.rank:
-        own.evidence.update(rank=hung.rank, phase=phase, secondary=False, waiting_ranks=others)
-        own.title = f"Rank {hung.rank} hung in {phase}"
-        own.message = (
-            f"rank {hung.rank} is stuck in {phase} after step {hung.engine.last_step}: ranks "
-            f"{others} wait for it (in {', '.join(where_others)}); " + own.message
+        hung.engine.sink.revise_alert(
+            own,
+            {"rank": hung.rank, "phase": phase, "secondary": False, "waiting_ranks": others},
+            title=f"Rank {hung.rank} hung in {phase}",
+            message=(
+                f"rank {hung.rank} is stuck in {phase} after step {hung.engine.last_step}: ranks "
+                f"{others} wait for it (in {', '.join(where_others)}); " + own.message
+            ),
         )
     for r in waiting:
         a = _stall(r)
         if a is None or a.evidence.get("rank") == hung.rank:
             continue
-        a.evidence.update(rank=hung.rank, phase=phase, secondary=True)
-        a.message = f"secondary: waiting for rank {hung.rank} (stuck in {phase}); " + a.message
+        r.engine.sink.revise_alert(
+            a,
+            {"rank": hung.rank, "phase": phase, "secondary": True},
+            message=f"secondary: waiting for rank {hung.rank} (stuck in {phase}); " + a.message,
+        )
 
 
 # ------------------------------------------------------------------ first failure
@@ -219,14 +225,16 @@ def first_failure(ranks: Sequence[Rank]) -> None:
     close = [ra for ra in failed if (ra[1].t or 0.0) - t0 <= SKEW_S]
     primary = [ra for ra in close if not is_secondary(ra[1])]
     first_rank, first = (primary or close)[0]
-    for _, a in failed:
-        a.evidence["first_rank"] = first_rank.rank
+    for r, a in failed:
         if a is first:
-            a.evidence["secondary"] = False
+            r.engine.sink.revise_alert(a, {"first_rank": first_rank.rank, "secondary": False})
             continue
-        a.evidence["secondary"] = True
-        a.checklist = first.checklist or first.id  # the first failure's steps are the ones to take
-        a.message = f"secondary: rank {first_rank.rank} failed first ({first.title}); " + a.message
+        r.engine.sink.revise_alert(
+            a,
+            {"first_rank": first_rank.rank, "secondary": True},
+            checklist=first.checklist or first.id,  # the first failure's steps are the ones to take
+            message=f"secondary: rank {first_rank.rank} failed first ({first.title}); " + a.message,
+        )
 
 
 # ------------------------------------------------------------------ straggler
@@ -341,11 +349,10 @@ def _raise(r: Rank, run: list[tuple[int, float, float, float]], phase: str) -> N
         step=run[0][0] * BUCKET_STEPS,
         title=f"Rank {r.rank} is a straggler ({'data loading' if phase == 'data' else phase})",
         message=_message(r, ev),
-        evidence=ev,
+        evidence={**ev, "raised_at_step": ev["last_step"]},
         last_step=ev["last_step"],
         t=r.engine.last_t,
     )
-    alert.evidence["raised_at_step"] = ev["last_step"]
     r.engine.sink.add(alert)
 
 
@@ -353,9 +360,11 @@ def _refresh(r: Rank, run: list[tuple[int, float, float, float]], phase: str) ->
     a = _straggler_alert(r)
     if a is None or a.evidence.get("phase") != phase:
         return
-    raised = a.evidence.get("raised_at_step")
-    a.evidence = _evidence(r, run, phase) | {"raised_at_step": raised}
-    a.message = _message(r, a.evidence)
-    a.last_step = a.evidence["last_step"]
-    if (a.evidence["share_of_step"] or 0.0) >= CRITICAL_SHARE:
-        a.severity = CRITICAL
+    ev = _evidence(r, run, phase) | {"raised_at_step": a.evidence.get("raised_at_step")}
+    r.engine.sink.revise_alert(
+        a,
+        evidence=ev,
+        message=_message(r, ev),
+        last_step=ev["last_step"],
+        severity=CRITICAL if (ev["share_of_step"] or 0.0) >= CRITICAL_SHARE else a.severity,
+    )

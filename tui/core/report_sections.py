@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import shlex
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from dltop.tui.core import mdtext as md
@@ -253,7 +253,7 @@ def last_values(store: Store) -> str:
     return "\n".join(lines)
 
 
-def _evidence(ev: dict[str, Any]) -> list[str]:
+def _evidence(ev: Mapping[str, Any]) -> list[str]:
     out: list[str] = []
     for k, v in list(ev.items())[:24]:
         if isinstance(v, dict):

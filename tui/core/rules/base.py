@@ -74,21 +74,32 @@ class Tracker:
     A condition that flickers (a noisy metric hovering at its threshold) keeps updating one
     alert instead of filling the list; a problem that clearly went away and came back
     ``rearm_steps`` later is a new alert with its own first step.
+
+    The tracker holds the episode's slot in the engine's sink, not an alert: every change
+    (``fire`` escalating or re-wording, ``hold``, ``clear``, ``revise``) is a new version
+    of the alert there (alerts are frozen, see ``alerts.Alert``), and ``alert`` is always
+    the latest one, whoever made it.
     """
 
-    __slots__ = ("e", "id", "alert", "cleared_at", "rearm", "raised_at")
+    __slots__ = ("e", "id", "slot", "cleared_at", "rearm", "raised_at")
 
     def __init__(self, engine: RuleEngine, alert_id: str) -> None:
         self.e = engine
         self.id = alert_id
-        self.alert: Alert | None = None
+        self.slot: int | None = None  # the current episode's slot in the sink
         self.cleared_at: int | None = None
         self.rearm = int(engine.config.section("general")["rearm_steps"])
         self.raised_at: int | None = None  # the step being processed when the alert was raised
 
     @property
+    def alert(self) -> Alert | None:
+        """The current episode's alert, its latest version (None: none raised, or withdrawn)."""
+        return None if self.slot is None else self.e.sink.get(self.slot)
+
+    @property
     def active(self) -> bool:
-        return self.alert is not None and self.alert.active
+        a = self.alert
+        return a is not None and a.active
 
     def fire(
         self,
@@ -101,57 +112,73 @@ class Tracker:
         checklist: str | None = None,
         refresh: bool = False,
     ) -> Alert:
-        """Raise (or keep up) the alert; escalations and ``refresh`` replace its text and numbers."""
+        """Raise (or keep up) the alert; escalations and ``refresh`` replace its text and
+        numbers. Returns the latest version; ``evidence`` is copied, never kept."""
         a = self.alert
+        changes: dict[str, Any] = {}
         if a is not None and not a.active:
             gap = None if step is None or self.cleared_at is None else step - self.cleared_at
             if gap is not None and gap < max(self.rearm, self.e.steps // 10):
-                a.active = True
+                changes["active"] = True
                 refresh = True
             else:
                 a = None
         if a is None:
-            a = Alert(
+            self.raised_at = self.e.step if self.e.steps else None
+            new = Alert(
                 id=self.id,
                 severity=severity,
                 step=step,
                 title=title,
                 message=message,
-                evidence=evidence,
+                evidence={**evidence, "raised_at_step": self.raised_at},
                 last_step=step,
                 t=t,
                 checklist=checklist,
             )
-            self.alert = a
+            self.slot = self.e.sink.add(new)
             self.cleared_at = None
-            self.raised_at = self.e.step if self.e.steps else None
-            a.evidence["raised_at_step"] = self.raised_at
-            self.e.sink.add(a)
-            return a
-        if step is not None:
-            a.last_step = step
+            added = self.e.sink.get(self.slot)
+            assert added is not None
+            return added
+        if step is not None and step != a.last_step:
+            changes["last_step"] = step
         if SEVERITY_RANK[severity] > SEVERITY_RANK[a.severity] or refresh:
-            a.severity = max(a.severity, severity, key=SEVERITY_RANK.__getitem__)
-            a.title = title
-            a.message = message
-            a.evidence = evidence
+            changes["severity"] = max(a.severity, severity, key=SEVERITY_RANK.__getitem__)
+            changes["title"] = title
+            changes["message"] = message
+            ev = dict(evidence)
+            ev.setdefault("raised_at_step", self.raised_at)
+            changes["evidence"] = ev
             if checklist is not None:
-                a.checklist = checklist
-            a.evidence.setdefault("raised_at_step", self.raised_at)
-        return a
+                changes["checklist"] = checklist
+        if not changes:
+            return a
+        assert self.slot is not None
+        return self.e.sink.revise(self.slot, **changes)
+
+    def revise(self, extra: dict[str, Any] | None = None, **changes: Any) -> Alert | None:
+        """A new version of the current episode's alert (see ``AlertSink.revise``): how a
+        rule re-words, downgrades or annotates what it said. None when there is none."""
+        if self.slot is None or self.alert is None:
+            return None
+        return self.e.sink.revise(self.slot, extra, **changes)
 
     def hold(self, step: int | None) -> None:
-        if self.alert is not None and self.alert.active and step is not None:
-            self.alert.last_step = step
+        a = self.alert
+        if a is not None and a.active and step is not None and step != a.last_step:
+            assert self.slot is not None
+            self.e.sink.revise(self.slot, last_step=step)
 
     def retract(self) -> None:
         """Withdraw the alert up now: later records proved it wrong (not merely over)."""
-        a = self.alert
-        if a is not None:
-            self.e.sink.withdraw(a)
-            self.alert, self.cleared_at = None, None
+        if self.slot is not None and self.alert is not None:
+            self.e.sink.withdraw(self.slot)
+        self.slot, self.cleared_at = None, None
 
     def clear(self, step: int | None) -> None:
-        if self.alert is not None and self.alert.active:
-            self.alert.active = False
-            self.cleared_at = step if step is not None else self.alert.last_step
+        a = self.alert
+        if a is not None and a.active:
+            assert self.slot is not None
+            self.e.sink.revise(self.slot, active=False)
+            self.cleared_at = step if step is not None else a.last_step

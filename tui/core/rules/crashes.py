@@ -68,11 +68,14 @@ class Crashes(Rule):
         for tr in self.trackers.values():
             a = tr.alert
             if a is not None and a.severity == CRITICAL and a.evidence.get("handled") is None:
-                a.severity = INFO
-                a.active = False
-                a.evidence["handled"] = True
-                a.title = f"{a.title} (handled: training went on)"
-                a.message += "; steps followed it: the run caught the exception and went on"
+                tr.revise(
+                    {"handled": True},
+                    severity=INFO,
+                    active=False,
+                    title=f"{a.title} (handled: training went on)",
+                    message=a.message
+                    + "; steps followed it: the run caught the exception and went on",
+                )
 
     def on_event(self, e: RuleEngine, rec: dict[str, Any]) -> None:
         typ = rec.get("type")
@@ -108,9 +111,12 @@ class Crashes(Rule):
             and signalled.evidence.get("pattern") == "signal"
         ):
             # a handler took the signal (a preemption checkpoint) and the run ended well
-            signalled.severity, signalled.active = INFO, False
-            signalled.title = f"{self.signal} received and handled: the run went on"
-            signalled.evidence["exit_status"] = status
+            self.trackers["crash"].revise(
+                {"exit_status": status},
+                severity=INFO,
+                active=False,
+                title=f"{self.signal} received and handled: the run went on",
+            )
             return
         if not self.crash_on or self.exception is not None or self.system_exit_ok:
             return

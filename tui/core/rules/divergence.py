@@ -449,10 +449,13 @@ class Divergence(Rule):
             return
         if a.title.startswith("Loss blew up") or a.title.startswith("Loss never"):
             return
-        a.severity = INFO if a.severity == WARNING else WARNING
-        a.title = "Loss rose, then recovered"
-        a.evidence["recovered_at"] = step
-        a.message += f"; back below the line from step {step} (smoothed {fmt(math.exp(ema))})"
+        self.tr.revise(
+            {"recovered_at": step},
+            severity=INFO if a.severity == WARNING else WARNING,
+            title="Loss rose, then recovered",
+            message=a.message
+            + f"; back below the line from step {step} (smoothed {fmt(math.exp(ema))})",
+        )
 
     def _judge(self, e: RuleEngine, step: int, ema: float, line: float) -> None:
         lo = self.base if self.base is not None else ema

@@ -87,7 +87,7 @@ class RuleEngine:
         self.progress_min_gain = float(g["progress_min_gain"])
         self.progress_total_gain = float(g["progress_total_gain"])
         self.sink = AlertSink()  # every rule reports here (kept across segments)
-        self.segment_mark = 0  # alerts before this index belong to earlier segments
+        self.segment_mark = 0  # alerts in sink slots before this belong to earlier segments
 
         # counters and identity
         self.steps = 0
@@ -342,16 +342,19 @@ class RuleEngine:
         # alerts raised since the last segment began: earlier parts' alerts were looked at
         # then and no rule can touch them since (a log restarting 20 k times must not cost
         # 20 k² looks)
-        for a in self.sink.alerts[self.segment_mark :]:
+        for slot, a in self.sink.since(self.segment_mark):
             if (
                 a.id in ("crash", "oom")
                 and a.severity == CRITICAL
                 and not a.evidence.get("restarted")
             ):
-                a.severity = WARNING
-                a.evidence["restarted"] = True
-                a.message += "; the run started again after it"
-        self.segment_mark = len(self.sink.alerts)
+                self.sink.revise(
+                    slot,
+                    {"restarted": True},
+                    severity=WARNING,
+                    message=a.message + "; the run started again after it",
+                )
+        self.segment_mark = len(self.sink)
         kept = {name: getattr(self, name) for name in self._KEPT_ACROSS_SEGMENTS}
         self.__init__(self.config)  # type: ignore[misc]
         for name, value in kept.items():
@@ -392,7 +395,7 @@ class RuleEngine:
 
     def alerts(self) -> list[Alert]:
         """Every alert raised so far, active or not, in the order they were raised."""
-        return list(self.sink.alerts)
+        return self.sink.alerts
 
     def active_alerts(self) -> list[Alert]:
         return [a for a in self.sink.alerts if a.active]

@@ -125,10 +125,10 @@ class NonFinite(Rule):
         if ev["last_finite_loss"] is not None:
             msg += f" (last finite loss {fmt(ev['last_finite_loss'])}"
             msg += f", lr {fmt(e.lr)})" if e.lr is not None else ")"
-        a = self.loss_t.fire(
+        self.loss_t.fire(
             e.step, CRITICAL, f"Loss is {what}", msg, ev, t=e.t, refresh=self.loss_bad <= 1
         )
-        a.evidence["nonfinite_steps"] = self.loss_bad
+        self.loss_t.revise({"nonfinite_steps": self.loss_bad})
 
     @staticmethod
     def _last_finite_loss(e: RuleEngine) -> float | None:

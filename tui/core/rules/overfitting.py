@@ -153,7 +153,7 @@ class Overfitting(Rule):
                 tr.retract()
                 return
             if a.severity == WARNING and not a.evidence.get("refuted"):
-                _refute(a, ev_all[-1])
+                _refute(tr, a, ev_all[-1])
                 tr.clear(ev_all[-1][0])
         memo: list[float] = []
 
@@ -188,9 +188,11 @@ class Overfitting(Rule):
             if up.evidence.get("stage") == "large" and up.active:
                 line = up.evidence.get("eval_loss_best")
                 if isinstance(line, float) and min(raw[-EARLY_EVALS:]) < line * (1 + self.large):
-                    up.severity = INFO
-                    up.title = "Eval loss rose, then came back"
-                    up.evidence["recovered_at"] = ev_all[-1][0]
+                    tr.revise(
+                        {"recovered_at": ev_all[-1][0]},
+                        severity=INFO,
+                        title="Eval loss rose, then came back",
+                    )
                     tr.clear(ev_all[-1][0])
             return
         # the best single evaluation is the luckiest of n noisy draws, about sqrt(2 ln n)
@@ -276,9 +278,7 @@ class Overfitting(Rule):
             return
         best, margin = a.evidence.get("eval_loss_best"), a.evidence.get("margin")
         if isinstance(best, float) and isinstance(margin, float) and level <= best + margin:
-            a.severity = INFO
-            a.title = "Eval loss rose, then came back"
-            a.evidence["recovered_at"] = step
+            tr.revise({"recovered_at": step}, severity=INFO, title="Eval loss rose, then came back")
             tr.clear(step)
 
     def _warn(
@@ -378,12 +378,14 @@ NOISE_EVALS = 5  # evaluations from which their noise can be measured (3 second 
 LEARNED = 0.1  # the train loss fell this far from its start: the run had learned
 
 
-def _refute(a: Alert, at: Evaluation) -> None:
+def _refute(tr: Tracker, a: Alert, at: Evaluation) -> None:
     """A later evaluation beat the best the warning was measured from: information."""
-    a.severity = INFO
-    a.title = "Eval loss rose, then improved again"
-    a.evidence["refuted"] = True
-    a.message += f"; a new best eval loss {fmt(at[1])} came at step {at[0]}"
+    tr.revise(
+        {"refuted": True},
+        severity=INFO,
+        title="Eval loss rose, then improved again",
+        message=a.message + f"; a new best eval loss {fmt(at[1])} came at step {at[0]}",
+    )
 
 
 def _centred_medians(raw: list[float]) -> list[float]:

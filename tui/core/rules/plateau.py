@@ -189,15 +189,15 @@ class Plateau(Rule):
             a = self.tr.fire(b[0][3], sev, title, msg, ev, t=e.t, refresh=True)
             # the verdict of now: a run that was stuck at its start and has learned since is
             # a plateau after learning (info), not "not learning" any more
-            a.severity = sev
+            if a.severity != sev:
+                self.tr.revise(severity=sev)
             self.tr.hold(step)
             self.span = span
         elif self.tr.active and gain >= self.min_imp:
             up = self.tr.alert
             if up is not None and up.severity == WARNING:
                 # it was stuck for a while, then learned: not "not learning" any more
-                up.severity = INFO
-                up.title = "Loss plateau, then learning resumed"
+                self.tr.revise(severity=INFO, title="Loss plateau, then learning resumed")
             self.tr.clear(step)
 
     def on_event(self, e: RuleEngine, rec: dict[str, Any]) -> None:

@@ -77,12 +77,14 @@ class Aftermath:
         return med <= max(ABSORBED * before, p90 or 0.0), med
 
 
-def _say_absorbed(a: Alert, after: float | None, before: float | None) -> None:
-    a.evidence["absorbed"] = True
-    a.severity = INFO
-    if "(absorbed)" not in a.title:
-        a.title += " (absorbed)"
-    a.message += f"; the loss did not react (median {fmt(after)} after, {fmt(before)} before)"
+def _say_absorbed(tr: Tracker, a: Alert, after: float | None, before: float | None) -> None:
+    tr.revise(
+        {"absorbed": True},
+        severity=INFO,
+        title=a.title if "(absorbed)" in a.title else a.title + " (absorbed)",
+        message=a.message
+        + f"; the loss did not react (median {fmt(after)} after, {fmt(before)} before)",
+    )
 
 
 class LossSpike(Rule):
@@ -138,10 +140,10 @@ class LossSpike(Rule):
             "lr": e.lr,
         }
         msg = f"loss {fmt(loss)} = {fmt(r)}x the median of the last {len(e.fig.loss_win)} steps ({fmt(med)})"
-        prev = self.tr.alert
-        a = self.tr.fire(e.step, WARNING, "Loss spike", msg, ev, t=e.t)
-        self.count = self.count + 1 if a is prev else 1  # spikes in this episode
-        a.evidence["spikes"] = self.count
+        prev = self.tr.slot if self.tr.alert is not None else None
+        self.tr.fire(e.step, WARNING, "Loss spike", msg, ev, t=e.t)
+        self.count = self.count + 1 if self.tr.slot == prev else 1  # spikes in this episode
+        self.tr.revise({"spikes": self.count})
         self.aftermath.watch(e)
 
     def on_block(self, e: RuleEngine, b: Block) -> None:
@@ -164,7 +166,7 @@ class LossSpike(Rule):
         a, before = self.tr.alert, self.aftermath.before
         absorbed, after = self.aftermath.absorbed(self.last_hit, least)
         if absorbed and a is not None and a.severity == WARNING:
-            _say_absorbed(a, after, before)
+            _say_absorbed(self.tr, a, after, before)
 
 
 class GradExplosion(Rule):
@@ -281,7 +283,7 @@ class GradExplosion(Rule):
         a, before = self.tr.alert, self.aftermath.before
         absorbed, after = self.aftermath.absorbed(self.last_hit, least)
         if absorbed and a is not None and a.severity == WARNING:
-            _say_absorbed(a, after, before)
+            _say_absorbed(self.tr, a, after, before)
 
     def _fire(
         self,

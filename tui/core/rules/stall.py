@@ -157,10 +157,12 @@ class Stall(Rule):
         a = self.tr.alert
         if not (self.phase_alert and a is not None and a.active):
             a = self._fire_phase(e, took, t)  # no heartbeats during it: found afterwards
-        a.severity = INFO
-        a.title = f"Long phase '{e.phase_name}'"
-        a.message += f"; the phase ended normally after {fmt(took)} s"
-        a.evidence["resumed"] = True
+        self.tr.revise(
+            {"resumed": True},
+            severity=INFO,
+            title=f"Long phase '{e.phase_name}'",
+            message=a.message + f"; the phase ended normally after {fmt(took)} s",
+        )
 
     def on_eval(self, e: RuleEngine, rec: dict[str, Any]) -> None:
         self.last_eval_step = e.last_step
@@ -173,10 +175,11 @@ class Stall(Rule):
     def _explain(self, a: Alert) -> None:
         """The pause ended in an evaluation the user did not declare as a phase: information only."""
         self.explained_by_eval = True
-        a.severity = INFO
-        a.title = "Pause before an evaluation"
-        a.message += (
-            "; an eval record followed: probably evaluation (wrap it in probe.phase('eval'))"
+        self.tr.revise(
+            severity=INFO,
+            title="Pause before an evaluation",
+            message=a.message
+            + "; an eval record followed: probably evaluation (wrap it in probe.phase('eval'))",
         )
 
     def on_time(self, e: RuleEngine, t: float) -> None:
@@ -232,17 +235,23 @@ class Stall(Rule):
         if resumed and a.severity == CRITICAL:
             # critical while the run waits (it is wasting its compute now); once the steps
             # come back it is history worth a look: a warning, in replay and live alike
-            a.severity = WARNING
+            a = self.tr.revise(severity=WARNING) or a
         if resumed and not self.clock_seen:
             # a log with no heartbeat ever (another tool's, TensorBoard's wall times): the
             # gap between two records may be a hang, an evaluation, a checkpoint or a
             # resume on another day; nothing says which
-            a.severity = INFO
-            a.title = "Gap between steps"
-            if "no heartbeats" not in a.message:
-                a.message += (
-                    "; this log has no heartbeats: a hang, an evaluation and a pause look the same"
+            said = "no heartbeats" in a.message
+            a = (
+                self.tr.revise(
+                    severity=INFO,
+                    title="Gap between steps",
+                    message=a.message
+                    if said
+                    else a.message
+                    + "; this log has no heartbeats: a hang, an evaluation and a pause look the same",
                 )
+                or a
+            )
         self.phase_alert = False
         if resumed and prev_step is not None and prev_step == self.last_eval_step:
             self._explain(a)
