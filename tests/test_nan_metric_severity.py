@@ -46,3 +46,44 @@ def test_a_metric_nan_at_first_then_finite_is_a_warning() -> None:
             e.feed({"kind": "eval", "step": i, "t": float(i), "rate": math.nan if i < 200 else 0.4})
     (a,) = [a for a in e.alerts() if a.id == "nan_metric"]
     assert a.severity == "warning" and not a.active
+
+
+def _odd_steps(seed: int) -> list[dict[str, object]]:
+    """Step records whose other metrics change shape, type and finiteness at random: a
+    field missing, an int where a float was, a string, NaN, Inf, a new name."""
+    import random
+
+    rng = random.Random(seed)
+    out: list[dict[str, object]] = [{"kind": "meta", "v": 1, "pid": 1, "t": 0.0}]
+    odd: list[object] = [math.nan, math.inf, -math.inf, 3, "x", True, None, 1e308]
+    for i in range(1500):
+        rec: dict[str, object] = {"kind": "step", "step": i, "t": float(i), "loss": 1.0 / (i + 1)}
+        for name in ("acc", "lr", "tokens_per_s"):
+            rec[name] = rng.choice(odd) if rng.random() < 0.01 else rng.random()
+        if rng.random() < 0.02:
+            del rec["acc"]
+        if rng.random() < 0.01:
+            rec[f"new_{rng.randrange(40)}"] = rng.choice([0.5, math.nan])
+        out.append(rec)
+    return out
+
+
+def test_the_quiet_record_shortcut_changes_no_answer(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """A record shaped like a quiet one skips the per-metric pass (nan_metrics._quiet): the
+    alerts with it are those without it, on records whose metrics go odd at random."""
+    from dltop.tui.core.rules import nan_metrics
+
+    def answers() -> list[tuple[object, ...]]:
+        e = RuleEngine()
+        e.feed_many(recs)
+        e.finish()
+        return [(a.id, a.step, a.last_step, a.severity, a.active, a.message) for a in e.alerts()]
+
+    for seed in range(6):
+        recs = _odd_steps(seed)
+        fast = answers()
+        with monkeypatch.context() as m:
+            m.setattr(nan_metrics.NonFiniteMetrics, "_quiet", lambda self, rec: None)
+            slow = answers()
+        assert fast == slow, seed
+        assert any(a[0] == "nan_metric" for a in fast), seed  # the test reaches the rule
