@@ -72,10 +72,36 @@ class LossCollapse(Rule):
         if not self.on:
             return
         steps, losses = finite_losses(b)
-        for step, x in zip(steps, losses, strict=True):
-            self._take(step, x)
+        if (
+            self.sampled >= QUANTUM_SAMPLES
+            and len(self.start) >= 3
+            and self.first_step is not None
+            and 0.0 not in losses
+        ):
+            self._stretch(steps, losses)  # the usual block: the same state as _take's
+        else:
+            for step, x in zip(steps, losses, strict=True):
+                self._take(step, x)
         if steps:
             self._judge(e, steps[-1])
+
+    def _stretch(self, steps: list[int], losses: list[float]) -> None:
+        """``_take`` for losses none of which is zero, once the start and the decimals are
+        known: only the stretch of equal losses (and the count since the first zero)
+        moves; the same comparisons in locals (this runs for every loss of a long run)."""
+        if self.zero_from is not None:
+            self.since_zero += len(losses)
+        c_from, c_n, c_lo, c_hi, tol = self.c_from, self.c_n, self.c_lo, self.c_hi, self.rel_tol
+        for step, x in zip(steps, losses, strict=True):
+            lo = x if x < c_lo else c_lo  # min(c_lo, x): the first of equals
+            hi = x if x > c_hi else c_hi  # max(c_hi, x)
+            ref = abs(c_lo) if c_n else 0.0
+            if c_n and (hi == lo or (ref > 0 and hi - lo <= tol * ref)):
+                c_lo, c_hi = lo, hi
+                c_n += 1
+            else:
+                c_from, c_n, c_lo, c_hi = step, 1, x, x
+        self.c_from, self.c_n, self.c_lo, self.c_hi = c_from, c_n, c_lo, c_hi
 
     def _take(self, step: int, x: float) -> None:
         if self.first_step is None:
