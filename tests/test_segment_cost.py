@@ -51,7 +51,7 @@ def test_each_restart_looks_only_at_the_alerts_of_the_part_that_ended(
 
     def counting_init(self: AlertSink) -> None:
         real_init(self)
-        self._slots = _CountingList()
+        self.versions = _CountingList()
 
     monkeypatch.setattr(AlertSink, "__init__", counting_init)
     _CountingList.handed = 0

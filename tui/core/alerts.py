@@ -105,53 +105,55 @@ class AlertSink:
     (a rewind keeps what was already diagnosed).
     """
 
-    __slots__ = ("_slots", "_raised")
+    __slots__ = ("versions", "_raised")
 
     def __init__(self) -> None:
-        self._slots: list[Alert | None] = []  # the latest version per slot; None: withdrawn
+        # the latest version per slot (None: withdrawn); read-only outside this class (a
+        # rule's Tracker reads its slot here directly: it is asked at every block end)
+        self.versions: list[Alert | None] = []
         self._raised: dict[tuple[str, int | None], int] = {}  # alerts added per (id, step)
 
     @property
     def alerts(self) -> list[Alert]:
         """The latest version of every alert not withdrawn, in the order raised (a new list)."""
-        return [a for a in self._slots if a is not None]
+        return [a for a in self.versions if a is not None]
 
     def __len__(self) -> int:
         """Slots given so far (withdrawn ones included): a mark for :meth:`since`."""
-        return len(self._slots)
+        return len(self.versions)
 
     def since(self, mark: int) -> list[tuple[int, Alert]]:
         """(slot, alert) of the alerts raised at or after slot ``mark`` and not withdrawn."""
-        return [(i, a) for i, a in enumerate(self._slots[mark:], mark) if a is not None]
+        return [(i, a) for i, a in enumerate(self.versions[mark:], mark) if a is not None]
 
     def add(self, alert: Alert) -> int:
         """Keep a new alert; returns its slot. Its ``repeat`` is set here (see Alert)."""
         key = (alert.id, alert.step)
         n = self._raised.get(key, 0)
         self._raised[key] = n + 1
-        self._slots.append(replace(alert, repeat=n) if n != alert.repeat else alert)
-        return len(self._slots) - 1
+        self.versions.append(replace(alert, repeat=n) if n != alert.repeat else alert)
+        return len(self.versions) - 1
 
     def adopt(self, alert: Alert) -> int:
         """Keep an alert made elsewhere as it is (its ``repeat`` included): a sink that
         starts from another's alerts (``crossrank``). Returns its slot."""
-        self._slots.append(alert)
-        return len(self._slots) - 1
+        self.versions.append(alert)
+        return len(self.versions) - 1
 
     def get(self, slot: int | None) -> Alert | None:
-        return None if slot is None else self._slots[slot]
+        return None if slot is None else self.versions[slot]
 
     def revise(self, slot: int, extra: Mapping[str, Any] | None = None, **changes: Any) -> Alert:
         """A new version of the alert in ``slot``: ``changes`` to its fields (``evidence=``
         replaces the evidence whole), and ``extra`` merged over its evidence (into a new
         dict). Returns the new version."""
-        a = self._slots[slot]
+        a = self.versions[slot]
         if a is None:
             raise KeyError(f"alert slot {slot} was withdrawn")
         if extra is not None:
             changes["evidence"] = {**changes.get("evidence", a.evidence), **extra}
         new = replace(a, **changes)
-        self._slots[slot] = new
+        self.versions[slot] = new
         return new
 
     def revise_alert(
@@ -159,11 +161,11 @@ class AlertSink:
     ) -> Alert:
         """``revise`` for a caller that holds the alert, not its slot (the cross-rank
         judgement reads ``alerts()``): found by identity, the latest first."""
-        for i in range(len(self._slots) - 1, -1, -1):
-            if self._slots[i] is alert:
+        for i in range(len(self.versions) - 1, -1, -1):
+            if self.versions[i] is alert:
                 return self.revise(i, extra, **changes)
         raise KeyError(f"alert {alert.id}@{alert.step} is not this sink's latest version")
 
     def withdraw(self, slot: int) -> None:
         """Take back an alert later records proved wrong."""
-        self._slots[slot] = None
+        self.versions[slot] = None

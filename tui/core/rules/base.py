@@ -94,11 +94,17 @@ class Tracker:
     @property
     def alert(self) -> Alert | None:
         """The current episode's alert, its latest version (None: none raised, or withdrawn)."""
-        return None if self.slot is None else self.e.sink.get(self.slot)
+        return None if self.slot is None else self.e.sink.versions[self.slot]
 
     @property
     def active(self) -> bool:
-        a = self.alert
+        # the sink's list read directly, not through a method: most rules ask this at every
+        # block end. Through the engine each time: a new segment keeps the engine's sink,
+        # not the one its __init__ made while this tracker was built
+        s = self.slot
+        if s is None:
+            return False
+        a = self.e.sink.versions[s]
         return a is not None and a.active
 
     def fire(
