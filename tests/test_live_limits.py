@@ -19,7 +19,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from dltop.probe import Probe
+from dltop.probe import Probe, socket_server
 from dltop.probe import admission as adm
 from dltop.probe.decoding import LineDecoder
 from dltop.probe.encoding import encode_record
@@ -157,9 +157,11 @@ def token_server() -> Iterator[tuple[SocketServer, int]]:
 def test_waiting_connections_are_capped_per_address_and_in_all(
     token_server, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # 1.5 s rather than 1 s: room for a slow machine between the connections below, and
-    # still well under the usual HELLO_TIMEOUT (3 s) that it must cut short
+    # 1.5 s rather than 1 s: room for a slow machine between the connections below; the
+    # usual hello timeout stretched to 30 s, so that "cut short" stays far from "waited
+    # the usual time" however busy the machine is
     monkeypatch.setattr(adm, "HELLO_TIMEOUT_BUSY", 1.5)
+    monkeypatch.setattr(socket_server, "HELLO_TIMEOUT", 30.0)
     server, port = token_server
     held = [_from("127.0.0.1", port), _from("127.0.0.1", port)]
     assert wait_for(lambda: server.pending == 2)
@@ -175,9 +177,9 @@ def test_waiting_connections_are_capped_per_address_and_in_all(
     ninth.close()
     # under pressure every hello has HELLO_TIMEOUT_BUSY, not the usual 3 s
     t0 = time.monotonic()
-    times = [_closed_within(s, 5) for s in held]
+    times = [_closed_within(s, 12) for s in held]
     assert all(t is not None for t in times), times
-    assert time.monotonic() - t0 < 2.5
+    assert time.monotonic() - t0 < 12.0
     for s in held:
         s.close()
     assert server.refusals.counts[adm.TIMEOUT] == len(held)
