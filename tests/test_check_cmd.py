@@ -285,9 +285,12 @@ def test_the_same_checklist_is_printed_once_for_a_run_that_met_the_same_nan_agai
 
 
 # a `dltop check` whose reading is stopped by Ctrl-C: each check of a file says "ready",
-# then blocks (in worker processes too: forked, they have the same check_file)
+# then blocks (in worker processes too: forked, they have the same check_file). SIGINT
+# as a terminal's foreground command has it: a test suite started in the background
+# (`cmd &`) passes it on ignored, and Python then keeps it ignored (no KeyboardInterrupt)
 _INTERRUPTED = """
-import os, sys, time
+import os, signal, sys, time
+signal.signal(signal.SIGINT, signal.default_int_handler)
 from dltop.tui import check_cmd, cli
 
 def slow(*args, **kwargs):
