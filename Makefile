@@ -27,8 +27,8 @@ demo: $(STAMP)
 	$(VENV)/bin/dltop demo $(DEMO)
 
 # TEST_WORKERS=auto spreads the suite over every CPU (pytest-xdist): 16 -> 8.5 min on 2 idle
-# CPUs. Not the default: with two busy processes beside it, 5 tests that time a child
-# process or a rotation failed (docs/dev/changelog-diary.md); 0 runs it in this process
+# CPUs. Not the default: with two busy processes beside it, a file-rotation and a socket
+# backlog test failed (docs/dev/changelog-diary.md); 0 runs it in this process
 TEST_WORKERS ?= 0
 
 test: $(STAMP)
