@@ -1,13 +1,15 @@
 """loss_collapsed's block path: the usual block (no zero, the start and the decimals
-known) goes through ``_stretch`` with its state in locals; ``_take`` one loss at a time
-must leave the rule in the same state, on losses that repeat, creep and jump."""
+known) goes straight to ``_stretch``; ``_take`` one loss at a time must leave the rule in
+the same state, on losses that repeat, creep, jump and hit zero."""
 
 from __future__ import annotations
 
 import random
 
+import pytest
 from dltop.tui.core.rules import RuleEngine
 from dltop.tui.core.rules.collapse import LossCollapse
+from dltop.tui.core.rules.window import finite_losses
 
 _STATE = ("c_from", "c_n", "c_lo", "c_hi", "zero_from", "zeros", "since_zero", "sampled")
 
@@ -29,15 +31,8 @@ def _losses(seed: int, n: int = 3000) -> list[float]:
     return out
 
 
-def _states(losses: list[float], one_by_one: bool) -> list[tuple[object, ...]]:
+def _states(losses: list[float]) -> list[tuple[object, ...]]:
     e = RuleEngine()
-    if one_by_one:  # every block the per-loss way
-
-        def fed(self: LossCollapse, steps: list[int], xs: list[float]) -> None:
-            for s, x in zip(steps, xs, strict=True):
-                self._take(s, x)
-
-        e.collapse_rule._stretch = fed.__get__(e.collapse_rule)  # type: ignore[method-assign]
     out = []
     for i, x in enumerate(losses):
         e.feed({"kind": "step", "step": i, "t": float(i), "loss": x})
@@ -48,7 +43,21 @@ def _states(losses: list[float], one_by_one: bool) -> list[tuple[object, ...]]:
     return out
 
 
-def test_the_block_path_leaves_the_state_taking_one_loss_at_a_time_leaves() -> None:
+def _one_at_a_time(self: LossCollapse, e: RuleEngine, b: object) -> None:
+    steps, losses = finite_losses(b)  # type: ignore[arg-type]
+    for step, x in zip(steps, losses, strict=True):
+        self._take(step, x)
+    if steps:
+        self._judge(e, steps[-1])
+
+
+def test_the_block_path_leaves_the_state_taking_one_loss_at_a_time_leaves(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     for seed in range(5):
         xs = _losses(seed)
-        assert _states(xs, one_by_one=False) == _states(xs, one_by_one=True), seed
+        fast = _states(xs)
+        with monkeypatch.context() as m:
+            m.setattr(LossCollapse, "on_block", _one_at_a_time)
+            slow = _states(xs)
+        assert fast == slow, seed

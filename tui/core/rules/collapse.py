@@ -86,9 +86,10 @@ class LossCollapse(Rule):
             self._judge(e, steps[-1])
 
     def _stretch(self, steps: list[int], losses: list[float]) -> None:
-        """``_take`` for losses none of which is zero, once the start and the decimals are
-        known: only the stretch of equal losses (and the count since the first zero)
-        moves; the same comparisons in locals (this runs for every loss of a long run)."""
+        """The count since the first zero and the stretch of equal losses (it goes on while
+        the range stays within rel_tol); the whole of ``_take`` for a block without a zero
+        once the start and the decimals are known. State in locals: this runs for every
+        loss of a long run."""
         if self.zero_from is not None:
             self.since_zero += len(losses)
         c_from, c_n, c_lo, c_hi, tol = self.c_from, self.c_n, self.c_lo, self.c_hi, self.rel_tol
@@ -115,16 +116,7 @@ class LossCollapse(Rule):
             if self.zero_from is None:
                 self.zero_from = step
             self.zeros += 1
-        if self.zero_from is not None:
-            self.since_zero += 1
-        # the stretch of equal losses goes on while the range stays within rel_tol
-        lo, hi = min(self.c_lo, x), max(self.c_hi, x)
-        ref = abs(self.c_lo) if self.c_n else 0.0
-        if self.c_n and (hi == lo or (ref > 0 and hi - lo <= self.rel_tol * ref)):
-            self.c_lo, self.c_hi = lo, hi
-            self.c_n += 1
-        else:
-            self.c_from, self.c_n, self.c_lo, self.c_hi = step, 1, x, x
+        self._stretch([step], [x])
 
     def _judge(self, e: RuleEngine, step: int) -> None:
         first = self.first_step

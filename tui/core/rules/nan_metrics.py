@@ -13,8 +13,6 @@ only floats are looked at, so a record costs a pass over its values and nothing 
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from operator import itemgetter
 from typing import TYPE_CHECKING, Any
 
 from dltop.tui.core.alerts import INFO, WARNING, Severity
@@ -45,10 +43,6 @@ class _Seen:
         self.value = ""
 
 
-def _nothing(_rec: Any) -> tuple[()]:
-    return ()
-
-
 def _word(x: float) -> str:
     return "NaN" if x != x else ("Inf" if x > 0 else "-Inf")
 
@@ -62,9 +56,6 @@ class NonFiniteMetrics(Rule):
         # metrics with a finite value before any NaN (bounded: names come from the log)
         self.ever_finite: set[str] = set()
         self.evals = 0  # eval records read
-        # A step record shape that changes nothing (see _quiet): its keys, the types of
-        # its values, and a getter of its other float values. None: none known.
-        self.quiet: tuple[tuple[str, ...], tuple[type, ...], Callable[[Any], Any]] | None = None
 
     def alert_trackers(self) -> list[Tracker]:
         return [self.tr]
@@ -73,16 +64,7 @@ class NonFiniteMetrics(Rule):
         if not self.on:
             return
         for step, rec in zip(b.steps, b.recs, strict=True):
-            q = self.quiet
-            if q is not None and not self.tr.active:
-                keys, types, get = q
-                if tuple(rec) == keys and tuple(map(type, rec.values())) == types:
-                    total = sum(get(rec))
-                    if total - total == 0.0:  # every one finite (NaN and Inf carry)
-                        continue
             self._record(e, rec, step, "")
-            if self.quiet is None and not self.tr.active:
-                self.quiet = self._quiet(rec)
 
     def on_eval(self, e: RuleEngine, rec: dict[str, Any]) -> None:
         self.evals += 1
@@ -90,27 +72,6 @@ class NonFiniteMetrics(Rule):
             return
         step = rec.get("step")
         self._record(e, rec, step if type(step) is int else e.last_step, "eval.")
-
-    def _quiet(
-        self, rec: dict[str, Any]
-    ) -> tuple[tuple[str, ...], tuple[type, ...], Callable[[Any], Any]] | None:
-        """Why a shortcut: a step record's other metrics are read at every step, and a
-        long run logs the same fields with finite values at nearly all of them. A record
-        with this record's keys, each value of the same type, the other floats all finite,
-        changes nothing here while no alert is up, provided none of those metrics was ever
-        non-finite and each is already known as once finite (or no more names are kept):
-        ``_record`` would only count finite values of metrics it does not follow. The
-        shortcut is dropped whenever a metric goes non-finite (``_record``)."""
-        names = [k for k, v in rec.items() if type(v) is float and k not in _STEP_OWN]
-        for k in names:
-            name = k[:MAX_NAME]
-            if name in self.seen or not (
-                name in self.ever_finite or len(self.ever_finite) >= 4 * MAX_METRICS
-            ):
-                return None
-        # itemgetter of one key gives the value, not a tuple of it: sum() needs a tuple
-        get: Callable[[Any], Any] = itemgetter(*names, *names) if names else _nothing
-        return tuple(rec), tuple(map(type, rec.values())), get
 
     def _record(self, e: RuleEngine, rec: dict[str, Any], step: int | None, prefix: str) -> None:
         bad: list[tuple[str, float]] = []
@@ -135,7 +96,6 @@ class NonFiniteMetrics(Rule):
                 if len(self.seen) >= MAX_METRICS:
                     continue
                 self.seen[name] = _Seen()
-                self.quiet = None  # a metric now followed: no record shape is quiet
             bad.append((name, v))
         for name, v in bad:
             s = self.seen[name]

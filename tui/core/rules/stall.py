@@ -240,18 +240,9 @@ class Stall(Rule):
             # a log with no heartbeat ever (another tool's, TensorBoard's wall times): the
             # gap between two records may be a hang, an evaluation, a checkpoint or a
             # resume on another day; nothing says which
-            said = "no heartbeats" in a.message
-            a = (
-                self.tr.revise(
-                    severity=INFO,
-                    title="Gap between steps",
-                    message=a.message
-                    if said
-                    else a.message
-                    + "; this log has no heartbeats: a hang, an evaluation and a pause look the same",
-                )
-                or a
-            )
+            note = "; this log has no heartbeats: a hang, an evaluation and a pause look the same"
+            message = a.message if "no heartbeats" in a.message else a.message + note
+            a = self.tr.revise(severity=INFO, title="Gap between steps", message=message) or a
         self.phase_alert = False
         if resumed and prev_step is not None and prev_step == self.last_eval_step:
             self._explain(a)
