@@ -74,6 +74,9 @@ def ordered_map(fn: Callable[[T], R], items: Sequence[T], workers: int) -> Itera
         _stop(pool)
         sys.stderr.write(f"dltop: note: no worker processes ({exc}); working in this one\n")
         futures = []
+    except BaseException:  # Ctrl-C while the workers start: they would run their jobs out
+        _stop(pool)
+        raise
     done = 0
     try:
         for future in futures:
