@@ -191,33 +191,3 @@ def test_a_check_inside_a_daemon_process_stays_in_it(job: Path) -> None:
     results, _ = check_cmd.collect(str(job), Config(), jobs=1)
     assert ids == sorted(a.id for r in results for a in r.engine.alerts())
 
-
-def _sleep(seconds: float) -> float:
-    import time  # noqa: PLC0415
-
-    time.sleep(seconds)
-    return seconds
-
-
-class _CtrlCAtSecondSubmit(workers.ProcessPoolExecutor):
-    """Ctrl-C lands while the jobs are handed out (a worker already forked and busy)."""
-
-    def submit(self, *args: Any, **kwargs: Any) -> Any:
-        if getattr(self, "_handed", 0):
-            raise KeyboardInterrupt
-        self._handed = 1
-        return super().submit(*args, **kwargs)
-
-
-def test_ctrl_c_while_the_workers_start_stops_them(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The interrupted check must not wait for a worker's job (60 s here) at exit: the
-    pool is stopped whether Ctrl-C comes while its jobs are handed out or awaited."""
-    import multiprocessing
-    import time
-
-    monkeypatch.setattr(workers, "ProcessPoolExecutor", _CtrlCAtSecondSubmit)
-    t = time.monotonic()
-    with pytest.raises(KeyboardInterrupt):
-        list(workers.ordered_map(_sleep, [60.0, 60.0], 2))
-    assert not multiprocessing.active_children(), "a worker was left running its job"
-    assert time.monotonic() - t < 30
