@@ -190,4 +190,3 @@ def test_a_check_inside_a_daemon_process_stays_in_it(job: Path) -> None:
     assert proc.exitcode == 0
     results, _ = check_cmd.collect(str(job), Config(), jobs=1)
     assert ids == sorted(a.id for r in results for a in r.engine.alerts())
-
