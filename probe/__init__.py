@@ -12,15 +12,15 @@ from typing import TYPE_CHECKING, Any
 
 __all__ = ["Probe", "SCHEMA_VERSION"]
 
-from dltop.probe.schema import SCHEMA_VERSION
+from .schema import SCHEMA_VERSION
 
 if TYPE_CHECKING:
-    from dltop.probe.probe import Probe
+    from .probe import Probe
 
 
 def __getattr__(name: str) -> Any:
     if name == "Probe":
-        from dltop.probe.probe import Probe
+        from .probe import Probe
 
         return Probe
     raise AttributeError(f"module 'dltop.probe' has no attribute {name!r}")

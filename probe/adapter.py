@@ -20,12 +20,12 @@ from collections.abc import Callable, Iterator
 from time import perf_counter
 from typing import TYPE_CHECKING, Any
 
-from dltop.probe.loader import batch_size_of
-from dltop.probe.rankpath import rank_path
-from dltop.probe.whereabouts import DATA_WAIT, FORWARD
+from .loader import batch_size_of
+from .rankpath import rank_path
+from .whereabouts import DATA_WAIT, FORWARD
 
 if TYPE_CHECKING:
-    from dltop.probe.probe import Probe
+    from .probe import Probe
 
 # taken from the trainer, never from the user: two sources of truth would disagree
 _FROM_TRAINER = ("model", "optimizer")
@@ -42,8 +42,8 @@ def probe_kwargs(owner: str, kwargs: dict[str, Any]) -> dict[str, Any]:
     A typo (``layer_every=``) would otherwise surface only at the first ``fit``, inside
     the framework, or never; a ``TypeError`` naming the valid keys is the clear error.
     """
-    from dltop.probe.jobpath import AUTO, nowhere_to_write
-    from dltop.probe.probe import Probe
+    from .jobpath import AUTO, nowhere_to_write
+    from .probe import Probe
 
     params = inspect.signature(Probe.__init__).parameters
     valid = [n for n in params if n != "self" and n not in _FROM_TRAINER]
@@ -95,8 +95,8 @@ def open_session(
     ``optimizer`` is the one whose step is hooked and whose param groups go in the
     ``config`` event, with the trainer's own sections in ``config`` (``precision``;
     ``clip``, which wins over a ``clip_norm=`` given to the callback)."""
-    from dltop.probe.jobpath import AUTO as auto
-    from dltop.probe.probe import Probe
+    from .jobpath import AUTO as auto
+    from .probe import Probe
 
     kw = dict(kwargs)
     path, run_id = rank_path(kw.pop("path", auto), auto, rank, world)

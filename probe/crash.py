@@ -32,9 +32,9 @@ from collections.abc import Callable
 from types import TracebackType
 from typing import Any
 
-from dltop.probe import rendezvous
-from dltop.probe.memory import CPU_OOM, CUDA_OOM, memory_state
-from dltop.probe.schema import EV_EXCEPTION, EV_OOM, EV_SIGNAL, EVENT
+from . import rendezvous
+from .memory import CPU_OOM, CUDA_OOM, memory_state
+from .schema import EV_EXCEPTION, EV_OOM, EV_SIGNAL, EVENT
 
 MESSAGE_CHARS = 4096  # characters of the exception message kept
 TRACEBACK_FRAMES = 30  # innermost frames kept

@@ -16,7 +16,7 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-from dltop.probe.readback import DeviceBatch
+from .readback import DeviceBatch
 
 
 class CudaStep:

@@ -16,8 +16,8 @@ from collections.abc import Callable, Iterable, Iterator
 from itertools import repeat
 from typing import Any
 
-from dltop.probe.repair import repair
-from dltop.probe.schema import EVENT, MAX_LINE, META, NONFINITE_IN, as_float, as_step
+from .repair import repair
+from .schema import EVENT, MAX_LINE, META, NONFINITE_IN, as_float, as_step
 
 # the markers as they stand in a line, each after one of its letters that numbers and
 # lower-case keys never hold: a block without that letter (memchr, ~50x faster than the

@@ -48,8 +48,8 @@ import sys
 from time import perf_counter
 from typing import Any
 
-from dltop.probe.readback import Deadline, DeviceBatch
-from dltop.probe.whereabouts import BACKWARD, Whereabouts
+from .readback import Deadline, DeviceBatch
+from .whereabouts import BACKWARD, Whereabouts
 
 # names, their norms and non-zero counts (one read-back), numels, parameters without a
 # gradient, and whether the figures are of this rank's shards only (sharded gradients)

@@ -41,7 +41,7 @@ import threading
 from time import perf_counter
 from typing import Any
 
-from dltop.probe.adapter import (
+from .adapter import (
     CallbackBase,
     Session,
     eval_name,
@@ -49,9 +49,9 @@ from dltop.probe.adapter import (
     missing_framework,
     open_session,
 )
-from dltop.probe.runconfig import clip_section
-from dltop.probe.trainwatch import TrainWatch, frame_of
-from dltop.probe.whereabouts import DATA_WAIT, FORWARD
+from .runconfig import clip_section
+from .trainwatch import TrainWatch, frame_of
+from .whereabouts import DATA_WAIT, FORWARD
 
 try:
     import torch

@@ -16,16 +16,16 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from dltop.probe.filesink import FileSink, Sink
-from dltop.probe.gradnorm import GradNormTracker, trainable_params
-from dltop.probe.schema import EV_EXIT, EV_WARNING, EVENT
-from dltop.probe.whereabouts import Whereabouts
+from .filesink import FileSink, Sink
+from .gradnorm import GradNormTracker, trainable_params
+from .schema import EV_EXIT, EV_WARNING, EVENT
+from .whereabouts import Whereabouts
 
 if TYPE_CHECKING:
-    from dltop.probe.crash import CrashRecorder
-    from dltop.probe.loophooks import LoopHooks, OnAmp
-    from dltop.probe.system import SystemSampler
-    from dltop.probe.writer import Writer
+    from .crash import CrashRecorder
+    from .loophooks import LoopHooks, OnAmp
+    from .system import SystemSampler
+    from .writer import Writer
 
 OnError = Callable[[str, BaseException], None]
 Emit = Callable[[dict[str, Any]], None]
@@ -46,14 +46,14 @@ def open_sinks(
             )
     meta: dict[str, Any] | None = None
     try:
-        from dltop.probe.meta import build_meta  # noqa: PLC0415 - only once started
+        from .meta import build_meta  # noqa: PLC0415 - only once started
 
         meta = build_meta(run_id, path)
     except Exception as e:
         on_error("meta", e)
     if unix or tcp:
         try:
-            from dltop.probe.live import LiveSink  # noqa: PLC0415 - sockets only when asked
+            from .live import LiveSink  # noqa: PLC0415 - sockets only when asked
 
             key = f"{run_id}.{os.getpid()}"
             sinks.append(LiveSink(key, meta or {}, tcp=tcp, unix=unix))
@@ -116,7 +116,7 @@ def hook_loop(
     if model is None and optimizer is None:
         return None
     try:
-        from dltop.probe.loophooks import LoopHooks  # noqa: PLC0415 - imports torch
+        from .loophooks import LoopHooks  # noqa: PLC0415 - imports torch
 
         hooks = LoopHooks(where, on_amp)
     except Exception as e:
@@ -138,7 +138,7 @@ def hook_loop(
 def start_sampler(emit: Emit, interval: float, on_error: OnError) -> SystemSampler | None:
     """The ~1 Hz system sampler thread (RSS, CPU, NVML GPUs), or ``None`` if it failed."""
     try:
-        from dltop.probe.system import SystemSampler  # noqa: PLC0415 - psutil/NVML lazily
+        from .system import SystemSampler  # noqa: PLC0415 - psutil/NVML lazily
 
         sampler = SystemSampler(emit, interval=interval)
         sampler.start()
@@ -156,7 +156,7 @@ def install_crash(
 ) -> CrashRecorder | None:
     """The exception and signal hooks that put a crash on record, or ``None`` if they failed."""
     try:
-        from dltop.probe.crash import CrashRecorder  # noqa: PLC0415
+        from .crash import CrashRecorder  # noqa: PLC0415
 
         recorder = CrashRecorder(emit, flush, last_step)
         recorder.install()

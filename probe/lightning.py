@@ -37,7 +37,7 @@ import sys
 from collections.abc import Mapping
 from typing import Any
 
-from dltop.probe.adapter import (
+from .adapter import (
     CallbackBase,
     Session,
     eval_name,
@@ -45,7 +45,7 @@ from dltop.probe.adapter import (
     missing_framework,
     open_session,
 )
-from dltop.probe.runconfig import clip_section
+from .runconfig import clip_section
 
 try:
     import lightning.pytorch as pl

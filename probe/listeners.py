@@ -14,7 +14,7 @@ import errno
 import os
 import socket
 
-from dltop.probe.admission import LISTEN_BACKLOG
+from .admission import LISTEN_BACKLOG
 
 
 def bind_unix(path: str) -> socket.socket:

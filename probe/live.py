@@ -34,12 +34,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from dltop.probe import rendezvous
-from dltop.probe.admission import NOTE
-from dltop.probe.encoding import encode_record
-from dltop.probe.schema import EV_WARNING, EVENT
-from dltop.probe.socket_server import SocketServer
-from dltop.probe.viewerauth import MIN_TOKEN_CHARS, is_loopback, mask_secret
+from . import rendezvous
+from .admission import NOTE
+from .encoding import encode_record
+from .schema import EV_WARNING, EVENT
+from .socket_server import SocketServer
+from .viewerauth import MIN_TOKEN_CHARS, is_loopback, mask_secret
 
 TOKEN_ENV = "DLTOP_TOKEN"
 NOTE_EVERY_S = 60.0  # the live socket's counts go to the log at most this often

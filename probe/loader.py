@@ -17,14 +17,25 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 from time import perf_counter
-from typing import TYPE_CHECKING, Any, Generic, TypeVar
+from typing import Any, Generic, Protocol, TypeVar
 
-from dltop.probe.whereabouts import DATA_WAIT, OUTSIDE_LOOP
-
-if TYPE_CHECKING:
-    from dltop.probe.probe import Probe
+from .whereabouts import DATA_WAIT, OUTSIDE_LOOP, Whereabouts
 
 T = TypeVar("T")
+
+
+class LoaderClock(Protocol):
+    """What the loader writes into the probe (``Probe`` is one): the data wait summed
+    until the next step, the batch's hand-out time and size, the loop's whereabouts.
+    Declared here so the loader needs nothing from ``probe.py``, which imports it."""
+
+    _where: Whereabouts
+    _batch_place: str
+    _data_wait: float
+    _batch_t: float
+    _loader_bs: int | None
+
+    def _loader_started(self, t0: float) -> None: ...
 
 
 def batch_size_of(batch: Any) -> int | None:
@@ -54,7 +65,9 @@ def batch_size_of(batch: Any) -> int | None:
 class TimedLoader(Generic[T]):
     """Wraps any iterable; each iteration pass times every ``next()``."""
 
-    def __init__(self, iterable: Iterable[T], probe: Probe, infer_batch_size: bool = True) -> None:
+    def __init__(
+        self, iterable: Iterable[T], probe: LoaderClock, infer_batch_size: bool = True
+    ) -> None:
         self.iterable = iterable
         self._probe = probe
         self._infer = infer_batch_size

@@ -25,8 +25,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from dltop.probe.runconfig import unwrap_optimizer
-from dltop.probe.whereabouts import Whereabouts
+from .runconfig import unwrap_optimizer
+from .whereabouts import Whereabouts
 
 OnAmp = Callable[[str | None], None]  # the autocast dtype's name ("bfloat16"), None: off
 

@@ -17,9 +17,9 @@ import sys
 import time
 from typing import Any
 
-from dltop.probe.jobpath import restart_count
-from dltop.probe.schema import META, SCHEMA_VERSION
-from dltop.probe.system import gpu_status
+from .jobpath import restart_count
+from .schema import META, SCHEMA_VERSION
+from .system import gpu_status
 
 _ARGV_MAX = 64  # arguments kept
 _ARG_CHARS = 1024  # characters kept per argument

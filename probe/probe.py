@@ -20,13 +20,13 @@ from collections.abc import Callable, Iterable, Iterator
 from time import perf_counter
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
-from dltop.probe.cudastep import CudaStep, cuda_step_for
-from dltop.probe.filesink import Sink
-from dltop.probe.gradnorm import GradNormTracker
-from dltop.probe.jobpath import AUTO, default_run_id, nowhere_to_write
-from dltop.probe.jobpath import RUNS_DIR as RUNS_DIR  # re-exported: the default folder
-from dltop.probe.jobpath import default_path as default_path
-from dltop.probe.lifecycle import (
+from .cudastep import CudaStep, cuda_step_for
+from .filesink import Sink
+from .gradnorm import GradNormTracker
+from .jobpath import AUTO, default_run_id, nowhere_to_write
+from .jobpath import RUNS_DIR as RUNS_DIR  # re-exported: the default folder
+from .jobpath import default_path as default_path
+from .lifecycle import (
     attach_notes,
     closing_notes,
     exit_record,
@@ -38,8 +38,8 @@ from dltop.probe.lifecycle import (
     say_error,
     start_sampler,
 )
-from dltop.probe.loader import TimedLoader
-from dltop.probe.records import (
+from .loader import TimedLoader
+from .records import (
     StepItem,
     StepRecords,
     build_layers,
@@ -50,7 +50,7 @@ from dltop.probe.records import (
     heartbeat,
     needs_conversion,
 )
-from dltop.probe.runconfig import (
+from .runconfig import (
     CONFIG_EVERY,
     RunConfig,
     amp_section,
@@ -58,7 +58,7 @@ from dltop.probe.runconfig import (
     loader_section,
     optimizer_section,
 )
-from dltop.probe.schema import (
+from .schema import (
     EV_EXCEPTION,
     EV_NOTE,
     EV_OOM,
@@ -68,13 +68,13 @@ from dltop.probe.schema import (
     GRAD_SQ_LOCAL,
     LOSS_SCALE,
 )
-from dltop.probe.whereabouts import AFTER_STEP, COMPUTE, FORWARD, OUTSIDE_LOOP, Whereabouts
-from dltop.probe.writer import Writer
+from .whereabouts import AFTER_STEP, COMPUTE, FORWARD, OUTSIDE_LOOP, Whereabouts
+from .writer import Writer
 
 if TYPE_CHECKING:
-    from dltop.probe.crash import CrashRecorder
-    from dltop.probe.loophooks import LoopHooks
-    from dltop.probe.system import SystemSampler
+    from .crash import CrashRecorder
+    from .loophooks import LoopHooks
+    from .system import SystemSampler
 
 T = TypeVar("T")
 # a Probe records one run: after close(), steps and a new `with` block record nothing

@@ -15,7 +15,7 @@ import sys
 from datetime import timedelta
 from typing import Any
 
-from dltop.probe import jobpath
+from . import jobpath
 
 # How long a rank waits for rank 0's job name in ``shared_job``. The ranks come to the
 # callback together (the framework's DDP setup synchronised them just before), so rank 0's

@@ -14,10 +14,10 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from dltop.probe.gradnorm import layers_record
-from dltop.probe.readback import Deadline, DeviceBatch, elapsed_s, host_scalar, is_device
-from dltop.probe.schema import EVAL, EVENT, HEARTBEAT, STEP
-from dltop.probe.whereabouts import Whereabouts
+from .gradnorm import layers_record
+from .readback import Deadline, DeviceBatch, elapsed_s, host_scalar, is_device
+from .schema import EVAL, EVENT, HEARTBEAT, STEP
+from .whereabouts import Whereabouts
 
 OnError = Callable[[str, BaseException], None]
 

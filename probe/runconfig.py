@@ -27,7 +27,7 @@ import threading
 import time
 from typing import Any
 
-from dltop.probe.schema import EV_CONFIG, EVENT
+from .schema import EV_CONFIG, EVENT
 
 MAX_GROUPS = 8  # param groups written; more are counted in "groups_omitted"
 MAX_KEYS = 32  # fields per param group

@@ -16,9 +16,9 @@ import socket
 import time
 from dataclasses import dataclass
 
-from dltop.probe.encoding import encode_record
-from dltop.probe.schema import EV_DROPPED
-from dltop.probe.sharedlog import SharedLog
+from .encoding import encode_record
+from .schema import EV_DROPPED
+from .sharedlog import SharedLog
 
 GATHER_ITEMS = 64  # batches handed to one sendmsg at most (well under IOV_MAX)
 GATHER_BYTES = 1 << 20  # and bytes

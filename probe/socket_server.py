@@ -39,14 +39,14 @@ import socket
 import threading
 import time
 
-from dltop.probe import admission as adm
-from dltop.probe.admission import Bucket, FdHeadroom, Refusals, peer_address
-from dltop.probe.encoding import encode_record
-from dltop.probe.listeners import bind_tcp, bind_unix
-from dltop.probe.schema import EV_REFUSED
-from dltop.probe.sharedlog import SharedLog
-from dltop.probe.socket_client import Client
-from dltop.probe.viewerauth import HELLO_MAX, HELLO_TIMEOUT, is_loopback, parse_hello
+from . import admission as adm
+from .admission import Bucket, FdHeadroom, Refusals, peer_address
+from .encoding import encode_record
+from .listeners import bind_tcp, bind_unix
+from .schema import EV_REFUSED
+from .sharedlog import SharedLog
+from .socket_client import Client
+from .viewerauth import HELLO_MAX, HELLO_TIMEOUT, is_loopback, parse_hello
 
 CLOSE_GRACE = 0.5  # seconds reading viewers get at close to receive the last records
 TICK = 0.5  # the longest the server thread sleeps with nothing to do

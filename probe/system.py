@@ -14,8 +14,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from dltop.probe import nvml
-from dltop.probe.schema import EV_WARNING, EVENT, SYS
+from . import nvml
+from .schema import EV_WARNING, EVENT, SYS
 
 Emit = Callable[[dict[str, Any]], None]
 CHILDREN_EVERY_S = 10.0  # how often the list of child processes is refreshed

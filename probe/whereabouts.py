@@ -26,13 +26,13 @@ from __future__ import annotations
 import time
 from time import perf_counter
 
-from dltop.probe.schema import WHERE_AFTER_STEP as AFTER_STEP
-from dltop.probe.schema import WHERE_BACKWARD as BACKWARD
-from dltop.probe.schema import WHERE_COMPUTE as COMPUTE
-from dltop.probe.schema import WHERE_DATA_WAIT as DATA_WAIT
-from dltop.probe.schema import WHERE_FORWARD as FORWARD
-from dltop.probe.schema import WHERE_OPTIMIZER as OPTIMIZER
-from dltop.probe.schema import WHERE_OUTSIDE_LOOP as OUTSIDE_LOOP
+from .schema import WHERE_AFTER_STEP as AFTER_STEP
+from .schema import WHERE_BACKWARD as BACKWARD
+from .schema import WHERE_COMPUTE as COMPUTE
+from .schema import WHERE_DATA_WAIT as DATA_WAIT
+from .schema import WHERE_FORWARD as FORWARD
+from .schema import WHERE_OPTIMIZER as OPTIMIZER
+from .schema import WHERE_OUTSIDE_LOOP as OUTSIDE_LOOP
 
 __all__ = [
     "AFTER_STEP",

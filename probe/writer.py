@@ -40,12 +40,12 @@ from collections import deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from dltop.probe.encoding import encode_record
-from dltop.probe.readback import FORCE_WAIT_S, Deadline
-from dltop.probe.schema import EV_DROPPED, EV_WARNING, EVENT
+from .encoding import encode_record
+from .readback import FORCE_WAIT_S, Deadline
+from .schema import EV_DROPPED, EV_WARNING, EVENT
 
 if TYPE_CHECKING:
-    from dltop.probe.filesink import Sink
+    from .filesink import Sink
 
 WAKE_S = 0.05  # how often the thread looks at the queue
 HOLD_MAX_S = 5.0  # an item not ready for this long is forced (a hung device must not stop the log)

@@ -70,6 +70,33 @@ def test_core_has_no_textual(path: Path) -> None:
     assert "dltop.tui.app" not in path.read_text(), f"core module {path.name} imports the app"
 
 
+def _placed() -> list:
+    """Every import under probe/ and tui/, resolved by file location (our modules are
+    imported relatively there, so a text search for ``dltop.tui`` would miss them)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("importgraph", ROOT / "scripts/importgraph.py")
+    assert spec and spec.loader
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules["importgraph"] = mod
+    spec.loader.exec_module(mod)
+    return mod.all_imports()
+
+
+def test_probe_and_core_reach_only_downwards() -> None:
+    """The probe never imports the viewer; the viewer's core never imports the app."""
+    bad = [
+        f"{i.source}:{i.line} imports {i.module}"
+        for i in _placed()
+        if i.module
+        and (
+            (i.source.startswith("probe") and i.module.startswith("tui"))
+            or (i.source.startswith("tui.core") and i.module.startswith("tui.app"))
+        )
+    ]
+    assert not bad, bad
+
+
 @pytest.mark.parametrize("path", _py_files(TUI), ids=lambda p: str(p.relative_to(TUI)))
 def test_viewer_never_imports_torch(path: Path) -> None:
     assert "torch" not in _imports(path, top_level_only=False), f"{path} imports torch"

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -141,7 +142,10 @@ def test_follow_stops_at_its_limit_on_a_run_that_goes_on(tmp_path: Path) -> None
     out = json.loads(done.stdout)
     assert out["status"] == "running"
     (note,) = out["notes"]
-    assert "followed for 2 s and stopped at its --follow limit" in note
+    # the limit counts from the command's start: on a busy machine the start itself can
+    # take most of 2 s, so the seconds spent following are at most 2, not exactly 2
+    followed = re.search(r"followed for (\d+) s and stopped at its --follow limit", note)
+    assert followed and int(followed.group(1)) <= 2, note
     assert took < 20  # 2 s of following, the start of the interpreter and the rest
 
 

@@ -221,7 +221,7 @@ with Probe(path=sys.argv[1], socket=False, system=False, heartbeat_every=0.2) as
 def test_a_log_deleted_mid_run_is_said_and_still_read(tmp_path: Path) -> None:
     from dltop.tui.core import view_model as vm
     from dltop.tui.core.run import RunModel
-    from dltop.tui.core.sources import open_source
+    from dltop.tui.core.source_open import open_source
     from waiting import wait_for
 
     log = tmp_path / "run.jsonl"

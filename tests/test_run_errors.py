@@ -168,7 +168,7 @@ def test_a_rank_whose_log_is_deleted_while_followed_is_named(tmp_path: Path) -> 
     rank 0 in view, the header's job note now names it; with rank 1 in view, its own
     header says it once (the job note does not repeat it)."""
     from dltop.tui.core.run import DELETED_NOTE
-    from dltop.tui.core.sources import open_source
+    from dltop.tui.core.source_open import open_source
     from waiting import wait_for
 
     ranks, sources = [], []

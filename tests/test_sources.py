@@ -16,11 +16,11 @@ from dltop.probe.encoding import encode_record
 from dltop.tui.core import backfill, sources
 from dltop.tui.core.dirsource import DirectorySource
 from dltop.tui.core.run import RunModel
+from dltop.tui.core.source_open import open_source
 from dltop.tui.core.sources import (
     FileSource,
     SourceError,
     list_rank_files,
-    open_source,
 )
 from waiting import wait_for
 

@@ -1,5 +1,5 @@
 """``python -m dltop.tui`` is the same as the ``dltop`` command."""
 
-from dltop.tui.cli import main
+from .cli import main
 
 raise SystemExit(main())

@@ -14,12 +14,12 @@ import os
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass
 
-from dltop.probe.decoding import LineDecoder
-from dltop.tui import thresholds_args
-from dltop.tui.check_output import (
+from ..probe.decoding import LineDecoder
+from . import thresholds_args
+from .check_output import (  # FileResult: re-exported, what check_file() returns
+    FileResult,
     as_json,
     checklists,
     error_json,
@@ -27,23 +27,23 @@ from dltop.tui.check_output import (
     text_report,
     verdict_of,
 )
-from dltop.tui.check_progress import Progress
-from dltop.tui.core import foreign, gradjoin, jobsplit, pipeline, ranks, rules_worker, workers
-from dltop.tui.core.alerts import SEVERITY_RANK
-from dltop.tui.core.logread import Snapshot
-from dltop.tui.core.rules import Config, ConfigError, RuleEngine
-from dltop.tui.core.safetext import visible, visible_lines
-from dltop.tui.core.sourcefiles import (
+from .check_progress import Progress
+from .core import foreign, gradjoin, jobsplit, pipeline, ranks, rules_worker, workers
+from .core.alerts import SEVERITY_RANK
+from .core.logread import Snapshot
+from .core.rules import Config, ConfigError, RuleEngine
+from .core.safetext import visible, visible_lines
+from .core.sourcefiles import (
     SourceError,
     is_missing,
     list_rank_files,
     open_log,
     total_size,
 )
-from dltop.tui.core.status import RunState, explain_unrecorded_end, local_pid_alive
-from dltop.tui.core.store import Store
-from dltop.tui.core.stream import is_stream_spec, redact
-from dltop.tui.report_read import store_then_engine
+from .core.status import explain_unrecorded_end, local_pid_alive
+from .core.store import Store
+from .core.stream import is_stream_spec, redact
+from .report_read import store_then_engine
 
 EXIT_OK, EXIT_WARN, EXIT_CRIT, EXIT_UNREADABLE = 0, 1, 2, 3
 SOURCE_HINT = "pass a .jsonl log written by dltop.probe, or a directory of them"
@@ -59,18 +59,6 @@ READ_CHUNK = 64 << 10
 
 class CheckError(Exception):
     """Why the source cannot be checked: one line for stderr."""
-
-
-@dataclass
-class FileResult:
-    path: str
-    engine: RuleEngine
-    state: RunState
-    skipped: int
-    rank: int | None = None
-    checklists: dict[int, list[dict[str, Any]]] = field(default_factory=dict)
-    notes: list[str] = field(default_factory=list)  # another tool's log: what was lost
-    store: Store | None = None  # the records as the viewer charts them (``collect``)
 
 
 def configure(parser: argparse.ArgumentParser) -> None:

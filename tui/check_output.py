@@ -12,16 +12,33 @@ import json
 import os
 import sys
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from dltop.probe.encoding import sanitize
-from dltop.tui.core.alerts import SEVERITY_RANK, Alert
-from dltop.tui.core.fmt import number as format_number
-from dltop.tui.core.verdict import job_verdict, verdict
+from ..probe.encoding import sanitize
+from .core.alerts import SEVERITY_RANK, Alert
+from .core.fmt import number as format_number
+from .core.verdict import job_verdict, verdict
 
 if TYPE_CHECKING:
-    from dltop.tui.check_cmd import FileResult
-    from dltop.tui.core.status import RunState
+    from .core.rules import RuleEngine
+    from .core.status import RunState
+    from .core.store import Store
+
+
+@dataclass
+class FileResult:
+    """One log's diagnosis, as ``check_cmd`` produced it and these functions word it."""
+
+    path: str
+    engine: RuleEngine
+    state: RunState
+    skipped: int
+    rank: int | None = None
+    checklists: dict[int, list[dict[str, Any]]] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)  # another tool's log: what was lost
+    store: Store | None = None  # the records as the viewer charts them (``collect``)
+
 
 _STATUS_ORDER = ("crashed", "stalled", "unknown", "running", "finished")
 _MARKS = {"yes": "[yes]", "no": "[no] ", None: "[ ? ]"}
@@ -175,8 +192,8 @@ def checklists(r: FileResult, lang: str) -> dict[int, list[dict[str, Any]]]:
     """Checklist steps with automatic marks, per alert (by id()): the ``checklist`` of each
     alert in ``--json``; empty without the checklist module."""
     try:
-        from dltop.tui.core.checklist_eval import evaluate  # noqa: PLC0415
-        from dltop.tui.core.checklists import checklist_for  # noqa: PLC0415
+        from .core.checklist_eval import evaluate  # noqa: PLC0415
+        from .core.checklists import checklist_for  # noqa: PLC0415
     except ImportError:
         return {}
     facts = r.engine.facts()

@@ -14,9 +14,9 @@ import sys
 import time
 from typing import TextIO
 
-from dltop.tui.core.fmt import nbytes
-from dltop.tui.core.safetext import visible
-from dltop.tui.core.sourcefiles import total_size
+from .core.fmt import nbytes
+from .core.safetext import visible
+from .core.sourcefiles import total_size
 
 AFTER_S = 1.0  # seconds of checking before the line first shows
 EVERY_S = 0.2  # seconds between two updates of the line

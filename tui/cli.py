@@ -15,8 +15,8 @@ import sys
 from collections.abc import Sequence
 from typing import NoReturn
 
-from dltop.tui.core.redact import redact
-from dltop.tui.core.safetext import visible
+from .core.redact import redact
+from .core.safetext import visible
 
 # sub-command name -> module under dltop.tui implementing configure() and run()
 COMMANDS = {

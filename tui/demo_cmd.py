@@ -23,8 +23,8 @@ import sys
 import time
 from pathlib import Path
 
-from dltop.demos._common import DEMOS, default_log_path, missing_framework
-from dltop.tui.core.safetext import visible
+from ..demos._common import DEMOS, default_log_path, missing_framework
+from .core.safetext import visible
 
 EXIT_USAGE = 2
 TORCH_HINT = "pip install torch==2.13.0"
@@ -210,7 +210,7 @@ def _wait_for_log(proc: subprocess.Popen[bytes], log: Path) -> bool:
 
 def _open_viewer(source: str) -> int:
     """Open the dashboard on ``source`` through the viewer command, as ``dltop SOURCE`` would."""
-    from dltop.tui import view_cmd  # noqa: PLC0415 - Textual loads only when the UI starts
+    from . import view_cmd  # noqa: PLC0415 - Textual loads only when the UI starts
 
     parser = argparse.ArgumentParser(prog="dltop")
     view_cmd.configure(parser)

@@ -24,9 +24,9 @@ import threading
 from collections.abc import Iterator
 from typing import Any
 
-from dltop.tui import thresholds_args
-from dltop.tui.core.safetext import visible
-from dltop.tui.serve_auth import BindError, parse_bind, url_host
+from . import thresholds_args
+from .core.safetext import visible
+from .serve_auth import BindError, parse_bind, url_host
 
 EXIT_CANNOT = 3
 DEFAULT_PORT = 9400
@@ -68,12 +68,13 @@ def _fail(message: object) -> int:
 
 def open_watch(spec: str, config: Any, job: str | None) -> Any:
     """One SOURCE followed live: its reader started, its ranks in a ``JobView``."""
-    from dltop.tui.core import metrics
-    from dltop.tui.core.rankjob import JobView
-    from dltop.tui.core.ranklog import RankLog
-    from dltop.tui.core.run import RunModel
-    from dltop.tui.core.sources import SourceError, open_source
-    from dltop.tui.core.stream import SocketSource, StreamError, is_stream_spec, redact
+    from .core import metrics
+    from .core.rankjob import JobView
+    from .core.ranklog import RankLog
+    from .core.run import RunModel
+    from .core.source_open import open_source
+    from .core.sources import SourceError
+    from .core.stream import SocketSource, StreamError, is_stream_spec, redact
 
     model = RunModel(redact(spec), config)
     try:
@@ -93,12 +94,12 @@ def open_watch(spec: str, config: Any, job: str | None) -> Any:
 def open_rank_files(paths: list[str], config: Any, job: str | None) -> Any:
     """Rank files of one folder named one by one (a node's share of a shared folder,
     ``rank{8..15}.jsonl``): one job, judged side by side like a folder."""
-    from dltop.tui.core import metrics
-    from dltop.tui.core.jobs import RANK_FILE
-    from dltop.tui.core.rankjob import JobView
-    from dltop.tui.core.ranklog import RankLog
-    from dltop.tui.core.run import RunModel
-    from dltop.tui.core.sources import FileSource, SourceError
+    from .core import metrics
+    from .core.jobs import RANK_FILE
+    from .core.rankjob import JobView
+    from .core.ranklog import RankLog
+    from .core.run import RunModel
+    from .core.sources import FileSource, SourceError
 
     ranks = []
     for path in paths:
@@ -120,8 +121,8 @@ def open_rank_files(paths: list[str], config: Any, job: str | None) -> Any:
 
 def group_sources(specs: list[str]) -> list[str | list[str]]:
     """Each SOURCE alone, except rank files of one folder: together, as one job."""
-    from dltop.tui.core.jobs import is_rank_file
-    from dltop.tui.core.stream import is_stream_spec
+    from .core.jobs import is_rank_file
+    from .core.stream import is_stream_spec
 
     out: list[str | list[str]] = []
     folders: dict[str, list[str]] = {}
@@ -147,13 +148,14 @@ class Collector:
         return []  # built at scrape time: nothing to check at registration
 
     def collect(self) -> Iterator[Any]:
-        from dltop.tui.core import metrics
         from prometheus_client.core import (
             CounterMetricFamily,
             GaugeMetricFamily,
             InfoMetricFamily,
             StateSetMetricFamily,
         )
+
+        from .core import metrics
 
         for fam in metrics.collect(self.watched):
             if not fam.samples and fam.kind != "gauge":
@@ -180,7 +182,7 @@ class Collector:
 
 
 def run(args: argparse.Namespace) -> int:
-    from dltop.tui.core.rules import ConfigError
+    from .core.rules import ConfigError
 
     try:
         host, port = parse_bind(args.prometheus, DEFAULT_PORT)
@@ -220,7 +222,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _start_line(host: str, port: int, watched: list[Any]) -> str:
-    from dltop.probe.viewerauth import is_loopback
+    from ..probe.viewerauth import is_loopback
 
     url = f"http://{url_host(host)}:{port}/metrics"
     ranks = sum(len(w.ranks()) for w in watched)

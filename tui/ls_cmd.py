@@ -18,7 +18,7 @@ import sys
 import time
 from pathlib import Path
 
-from dltop.tui.core.discover import (
+from .core.discover import (
     DEFAULT_LOG_DIR,
     RunInfo,
     describe_live,
@@ -26,9 +26,9 @@ from dltop.tui.core.discover import (
     live_runs,
     recent_logs,
 )
-from dltop.tui.core.jobs import group_live, group_sources, is_rank_file, job_dir, merge_job
-from dltop.tui.core.safetext import visible
-from dltop.tui.core.sourcefiles import is_regular
+from .core.jobs import group_live, group_sources, is_rank_file, job_dir, merge_job
+from .core.safetext import visible
+from .core.sourcefiles import is_regular
 
 RANKS_READ = 256  # rank files of one job read for its line (the first by name)
 

@@ -14,14 +14,14 @@ import argparse
 import os
 import sys
 
-from dltop.tui import check_cmd, thresholds_args
-from dltop.tui.check_output import primary, verdict_of
-from dltop.tui.core import foreign
-from dltop.tui.core.redact import redact
-from dltop.tui.core.rules import ConfigError
-from dltop.tui.core.safetext import visible
-from dltop.tui.core.ticks import Ticks
-from dltop.tui.core.view_model import alert_key
+from . import check_cmd, thresholds_args
+from .check_output import primary, verdict_of
+from .core import foreign
+from .core.redact import redact
+from .core.rules import ConfigError
+from .core.safetext import visible
+from .core.ticks import Ticks
+from .core.view_model import alert_key
 
 EXIT_OK, EXIT_FAILED = 0, check_cmd.EXIT_UNREADABLE
 USAGE_EXIT = EXIT_FAILED
@@ -57,8 +57,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from dltop.tui.core import report  # noqa: PLC0415 - `dltop --help` stays instant
-    from dltop.tui.core.extra_panels import parse_panels  # noqa: PLC0415
+    from .core import report  # noqa: PLC0415 - `dltop --help` stays instant
+    from .core.extra_panels import parse_panels  # noqa: PLC0415
 
     try:
         config = thresholds_args.load(args)

@@ -15,11 +15,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import IO
 
-from dltop.probe.decoding import LineDecoder
-from dltop.tui.core import gradjoin, pipeline, ranks, rules_worker
-from dltop.tui.core.pipeline import judge_range
-from dltop.tui.core.rules import Config, RuleEngine
-from dltop.tui.core.store import Store
+from ..probe.decoding import LineDecoder
+from .core import gradjoin, pipeline, ranks, rules_worker
+from .core.pipeline import judge_range
+from .core.rules import Config, RuleEngine
+from .core.store import Store
 
 
 def store_then_engine(

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from dltop.probe.viewerauth import is_loopback, mask_secret
+from ..probe.viewerauth import is_loopback, mask_secret
 
 TOKEN_ENV = "DLTOP_TOKEN"
 MAX_SESSIONS = 256  # cookies handed out and remembered; the oldest is forgotten first
@@ -102,7 +102,7 @@ def choose_token(
 def write_token_file(token: str, port: int, directory: Path | None = None) -> Path:
     """A generated token in a 0600 file of the private run directory (0700): how the person
     who started the server reads it without it ever reaching a terminal or a job log."""
-    from dltop.probe.rendezvous import runtime_dir
+    from ..probe.rendezvous import runtime_dir
 
     d = directory or runtime_dir()
     target = d / f"serve-{port}.token"

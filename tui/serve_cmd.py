@@ -19,9 +19,9 @@ import socket
 import sys
 from pathlib import Path
 
-from dltop.tui import thresholds_args
-from dltop.tui.core.safetext import visible
-from dltop.tui.serve_auth import (
+from . import thresholds_args
+from .core.safetext import visible
+from .serve_auth import (
     BindError,
     Token,
     choose_token,
@@ -37,7 +37,7 @@ USAGE_HINT = "usage: dltop serve [SOURCE...] [--bind HOST:PORT] [--show-url]; se
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    from dltop.tui.view_cmd import MAX_OVERLAY, _refresh_hz  # the viewer's own checks
+    from .view_cmd import MAX_OVERLAY, _refresh_hz  # the viewer's own checks
 
     parser.add_argument(
         "source",
@@ -105,7 +105,7 @@ def viewer_command(args: argparse.Namespace, sources: list[str]) -> str:
 def check_sources(args: argparse.Namespace) -> list[str]:
     """The sources as the viewer will open them (absolute paths: the same files whatever
     the subprocess's directory); none given: none passed, so each page finds the newest."""
-    from dltop.tui import view_cmd
+    from . import view_cmd
 
     if len(args.source) > view_cmd.MAX_OVERLAY:
         raise ServeError(
@@ -139,13 +139,13 @@ def run(args: argparse.Namespace) -> int:
     except (BindError, ServeError) as e:
         return _fail(e)
     try:
-        from dltop.tui.serve_web import DltopServer
+        from .serve_web import DltopServer
     except ModuleNotFoundError as e:
         return _fail(
             f"{e.name} is not installed (hint: pip install 'dltop-monitor[web]' brings "
             "textual-serve)"
         )
-    from dltop.tui.core.stream import redact
+    from .core.stream import redact
 
     title = "dltop " + " ".join(redact(s) for s in args.source) if args.source else "dltop"
     server = DltopServer(
@@ -176,7 +176,7 @@ def run(args: argparse.Namespace) -> int:
 
 def _start_line(host: str, port: int, token: Token, show_url: bool) -> str:
     """Where the page is and how to get in; the token itself only with ``--show-url``."""
-    from dltop.probe.viewerauth import is_loopback
+    from ..probe.viewerauth import is_loopback
 
     url = page_url(host, port)
     where = (

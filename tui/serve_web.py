@@ -31,15 +31,16 @@ from importlib import resources
 from typing import Any
 
 from aiohttp import WSMsgType, web
-from dltop.tui.serve_auth import (
+from textual_serve.app_service import AppService
+from textual_serve.server import Server
+
+from .serve_auth import (
     Sessions,
     cookie_name,
     host_is_loopback,
     same_origin,
     token_matches,
 )
-from textual_serve.app_service import AppService
-from textual_serve.server import Server
 
 MAX_VIEWERS = 8  # browser tabs served at once: each runs its own dltop process
 STOP_WAIT = 3.0  # seconds a viewer gets to quit when the server stops, then it is killed

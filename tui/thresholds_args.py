@@ -8,7 +8,7 @@ import argparse
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from dltop.tui.core.rules import Config
+    from .core.rules import Config
 
 HINT = "see docs/alerts.md for the keys, or `dltop check --print-config`"
 
@@ -34,7 +34,7 @@ def add_lang(parser: argparse.ArgumentParser, default: str = "en") -> None:
 
 def _lang(text: str) -> str:
     """A language the checklists ship in: any other was English with no word of it."""
-    from dltop.tui.core.checklists import languages  # noqa: PLC0415 - `--help` stays instant
+    from .core.checklists import languages  # noqa: PLC0415 - `--help` stays instant
 
     known = languages()
     if text not in known:
@@ -47,6 +47,6 @@ def _lang(text: str) -> str:
 def load(args: argparse.Namespace) -> Config:
     """The thresholds the flags ask for; raises ``ConfigError`` (one line) when they are wrong.
     The rules package loads here, not at import: ``dltop --help`` stays instant."""
-    from dltop.tui.core.rules import Config, parse_override
+    from .core.rules import Config, parse_override
 
     return Config.load(args.config, dict(parse_override(s) for s in args.set))

@@ -14,9 +14,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from dltop.tui import thresholds_args
-from dltop.tui.core.redact import redact
-from dltop.tui.core.safetext import visible
+from . import thresholds_args
+from .core.redact import redact
+from .core.safetext import visible
 
 EXIT_NO_SOURCE = 3
 RUNS_DIR = "dltop-runs"
@@ -42,7 +42,7 @@ def _refresh_hz(text: str) -> float:
 
 
 def _smooth(text: str) -> float:
-    from dltop.tui.core.smoothing import parse_weight
+    from .core.smoothing import parse_weight
 
     try:
         return parse_weight(text)
@@ -102,7 +102,7 @@ class SourceError(Exception):
 
 def newest_log(root: Path) -> Path | None:
     """The most recently modified ``*.jsonl`` under ``root`` (any depth, as `dltop ls`)."""
-    from dltop.tui.core.discover import recent_logs
+    from .core.discover import recent_logs
 
     found = recent_logs(root, limit=1)
     return found[0] if found else None
@@ -115,9 +115,9 @@ def newest_live_run() -> Path | str | None:
     A registered run whose socket refuses (its process hung up its server, or the pid
     was recycled) is passed over for the next one; none at all gives ``None``.
     """
-    from dltop.tui.core.discover import live_runs
-    from dltop.tui.core.jobs import job_dir
-    from dltop.tui.core.stream import StreamError, connect, parse_address
+    from .core.discover import live_runs
+    from .core.jobs import job_dir
+    from .core.stream import StreamError, connect, parse_address
 
     for run in live_runs():
         address = f"unix:{run['socket']}"
@@ -147,7 +147,7 @@ def resolve_source(source: str | None, cwd: Path | None = None) -> Path | str:
         found = newest_log(cwd / RUNS_DIR)
         if found is None:
             raise SourceError(START_HINT)
-        from dltop.tui.core.jobs import job_dir
+        from .core.jobs import job_dir
 
         return job_dir(str(found)) or found  # one rank of a job: the whole job
     if not source.strip():  # `dltop "$LOG"` with the variable unset: not the current folder
@@ -155,7 +155,7 @@ def resolve_source(source: str | None, cwd: Path | None = None) -> Path | str:
             "an empty SOURCE (hint: pass the log file, or nothing for the newest run)"
         )
     if source.startswith(("unix:", "tcp://")):
-        from dltop.tui.core.stream import StreamError, connect, parse_address
+        from .core.stream import StreamError, connect, parse_address
 
         try:
             connect(parse_address(source), timeout=2.0).close()  # alive now, or a hint
@@ -165,7 +165,7 @@ def resolve_source(source: str | None, cwd: Path | None = None) -> Path | str:
     path = Path(source).expanduser()
     if not path.is_absolute():
         path = cwd / path
-    from dltop.tui.core import foreign
+    from .core import foreign
 
     fmt = foreign.detect(str(path))
     if fmt is not None:  # another tool's log: trainer_state.json, metrics.csv, tfevents
@@ -177,8 +177,8 @@ def resolve_source(source: str | None, cwd: Path | None = None) -> Path | str:
             raise SourceError(str(e)) from None
         return path
     if path.is_dir():
-        from dltop.tui.core.sourcefiles import SourceError as CoreError
-        from dltop.tui.core.sourcefiles import list_rank_files
+        from .core.sourcefiles import SourceError as CoreError
+        from .core.sourcefiles import list_rank_files
 
         skipped: list[str] = []  # a FIFO or device named *.jsonl: left out, never opened
         try:
@@ -192,7 +192,7 @@ def resolve_source(source: str | None, cwd: Path | None = None) -> Path | str:
         if not logs:
             raise SourceError(f"{source}: directory has no *.jsonl logs (hint: pass the log file)")
         return path
-    from dltop.tui.core.sourcefiles import is_missing
+    from .core.sourcefiles import is_missing
 
     if is_missing(str(path)):  # a symlink loop or no permission: named by check_log_file
         hint = ""
@@ -203,8 +203,8 @@ def resolve_source(source: str | None, cwd: Path | None = None) -> Path | str:
         else:
             hint = " (hint: `dltop ls` lists the live runs and the logs under ./dltop-runs)"
         raise SourceError(f"{source}: no such file{hint}")
-    from dltop.tui.core.sources import SourceError as CoreSourceError
-    from dltop.tui.core.sources import check_log_file
+    from .core.sources import SourceError as CoreSourceError
+    from .core.sources import check_log_file
 
     try:
         check_log_file(str(path))  # readable, and looks like a log (the core's verdict)
@@ -215,7 +215,7 @@ def resolve_source(source: str | None, cwd: Path | None = None) -> Path | str:
 
 def _thresholds(args: argparse.Namespace) -> Any:
     """The same thresholds as `dltop check` with the same flags, so the viewer and CI agree."""
-    from dltop.tui.core.rules import ConfigError
+    from .core.rules import ConfigError
 
     try:
         return thresholds_args.load(args)
@@ -254,9 +254,9 @@ def run(args: argparse.Namespace) -> int:
     if not _can_draw():
         print(f"dltop: {NOT_A_TERMINAL}", file=sys.stderr)
         return EXIT_NO_SOURCE
-    from dltop.tui.app.app import DltopApp  # Textual loads only when the UI starts
-    from dltop.tui.core import foreign
-    from dltop.tui.core.extra_panels import parse_panels
+    from .app.app import DltopApp  # Textual loads only when the UI starts
+    from .core import foreign
+    from .core.extra_panels import parse_panels
 
     # another tool's log is a finished replay: read once, never followed
     replay = args.replay or all(

@@ -12,17 +12,17 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from dltop.tui.app.checklist import ChecklistPane, StepList
-from dltop.tui.app.mixin import AppMixin
-from dltop.tui.app.toast import notify_wrapped
-from dltop.tui.core import view_model as vm
-from dltop.tui.core.safetext import visible
+from ..core import view_model as vm
+from ..core.safetext import visible
+from .checklist import ChecklistPane, StepList
+from .mixin import AppMixin
+from .toast import notify_wrapped
 
 if TYPE_CHECKING:
-    from dltop.tui.core.alerts import Alert
-    from dltop.tui.core.checklist_eval import CheckedStep
-    from dltop.tui.core.run import RunModel
-    from dltop.tui.core.ticks import Ticks
+    from ..core.alerts import Alert
+    from ..core.checklist_eval import CheckedStep
+    from ..core.run import RunModel
+    from ..core.ticks import Ticks
 
 
 class AlertPane(AppMixin):

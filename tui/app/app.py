@@ -19,32 +19,6 @@ import os
 import sys
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from dltop.tui.app.alert_pane import AlertPane
-from dltop.tui.app.badges import Badge, BadgeBar
-from dltop.tui.app.cards import GpuPanel
-from dltop.tui.app.chart import Chart
-from dltop.tui.app.checklist import ChecklistPane, StepList
-from dltop.tui.app.crash_banner import CrashBanner
-from dltop.tui.app.exports import Exports
-from dltop.tui.app.header import Header
-from dltop.tui.app.help import HelpScreen
-from dltop.tui.app.messages import Ingested, SourceEnded, SourceFailed
-from dltop.tui.app.offloop import OffLoop
-from dltop.tui.app.panel_set import ALWAYS, PanelSet
-from dltop.tui.app.picker import PanelPicker
-from dltop.tui.app.rank_focus import RankFocus
-from dltop.tui.app.rank_table import RankTable
-from dltop.tui.app.toast import notify_wrapped
-from dltop.tui.app.view_keys import ViewKeys
-from dltop.tui.core import rankjob
-from dltop.tui.core import view_model as vm
-from dltop.tui.core.foreign_source import ForeignSource
-from dltop.tui.core.i18n import tr
-from dltop.tui.core.overlay import OverlayView
-from dltop.tui.core.overlay_source import OverlaySource
-from dltop.tui.core.safetext import visible
-from dltop.tui.core.sources import FileSource, SourceError, open_source
-from dltop.tui.core.stream import SocketSource, StreamError, is_stream_spec, redact
 from textual import events, on
 from textual.app import App, ComposeResult
 from textual.binding import Binding, BindingType
@@ -53,9 +27,37 @@ from textual.css.query import NoMatches
 from textual.geometry import Size
 from textual.widgets import Input, Static
 
+from ..core import rankjob
+from ..core import view_model as vm
+from ..core.foreign_source import ForeignSource
+from ..core.i18n import tr
+from ..core.overlay import OverlayView
+from ..core.overlay_source import OverlaySource
+from ..core.safetext import visible
+from ..core.source_open import open_source
+from ..core.sources import FileSource, SourceError
+from ..core.stream import SocketSource, StreamError, is_stream_spec, redact
+from .alert_pane import AlertPane
+from .badges import Badge, BadgeBar
+from .cards import GpuPanel
+from .chart import Chart
+from .checklist import ChecklistPane, StepList
+from .crash_banner import CrashBanner
+from .exports import Exports
+from .header import Header
+from .help import HelpScreen
+from .messages import Ingested, SourceEnded, SourceFailed
+from .offloop import OffLoop
+from .panel_set import ALWAYS, PanelSet
+from .picker import PanelPicker
+from .rank_focus import RankFocus
+from .rank_table import RankTable
+from .toast import notify_wrapped
+from .view_keys import ViewKeys
+
 if TYPE_CHECKING:
-    from dltop.tui.core.rules.config import Config
-    from dltop.tui.core.run import RunModel
+    from ..core.rules.config import Config
+    from ..core.run import RunModel
 
 COMPACT_WIDTH, COMPACT_HEIGHT = 110, 32
 # fits 80 columns (the smallest supported terminal); the rest (e: svg) is in the help

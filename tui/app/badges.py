@@ -13,10 +13,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from dltop.tui.core.alerts import Alert
-from dltop.tui.core.overlay import LETTERS, RUN_COLOURS
-from dltop.tui.core.textfit import cells
-from dltop.tui.core.view_model import alert_key, badge_label, newest_first
 from rich.style import Style
 from rich.text import Text
 from textual.app import ComposeResult
@@ -24,6 +20,11 @@ from textual.binding import Binding
 from textual.containers import HorizontalScroll
 from textual.message import Message
 from textual.widgets import Static
+
+from ..core.alerts import Alert
+from ..core.overlay import LETTERS, RUN_COLOURS
+from ..core.textfit import cells
+from ..core.view_model import alert_key, badge_label, newest_first
 
 MAX_BADGES = 40  # far more than a 1-line bar shows: a bound on widgets, whatever the width
 GAP = 3  # columns a badge takes beyond its text: its padding (1 + 1) and right margin (1)

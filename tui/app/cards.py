@@ -3,12 +3,13 @@ has no NVML readings (a CPU run, no driver), saying why instead of drawing an em
 
 from __future__ import annotations
 
-from dltop.tui.app.chart import Chart, Provider
-from dltop.tui.app.offloop import OffLoop
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.containers import Vertical
 from textual.widgets import Static
+
+from .chart import Chart, Provider
+from .offloop import OffLoop
 
 
 class GpuPanel(Vertical):

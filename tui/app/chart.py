@@ -26,9 +26,15 @@ import textwrap
 from collections.abc import Callable
 from typing import ClassVar
 
-from dltop.tui.app.offloop import OffLoop
-from dltop.tui.core.axis import row_of, step_ticks, time_ticks, y_ticks
-from dltop.tui.core.chartdata import (
+from rich.segment import Segment
+from rich.style import Style
+from textual.geometry import Size
+from textual.message import Message
+from textual.strip import Strip
+from textual.widget import Widget
+
+from ..core.axis import row_of, step_ticks, time_ticks, y_ticks
+from ..core.chartdata import (
     FLOOR_MARK,
     LEGEND,
     OFF_DOWN,
@@ -38,14 +44,9 @@ from dltop.tui.core.chartdata import (
     off_scale_marks,
     y_range,
 )
-from dltop.tui.core.overlay import FAINT, RUN_COLOURS, RUN_STYLES
-from dltop.tui.core.textfit import fit_spans
-from rich.segment import Segment
-from rich.style import Style
-from textual.geometry import Size
-from textual.message import Message
-from textual.strip import Strip
-from textual.widget import Widget
+from ..core.overlay import FAINT, RUN_COLOURS, RUN_STYLES
+from ..core.textfit import fit_spans
+from .offloop import OffLoop
 
 # (dx, dy) -> braille bit, dots numbered as in Unicode's braille block
 _BRAILLE_BITS = ((0x01, 0x02, 0x04, 0x40), (0x08, 0x10, 0x20, 0x80))

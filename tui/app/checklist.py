@@ -7,8 +7,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from dltop.tui.core.alerts import Alert
-from dltop.tui.core.safetext import visible
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
@@ -16,6 +14,9 @@ from textual.containers import Vertical
 from textual.message import Message
 from textual.widgets import OptionList, Static
 from textual.widgets.option_list import Option
+
+from ..core.alerts import Alert
+from ..core.safetext import visible
 
 MARKS = {"yes": ("✓", "bold green"), "no": ("✗", "bold red"), None: ("?", "dim")}
 

@@ -3,12 +3,13 @@ the panels, so that a replay of a crashed log answers the first question at once
 
 from __future__ import annotations
 
-from dltop.tui.core.textfit import ELLIPSIS, cells, fit_rows
-from dltop.tui.core.view_model import CrashInfo
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.containers import Vertical
 from textual.widgets import Static
+
+from ..core.textfit import ELLIPSIS, cells, fit_rows
+from ..core.view_model import CrashInfo
 
 ROWS = ("head", "last", "diag", "hint")
 

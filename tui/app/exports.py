@@ -11,14 +11,14 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from dltop.tui.app.mixin import AppMixin
-from dltop.tui.app.toast import notify_wrapped
-from dltop.tui.core.safetext import visible
+from ..core.safetext import visible
+from .mixin import AppMixin
+from .toast import notify_wrapped
 
 if TYPE_CHECKING:
-    from dltop.tui.core.run import RunModel
-    from dltop.tui.core.ticks import Ticks
-    from dltop.tui.core.view_model import Clock, ViewState
+    from ..core.run import RunModel
+    from ..core.ticks import Ticks
+    from ..core.view_model import Clock, ViewState
 
 
 class Exports(AppMixin):
@@ -51,7 +51,7 @@ class Exports(AppMixin):
 
     def action_report(self) -> None:
         """Write ``dltop report`` of the run as shown (tui/core/report.py) and say where."""
-        from dltop.tui.core.report import write_from_model
+        from ..core.report import write_from_model
 
         try:
             source = self._shown_source(self.source)

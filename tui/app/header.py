@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import re
 
-from dltop.tui.core.i18n import tr
-from dltop.tui.core.overlay import LETTERS, RUN_COLOURS
-from dltop.tui.core.textfit import fit
-from dltop.tui.core.view_model import HeaderInfo
 from rich.style import Style
 from rich.text import Text
 from textual.widgets import Static
+
+from ..core.i18n import tr
+from ..core.overlay import LETTERS, RUN_COLOURS
+from ..core.textfit import fit
+from ..core.view_model import HeaderInfo
 
 # status -> style; the CSS cannot colour parts of one line, so these stay here
 STATUS_STYLE = {

@@ -3,13 +3,14 @@ files of a run directory (which one is shown); in the viewer's ``--lang``."""
 
 from __future__ import annotations
 
-from dltop.tui.core.i18n import tr
 from rich.markup import escape
 from textual import events
 from textual.app import ComposeResult
 from textual.containers import VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Static
+
+from ..core.i18n import tr
 
 SCROLL_KEYS = frozenset(("up", "down", "pageup", "pagedown", "home", "end"))
 

@@ -14,19 +14,20 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from dltop.tui.app.cards import GpuPanel
-from dltop.tui.app.chart import Chart
-from dltop.tui.app.mixin import AppMixin
-from dltop.tui.app.picker import PanelPicker
-from dltop.tui.core import view_model as vm
-from dltop.tui.core.alerts import CRITICAL, WARNING
-from dltop.tui.core.extra_panels import pickable
-from dltop.tui.core.panels import spec_for
+from ..core import view_model as vm
+from ..core.alerts import CRITICAL, WARNING
+from ..core.extra_panels import pickable
+from ..core.panels import spec_for
+from .cards import GpuPanel
+from .chart import Chart
+from .mixin import AppMixin
+from .picker import PanelPicker
 
 if TYPE_CHECKING:
-    from dltop.tui.core.alerts import Alert
-    from dltop.tui.core.run import RunModel
     from textual.widget import Widget
+
+    from ..core.alerts import Alert
+    from ..core.run import RunModel
 
 ALWAYS = ("loss", "grad_norm", "lr")  # kept on the smallest terminal
 # the panel an alert is about, for the fourth place on a small terminal

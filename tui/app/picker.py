@@ -7,7 +7,6 @@ they picked; escape, enter or ``m`` closes it. The list itself comes from the co
 
 from __future__ import annotations
 
-from dltop.tui.core.extra_panels import MAX_EXTRA, Pickable
 from textual import on
 from textual.app import ComposeResult
 from textual.binding import Binding
@@ -16,6 +15,8 @@ from textual.message import Message
 from textual.screen import ModalScreen
 from textual.widgets import SelectionList, Static
 from textual.widgets.selection_list import Selection
+
+from ..core.extra_panels import MAX_EXTRA, Pickable
 
 
 class PanelPicker(ModalScreen[None]):

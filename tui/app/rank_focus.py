@@ -13,26 +13,27 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from dltop.tui.app.mixin import AppMixin
-from dltop.tui.app.rank_table import RankTable
-from dltop.tui.core import rankjob
-from dltop.tui.core import view_model as vm
-from dltop.tui.core.i18n import tr
-from dltop.tui.core.rankrows import pick_rows
-from dltop.tui.core.safetext import visible
-from dltop.tui.core.ticks import Ticks
 from textual.css.query import NoMatches
 from textual.widgets import Static
 
+from ..core import rankjob
+from ..core import view_model as vm
+from ..core.i18n import tr
+from ..core.rankrows import pick_rows
+from ..core.safetext import visible
+from ..core.ticks import Ticks
+from .mixin import AppMixin
+from .rank_table import RankTable
+
 if TYPE_CHECKING:
-    from dltop.tui.core.alerts import Alert
-    from dltop.tui.core.crash_view import CrashInfo
-    from dltop.tui.core.foreign_source import ForeignSource
-    from dltop.tui.core.overlay_source import OverlaySource
-    from dltop.tui.core.run import RunModel
-    from dltop.tui.core.sources import FileSource
-    from dltop.tui.core.status import RunState
-    from dltop.tui.core.stream import SocketSource
+    from ..core.alerts import Alert
+    from ..core.crash_view import CrashInfo
+    from ..core.foreign_source import ForeignSource
+    from ..core.overlay_source import OverlaySource
+    from ..core.run import RunModel
+    from ..core.sources import FileSource
+    from ..core.status import RunState
+    from ..core.stream import SocketSource
 
 HINT_RANKS = "q quit ? help 1-9 zoom m more l log s smooth g goto a alerts c list f rank"
 

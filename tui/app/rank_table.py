@@ -11,12 +11,13 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from dltop.tui.core.overlay import LETTERS, RUN_COLOURS
-from dltop.tui.core.rankjob import RankRow
 from rich.style import Style
 from rich.table import Table
 from rich.text import Text
 from textual.widgets import Static
+
+from ..core.overlay import LETTERS, RUN_COLOURS
+from ..core.rankjob import RankRow
 
 COLUMNS = ("rank", "host", "step", "step time", "data wait", "memory", "status", "alerts", "")
 

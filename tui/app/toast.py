@@ -11,8 +11,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from dltop.tui.core.textfit import wrap_path
 from textual.app import App
+
+from ..core.textfit import wrap_path
 
 # Textual's Toast: width 60, max-width 50% of the screen, padding 1 on each side and an
 # outer left border of 1

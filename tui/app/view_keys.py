@@ -11,18 +11,20 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from dltop.tui.app.cards import GpuPanel
-from dltop.tui.app.chart import Chart
-from dltop.tui.app.mixin import AppMixin
-from dltop.tui.core import view_model as vm
-from dltop.tui.core.smoothing import lag_bound, step_weight
-from dltop.tui.core.timeaxis import STEP, TIME, has_wall_clock, move_cursor
 from textual.widgets import Input
 
+from ..core import view_model as vm
+from ..core.smoothing import lag_bound, step_weight
+from ..core.timeaxis import STEP, TIME, has_wall_clock, move_cursor
+from .cards import GpuPanel
+from .chart import Chart
+from .mixin import AppMixin
+
 if TYPE_CHECKING:
-    from dltop.tui.core.rankjob import JobView
-    from dltop.tui.core.run import RunModel
     from textual.widget import Widget
+
+    from ..core.rankjob import JobView
+    from ..core.run import RunModel
 
 
 class ViewKeys(AppMixin):

@@ -25,17 +25,17 @@ import os
 import time
 from typing import TYPE_CHECKING
 
-from dltop.probe.decoding import LineDecoder, decode_line
-from dltop.probe.schema import META
-from dltop.tui.core import rules_worker, workers
-from dltop.tui.core.pipeline import feed_engine, make_engine
+from ...probe.decoding import LineDecoder, decode_line
+from ...probe.schema import META
+from . import rules_worker, workers
+from .pipeline import feed_engine, make_engine
 
 if TYPE_CHECKING:
     import threading
     from collections.abc import Iterator
 
-    from dltop.tui.core.rules import RuleEngine
-    from dltop.tui.core.run import RunModel
+    from .rules import RuleEngine
+    from .run import RunModel
 
 CHUNK_LIVE = 1 << 20  # most bytes read per progress tick for the live preview
 PROGRESS = 0.2  # seconds between progress notifications during a backfill

@@ -14,7 +14,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from dltop.tui.core.timeaxis import STEP, TIME, column_of
+from .timeaxis import STEP, TIME, column_of
 
 # Style keys a trace may ask for; the chart widget maps each to a component class.
 RAW, EMA, EVAL, ALT, ALT2 = "raw", "ema", "eval", "alt", "alt2"

@@ -15,11 +15,11 @@ import operator
 from dataclasses import dataclass
 from typing import Any
 
-from dltop.tui.core.alerts import Alert
-from dltop.tui.core.checklists import UNARY_OPS, Checklist, ChecklistStep
-from dltop.tui.core.facts import Fact
-from dltop.tui.core.fmt import number as format_number
-from dltop.tui.core.fmt import styled as format_value
+from .alerts import Alert
+from .checklists import UNARY_OPS, Checklist, ChecklistStep
+from .facts import Fact
+from .fmt import number as format_number
+from .fmt import styled as format_value
 
 _ORDERING = {">": operator.gt, ">=": operator.ge, "<": operator.lt, "<=": operator.le}
 

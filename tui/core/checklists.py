@@ -22,8 +22,8 @@ from importlib.abc import Traversable
 from pathlib import Path
 from typing import Any
 
-from dltop.tui.core.alerts import Alert
-from dltop.tui.core.facts import FACT_NAMES
+from .alerts import Alert
+from .facts import FACT_NAMES
 
 BASE_LANG = "en"
 GENERIC_ID = "generic"

@@ -8,14 +8,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from dltop.tui.core.fmt import compact as format_value
-from dltop.tui.core.safetext import escape_fields
-from dltop.tui.core.textfit import fit
+from .fmt import compact as format_value
+from .safetext import escape_fields
+from .textfit import fit
 
 if TYPE_CHECKING:
-    from dltop.tui.core.run import RunModel
-    from dltop.tui.core.status import RunState
-    from dltop.tui.core.store import Store
+    from .run import RunModel
+    from .status import RunState
+    from .store import Store
 
 
 @dataclass(frozen=True)
@@ -84,7 +84,7 @@ def store_crash_info(store: Store, run_state: RunState | None = None) -> CrashIn
     diagnosis = summary = ""
     hint = ""
     try:
-        from dltop.tui.core.crashdiag import diagnose, last_user_frame
+        from .crashdiag import diagnose, last_user_frame
 
         d = diagnose(ev)
         if d is not None:

@@ -15,7 +15,7 @@ import tomllib
 from dataclasses import dataclass, field
 from typing import Any
 
-from dltop.tui.core.checklists import Root, data_root, unreadable
+from .checklists import Root, data_root, unreadable
 
 ALERT_IDS = ("oom", "crash")
 DETAIL_TYPES = ("int", "float", "bytes", "text", "dtype")

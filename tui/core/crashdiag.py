@@ -24,10 +24,10 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from dltop.tui.core.checklists import Root
-from dltop.tui.core.crashcatalogue import CatalogueError, CrashPattern, PatternMatch, load_catalogue
-from dltop.tui.core.ending import is_fatal
-from dltop.tui.core.fmt import nbytes as format_bytes
+from .checklists import Root
+from .crashcatalogue import CatalogueError, CrashPattern, PatternMatch, load_catalogue
+from .ending import is_fatal
+from .fmt import nbytes as format_bytes
 
 MAX_CAUSES = 4  # how deep a chain of causes ("raise X from Y") is followed
 # What the regexes see of untrusted text (see the module docstring). The probe keeps 4096

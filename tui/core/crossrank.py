@@ -14,15 +14,15 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, cast
 
-from dltop.tui.core.alerts import Alert, AlertSink
-from dltop.tui.core.ranklog import RankLog
-from dltop.tui.core.ranks import FAILURES, Rank, RankTimes, judge
+from .alerts import Alert, AlertSink
+from .ranklog import RankLog
+from .ranks import FAILURES, Rank, RankTimes, judge
 
 JUDGED = FAILURES + ("stall",)  # the alerts the cross-rank judgement may annotate
 
 if TYPE_CHECKING:
-    from dltop.tui.core.rules import RuleEngine
-    from dltop.tui.core.store import Store
+    from .rules import RuleEngine
+    from .store import Store
 
 FEED_ROWS = 200_000  # step rows per rank fed to the straggler timings per judgement
 FEED_SLICE = 5_000  # ...copied out per hold of the rank's lock (a few ms)

@@ -13,18 +13,18 @@ import os
 import time
 from typing import Any
 
-from dltop.tui.core import jobsplit
-from dltop.tui.core.peers import PeerJoin, has_shares
-from dltop.tui.core.ranklog import RankLog
-from dltop.tui.core.run import RunModel
-from dltop.tui.core.sourcefiles import (
+from . import jobsplit
+from .peers import PeerJoin, has_shares
+from .ranklog import RankLog
+from .run import RunModel
+from .sourcefiles import (
     RankFile,
     SourceError,
     list_rank_files,
     pick_rank_file,
     separate_runs,
 )
-from dltop.tui.core.sources import FileSource, OnUpdate
+from .sources import FileSource, OnUpdate
 
 
 class DirectorySource(FileSource):

@@ -20,10 +20,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from dltop.probe import rendezvous
-from dltop.probe.decoding import LineDecoder
-from dltop.tui.core.sourcefiles import is_regular, open_log
-from dltop.tui.core.stream import Address, StreamError, parse_address, peek
+from ...probe import rendezvous
+from ...probe.decoding import LineDecoder
+from .sourcefiles import is_regular, open_log
+from .stream import Address, StreamError, parse_address, peek
 
 DEFAULT_LOG_DIR = "dltop-runs"
 STATUS_TAIL = 2000  # records of a live run's backlog judged for its status (~20 ms)
@@ -128,10 +128,10 @@ def _judge(
     """The run's step, status and verdict, as ``dltop check`` words them (the rules
     engine, ``status.run_state`` and ``verdict``): over the whole log when ``whole``, else
     over its meta and last records. A record the rules choke on leaves ``?``."""
-    from dltop.tui.core.pipeline import feed  # noqa: PLC0415 - only `dltop ls` needs it
-    from dltop.tui.core.rules import RuleEngine  # noqa: PLC0415
-    from dltop.tui.core.status import run_state  # noqa: PLC0415
-    from dltop.tui.core.verdict import primary_fault, verdict  # noqa: PLC0415
+    from .pipeline import feed  # noqa: PLC0415 - only `dltop ls` needs it
+    from .rules import RuleEngine  # noqa: PLC0415
+    from .status import run_state  # noqa: PLC0415
+    from .verdict import primary_fault, verdict  # noqa: PLC0415
 
     engine = RuleEngine()
     try:
@@ -188,7 +188,7 @@ def describe_log(
         log_path=str(path),
         extra={"rank": rank} if type(rank) is int else {},
     )
-    from dltop.tui.core.status import local_pid_alive  # noqa: PLC0415
+    from .status import local_pid_alive  # noqa: PLC0415
 
     head_recs = [] if whole or not meta else [meta]
     _judge(info, head_recs, records, now=time.time(), pid_alive=local_pid_alive(meta), whole=whole)

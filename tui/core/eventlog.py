@@ -30,9 +30,10 @@ from collections import Counter, deque
 from typing import Any
 
 import msgspec
-from dltop.probe import schema
-from dltop.tui.core.fmt import nbytes
-from dltop.tui.core.safetext import visible
+
+from ...probe import schema
+from .fmt import nbytes
+from .safetext import visible
 
 KEEP = 100  # first and last events of the types nothing judges (notes, unknown types)
 KEY_KEEP = 1000  # first and last events of each type in KEY_TYPES

@@ -16,12 +16,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from dltop.tui.core.chartdata import EMA, EVAL, RAW
-from dltop.tui.core.safetext import visible
+from .chartdata import EMA, EVAL, RAW
+from .panelspec import PanelSpec, Series
+from .safetext import visible
 
 if TYPE_CHECKING:
-    from dltop.tui.core.panels import PanelSpec
-    from dltop.tui.core.store import Store
+    from .store import Store
 
 PREFIX = "+"
 MAX_EXTRA = 12  # extra panels at once: past this a grid cell is a few characters wide
@@ -82,8 +82,6 @@ def _kind(name: str) -> str:
 def extra_spec(key: str, store: Store | None = None) -> PanelSpec:
     """The panel of ``+<series>``: the series, its smoothed copy when it is a per-step
     series, and its eval twin as a line with markers."""
-    from dltop.tui.core.panels import PanelSpec, Series
-
     name = key[len(PREFIX) :]
     title = visible(name, limit=40)
     if name.startswith(_EVAL):  # an eval metric with no training twin

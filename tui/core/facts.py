@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from dltop.tui.core.fmt import number
+from .fmt import number
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,7 @@ from __future__ import annotations
 from array import array
 from typing import Any
 
-from dltop.probe import schema
+from ...probe import schema
 
 STEP_NOT_SERIES = frozenset(("kind", "step"))  # step-record keys that are not series
 _NOT_SERIES = frozenset(("kind", "step", "t"))  # eval / sys keys that are not series

@@ -11,10 +11,10 @@ import os
 import traceback
 from typing import Any
 
-from dltop.tui.core.reader import ReaderThread
-from dltop.tui.core.run import RunModel
-from dltop.tui.core.sourcefiles import SourceError
-from dltop.tui.core.sources import SLICE, OnUpdate
+from .reader import ReaderThread
+from .run import RunModel
+from .sourcefiles import SourceError
+from .sources import SLICE, OnUpdate
 
 
 class ForeignSource(ReaderThread):
@@ -35,7 +35,7 @@ class ForeignSource(ReaderThread):
         fmt: str | None = None,
         **_ignored: Any,  # follow, poll_interval...: a finished file has nothing to follow
     ) -> None:
-        from dltop.tui.core import foreign  # noqa: PLC0415
+        from . import foreign  # noqa: PLC0415
 
         self.path = os.fspath(path)
         found = fmt or foreign.detect(self.path)
@@ -51,7 +51,7 @@ class ForeignSource(ReaderThread):
 
     def run(self) -> None:
         """Read the log and ingest it as it is converted (foreign/common.py's batches)."""
-        from dltop.tui.core import foreign  # noqa: PLC0415
+        from . import foreign  # noqa: PLC0415
 
         try:
             # read already when the command line checked it (view_cmd), else now

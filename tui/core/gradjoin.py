@@ -20,7 +20,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from dltop.probe.schema import GRAD_SQ_LOCAL, META, STEP, as_float, as_step
+from ...probe.schema import GRAD_SQ_LOCAL, META, STEP, as_float, as_step
 
 MAX_SHARE_STEPS = 1_000_000  # steps whose shares a sharded job's join keeps (about 100 MB)
 

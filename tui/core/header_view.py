@@ -11,21 +11,21 @@ import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from dltop.tui.core.fmt import age as format_age
-from dltop.tui.core.fmt import compact, compact_bytes
-from dltop.tui.core.fmt import duration as format_duration
-from dltop.tui.core.fmt import rate as format_rate
-from dltop.tui.core.i18n import tr
-from dltop.tui.core.run import DELETED_NOTE
-from dltop.tui.core.safetext import escape_fields, visible
-from dltop.tui.core.textfit import fit
-from dltop.tui.core.verdict import primary_fault
+from .fmt import age as format_age
+from .fmt import compact, compact_bytes
+from .fmt import duration as format_duration
+from .fmt import rate as format_rate
+from .i18n import tr
+from .run import DELETED_NOTE
+from .safetext import escape_fields, visible
+from .textfit import fit
+from .verdict import primary_fault
 
 if TYPE_CHECKING:
-    from dltop.tui.core.run import RunModel
-    from dltop.tui.core.sourcefiles import RankFile
-    from dltop.tui.core.status import RunState
-    from dltop.tui.core.view_model import ViewState
+    from .run import RunModel
+    from .sourcefiles import RankFile
+    from .status import RunState
+    from .viewstate import ViewState
 
 
 @dataclass(frozen=True)

@@ -14,16 +14,16 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from dltop.tui.core import panels, smoothing
-from dltop.tui.core.chartdata import EMA, ChartData, Trace
-from dltop.tui.core.fmt import compact
-from dltop.tui.core.ranklog import RankLog
-from dltop.tui.core.rules.window import median_of
-from dltop.tui.core.timeaxis import TIME, TimeColumns, has_wall_clock
+from . import panels, smoothing
+from .chartdata import EMA, ChartData, Trace
+from .fmt import compact
+from .ranklog import RankLog
+from .rules.window import median_of
+from .timeaxis import TIME, TimeColumns, has_wall_clock
 
 if TYPE_CHECKING:
-    from dltop.tui.core.run import RunModel
-    from dltop.tui.core.view_model import ViewState
+    from .run import RunModel
+    from .view_model import ViewState
 
 BAND = "band"  # the chart style of the min–max band across ranks
 

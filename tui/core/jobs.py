@@ -17,7 +17,7 @@ import re
 from collections.abc import Iterable
 from pathlib import Path
 
-from dltop.tui.core.discover import RunInfo
+from .discover import RunInfo
 
 RANK_FILE = re.compile(r"^rank(\d+)\.jsonl$")
 # worst first: a job is as bad as its worst rank (one crashed rank stops the job)

@@ -20,7 +20,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from dltop.tui.core.sourcefiles import (
+from .sourcefiles import (
     RankFile,
     pick_rank_file,
     separate_note,

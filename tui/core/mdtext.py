@@ -15,7 +15,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from dltop.tui.core.safetext import visible, visible_lines
+from .safetext import visible, visible_lines
 
 # every character that starts inline markup in CommonMark or GitHub's flavour: emphasis,
 # code, links and images, tables, strikethrough, math, mentions; < > & become entities

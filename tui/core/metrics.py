@@ -22,14 +22,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from dltop.tui.core.alerts import SEVERITY_RANK, Alert
-from dltop.tui.core.safetext import visible
-from dltop.tui.core.status import STATUSES
+from .alerts import SEVERITY_RANK, Alert
+from .safetext import visible
+from .status import STATUSES
 
 if TYPE_CHECKING:
-    from dltop.tui.core.rankjob import JobView
-    from dltop.tui.core.ranklog import RankLog
-    from dltop.tui.core.store import Store
+    from .rankjob import JobView
+    from .ranklog import RankLog
+    from .store import Store
 
 MAX_LABEL = 128  # characters of a label value taken from a log
 MAX_VERDICT = 240  # the verdict's label: one line, longer than the others
@@ -136,7 +136,7 @@ def job_label(source: str, meta: dict[str, Any] | None) -> str:
     path = source.rstrip("/")
     if os.path.isdir(path):
         return os.path.basename(path) or path
-    from dltop.tui.core.jobs import is_rank_file
+    from .jobs import is_rank_file
 
     if is_rank_file(path):
         return os.path.basename(os.path.dirname(os.path.abspath(path)))

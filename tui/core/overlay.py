@@ -25,11 +25,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
-from dltop.tui.core import overlay_scale, panels
-from dltop.tui.core.alerts import Alert
-from dltop.tui.core.chartdata import LEGEND, ChartData, Trace
-from dltop.tui.core.fmt import compact
-from dltop.tui.core.rankjob import (
+from . import overlay_scale, panels
+from .alerts import Alert
+from .chartdata import LEGEND, ChartData, Trace
+from .fmt import compact
+from .rankjob import (
     JobView,
     RankLog,
     RankRow,
@@ -38,14 +38,14 @@ from dltop.tui.core.rankjob import (
     job_window,
     slowest_rank,
 )
-from dltop.tui.core.ranks import FAILURES
-from dltop.tui.core.safetext import visible
-from dltop.tui.core.textfit import fit
-from dltop.tui.core.timeaxis import TIME
+from .ranks import FAILURES
+from .safetext import visible
+from .textfit import fit
+from .timeaxis import TIME
 
 if TYPE_CHECKING:
-    from dltop.tui.core.run import RunModel
-    from dltop.tui.core.view_model import ViewState
+    from .run import RunModel
+    from .view_model import ViewState
 
 MAX_RUNS = 8
 LETTERS = "ABCDEFGH"

@@ -13,11 +13,12 @@ import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from dltop.tui.core.overlay import MAX_RUNS, OverlayRun, overlay_runs
-from dltop.tui.core.reader import ReaderThread
-from dltop.tui.core.run import RunModel
-from dltop.tui.core.sources import SourceError, open_source
-from dltop.tui.core.stream import SocketSource, is_stream_spec, redact
+from .overlay import MAX_RUNS, OverlayRun, overlay_runs
+from .reader import ReaderThread
+from .run import RunModel
+from .source_open import open_source
+from .sources import SourceError
+from .stream import SocketSource, is_stream_spec, redact
 
 
 def _open(spec: str, model: RunModel, on_update: Callable[[int], Any] | None, **kw: Any) -> Any:

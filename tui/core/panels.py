@@ -10,11 +10,11 @@ must be redrawn at all: its series' versions plus the view, so idle panels cost 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from dltop.tui.core import smoothing
-from dltop.tui.core.chartdata import (
+from . import smoothing
+from .chartdata import (
     ALT,
     ALT2,
     EMA,
@@ -26,56 +26,23 @@ from dltop.tui.core.chartdata import (
     floor_note,
     wants_log,
 )
-from dltop.tui.core.extra_panels import extra_spec, is_extra
-from dltop.tui.core.fmt import compact as format_value
-from dltop.tui.core.foreign.common import TOOL_NAME
-from dltop.tui.core.safetext import visible
-from dltop.tui.core.timeaxis import CLOCK, TIME, TimeColumns, time_columns
+from .extra_panels import extra_spec, is_extra
+from .fmt import compact as format_value
+from .foreign.common import TOOL_NAME
+from .panelspec import PanelSpec, Series  # noqa: F401 - re-exported
+from .safetext import visible
+from .timeaxis import CLOCK, TIME, TimeColumns, time_columns
 
 # a legend item: plain text, or (text, style key) spans (an overlaid run's letter in its
 # colour); either is escaped here, in ``assemble``
 LegendItem = str | tuple[tuple[str, str], ...]
 
 if TYPE_CHECKING:
-    from dltop.tui.core.decimate import Decimated
-    from dltop.tui.core.run import RunModel
-    from dltop.tui.core.series import Series as StoreSeries
-    from dltop.tui.core.store import Store
-    from dltop.tui.core.view_model import ViewState
-
-
-@dataclass(frozen=True)
-class Series:
-    """One line of a panel: a store metric, how to draw it, its legend label."""
-
-    metric: str
-    label: str
-    style: str = RAW
-    connect: bool = True
-    lead: bool = False  # its value comes first in the legend (a narrow panel cuts the end)
-    markers: bool = False  # a mark on each point (evals: a line through them, and where they are)
-
-
-@dataclass(frozen=True)
-class PanelSpec:
-    """A panel: which metrics, in which unit, on which scale."""
-
-    key: str
-    title: str
-    series: tuple[Series, ...]
-    unit: str = ""
-    log: bool = False  # fixed log scale (grad norm); the loss panel follows ViewState
-    # a log axis by itself when the visible values span > 3 decades (ViewState.log_loss
-    # None). Only the loss: a time or memory panel starts at zero and reads right on a
-    # linear axis, where a data wait of 10 us looks as small as it is (on a log axis it
-    # would look as big as the compute)
-    auto_log: bool = False
-    smooth: bool = False  # a smoothed copy of the first series over it (ViewState.smoothing)
-    y_floor: float | None = None
-    empty: str = "waiting for data"
-    # what the panel draws, for "no <missing> in this Lightning log": another tool's log
-    # cannot take the probe's hints (pass model=...); it simply never had the values
-    missing: str = ""
+    from .decimate import Decimated
+    from .run import RunModel
+    from .series import Series as StoreSeries
+    from .store import Store
+    from .viewstate import ViewState
 
 
 PANELS: tuple[PanelSpec, ...] = (

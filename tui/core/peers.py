@@ -27,9 +27,9 @@ import os
 from collections import deque
 from typing import Any
 
-from dltop.probe.decoding import LineDecoder
-from dltop.probe.schema import GRAD_SQ_LOCAL, META, STEP, as_float, as_step
-from dltop.tui.core.sourcefiles import SourceError, open_log
+from ...probe.decoding import LineDecoder
+from ...probe.schema import GRAD_SQ_LOCAL, META, STEP, as_float, as_step
+from .sourcefiles import SourceError, open_log
 
 HOLD_S = 3.0  # longest a sharded step waits for the other ranks' shares (the probe writes
 # its queue every fraction of a second; a GPU read-back can delay a rank's line a little)

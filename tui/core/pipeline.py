@@ -18,13 +18,13 @@ import os
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from dltop.probe.decoding import LineDecoder
-from dltop.tui.core.rules import Config, RuleEngine
+from ...probe.decoding import LineDecoder
+from .rules import Config, RuleEngine
 
 if TYPE_CHECKING:
-    from dltop.tui.core.gradjoin import RankShares
-    from dltop.tui.core.ranks import RankTimes
-    from dltop.tui.core.store import Store
+    from .gradjoin import RankShares
+    from .ranks import RankTimes
+    from .store import Store
 
 Records = list[dict[str, Any]]
 
@@ -84,7 +84,7 @@ def judge_range(
     the file's position is left alone): (engine, error, offset reached). ``join``: the log
     is a job's only file and joins its own sharded grad-norm shares, as the whole-file
     loop does. ``progress``: called with the offset after each chunk."""
-    from dltop.tui.core.gradjoin import GradNormJoin  # noqa: PLC0415 - only jobs join
+    from .gradjoin import GradNormJoin  # noqa: PLC0415 - only jobs join
 
     shares = GradNormJoin().primary() if join else None
     engine, error = make_engine(config)

@@ -35,20 +35,20 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from dltop.tui.core import panels
-from dltop.tui.core.alerts import INFO, SEVERITY_RANK, Alert
-from dltop.tui.core.chartdata import ChartData
-from dltop.tui.core.crossrank import JUDGE_EVERY, CrossRank
-from dltop.tui.core.jobcharts import BAND, column, job_chart, job_signature, job_window
-from dltop.tui.core.ranklog import RankLog
-from dltop.tui.core.rankrows import RankRow, memory_text, recent, seconds_text, slowest_rank
-from dltop.tui.core.run import DELETED_NOTE
-from dltop.tui.core.safetext import visible
-from dltop.tui.core.textfit import fit
-from dltop.tui.core.view_model import ViewState, alert_key, alerts_of, locked
+from . import panels
+from .alerts import INFO, SEVERITY_RANK, Alert
+from .chartdata import ChartData
+from .crossrank import JUDGE_EVERY, CrossRank
+from .jobcharts import BAND, column, job_chart, job_signature, job_window
+from .ranklog import RankLog
+from .rankrows import RankRow, memory_text, recent, seconds_text, slowest_rank
+from .run import DELETED_NOTE
+from .safetext import visible
+from .textfit import fit
+from .view_model import ViewState, alert_key, alerts_of, locked
 
 if TYPE_CHECKING:
-    from dltop.tui.core.run import RunModel
+    from .run import RunModel
 
 JUDGE_SHARE = 0.2  # at most this share of a CPU: a judgement taking d waits d / share
 MAX_NAMED = 4  # ranks named on a merged badge before "+N"
@@ -294,7 +294,7 @@ class JobView:
         it: a single log's; a focused rank's; across the ranks, the first fault of the
         job (its rank named), with the cross-rank judgements (straggler, first failure,
         the rank a hung job waits for)."""
-        from dltop.tui.core.verdict import fault_line, primary_fault  # noqa: PLC0415
+        from .verdict import fault_line, primary_fault  # noqa: PLC0415
 
         ranks = self.ranks()
         focused = self.focused()

@@ -11,10 +11,10 @@ import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from dltop.tui.core.safetext import visible
+from .safetext import visible
 
 if TYPE_CHECKING:
-    from dltop.tui.core.run import RunModel
+    from .run import RunModel
 
 
 @dataclass(frozen=True)

@@ -10,15 +10,15 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from dltop.tui.core.alerts import SEVERITY_RANK
-from dltop.tui.core.crossrank import CrossRank
-from dltop.tui.core.fmt import compact, compact_bytes
-from dltop.tui.core.ranklog import RankLog
-from dltop.tui.core.ranks import EXCESS_SHARE, MIN_EXCESS_S
-from dltop.tui.core.rules.window import median_of
+from .alerts import SEVERITY_RANK
+from .crossrank import CrossRank
+from .fmt import compact, compact_bytes
+from .ranklog import RankLog
+from .ranks import EXCESS_SHARE, MIN_EXCESS_S
+from .rules.window import median_of
 
 if TYPE_CHECKING:
-    from dltop.tui.core.store import Store
+    from .store import Store
 
 RECENT = 50  # points of a rank's series its table row summarises (as the header's steps/s)
 SLOW_STEP = 1.1  # without a verdict, a rank this much slower than the median is "slowest"

@@ -29,12 +29,12 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from dltop.probe.schema import as_float, as_step
-from dltop.tui.core.alerts import CRITICAL, WARNING, Alert
-from dltop.tui.core.crashcatalogue import CatalogueError, secondary_patterns
-from dltop.tui.core.fmt import number as fmt
-from dltop.tui.core.rules.engine import RuleEngine
-from dltop.tui.core.rules.window import median_of
+from ...probe.schema import as_float, as_step
+from .alerts import CRITICAL, WARNING, Alert
+from .crashcatalogue import CatalogueError, secondary_patterns
+from .fmt import number as fmt
+from .rules.engine import RuleEngine
+from .rules.window import median_of
 
 SKEW_S = 2.0  # clock difference tolerated between hosts when ordering failures
 BUCKET_STEPS = 50  # steps per block compared across ranks

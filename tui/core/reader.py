@@ -13,7 +13,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Self
 
 if TYPE_CHECKING:
-    from dltop.tui.core.run import RunModel
+    from .run import RunModel
 
 
 class ReaderThread:

@@ -24,56 +24,23 @@ import os
 import re
 import time
 import zlib
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 from urllib.parse import quote
 
-from dltop.tui.core import report_sections as sections
-from dltop.tui.core import safewrite, svgchart
-from dltop.tui.core.alerts import Alert
-from dltop.tui.core.extra_panels import MAX_EXTRA, is_extra, pickable
-from dltop.tui.core.panels import PANELS, panel_spec, store_chart
-from dltop.tui.core.view_model import ViewState, alert_key, locked
+from . import report_sections as sections
+from . import safewrite, svgchart
+from .extra_panels import MAX_EXTRA, is_extra, pickable
+from .panels import PANELS, panel_spec, store_chart
+from .report_sections import ReportAlert, ReportRun
+from .view_model import ViewState, alert_key, locked
 
 if TYPE_CHECKING:
-    from dltop.tui.core.facts import Fact
-    from dltop.tui.core.run import RunModel
-    from dltop.tui.core.status import RunState
-    from dltop.tui.core.store import Store
-    from dltop.tui.core.ticks import Ticks
+    from .run import RunModel
+    from .ticks import Ticks
 
 SUFFIX = ".report.md"
 CHART_BUCKETS = 240  # a 120-column chart in the viewer asks for the same
-
-
-@dataclass
-class ReportAlert:
-    """One alert with what its checklist is marked from and what the person ticked."""
-
-    alert: Alert
-    facts: dict[str, Fact]
-    ticked: set[str] = field(default_factory=set)
-    rank: int | None = None  # a directory of rank logs: whose alert it is
-
-
-@dataclass
-class ReportRun:
-    """Everything a report says about one run; ``store`` is the rank charted."""
-
-    source: str
-    store: Store
-    state: RunState | None
-    alerts: list[ReportAlert]
-    lang: str = "en"
-    skipped_lines: int = 0
-    notes: list[str] = field(default_factory=list)
-    ranks: list[str] = field(default_factory=list)  # one line per rank file of a directory
-    rules_error: str | None = None
-    verdict: str = ""  # the one-line verdict (``dltop.tui.core.verdict``), the report's top
-    # the panels beyond the built-in ones (``+acc``: extra_panels); None: every series the
-    # log has beyond them but the system's readings, up to MAX_EXTRA (a report is read
-    # later, by someone who could not pick)
-    panels: tuple[str, ...] | None = None
 
 
 @dataclass(frozen=True)

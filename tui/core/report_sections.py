@@ -11,22 +11,54 @@ from __future__ import annotations
 import shlex
 import time
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from dltop.tui.core import mdtext as md
-from dltop.tui.core.alerts import SEVERITY_RANK, Alert
-from dltop.tui.core.checklist_eval import evaluate
-from dltop.tui.core.checklists import checklist_for
-from dltop.tui.core.crash_view import store_crash_info
-from dltop.tui.core.crashdiag import last_user_frame
-from dltop.tui.core.fmt import duration, nbytes, styled
-from dltop.tui.core.fmt import number as fmt_number
-from dltop.tui.core.view_model import badge_label
+from . import mdtext as md
+from .alerts import SEVERITY_RANK, Alert
+from .checklist_eval import evaluate
+from .checklists import checklist_for
+from .crash_view import store_crash_info
+from .crashdiag import last_user_frame
+from .fmt import duration, nbytes, styled
+from .fmt import number as fmt_number
+from .view_model import badge_label
 
 if TYPE_CHECKING:
-    from dltop.tui.core.report import ReportAlert, ReportRun
-    from dltop.tui.core.status import RunState
-    from dltop.tui.core.store import Store
+    from .facts import Fact
+    from .status import RunState
+    from .store import Store
+
+
+@dataclass
+class ReportAlert:
+    """One alert with what its checklist is marked from and what the person ticked."""
+
+    alert: Alert
+    facts: dict[str, Fact]
+    ticked: set[str] = field(default_factory=set)
+    rank: int | None = None  # a directory of rank logs: whose alert it is
+
+
+@dataclass
+class ReportRun:
+    """Everything a report says about one run; ``store`` is the rank charted."""
+
+    source: str
+    store: Store
+    state: RunState | None
+    alerts: list[ReportAlert]
+    lang: str = "en"
+    skipped_lines: int = 0
+    notes: list[str] = field(default_factory=list)
+    ranks: list[str] = field(default_factory=list)  # one line per rank file of a directory
+    rules_error: str | None = None
+    verdict: str = ""  # the one-line verdict (``dltop.tui.core.verdict``), the report's top
+    # the panels beyond the built-in ones (``+acc``: extra_panels); None: every series the
+    # log has beyond them but the system's readings, up to MAX_EXTRA (a report is read
+    # later, by someone who could not pick)
+    panels: tuple[str, ...] | None = None
+
 
 HEADINGS = ("Summary", "Environment", "How the run ended", "Last values", "Alerts", "Charts")
 MARKS = {"yes": "✓ yes", "no": "✗ no", None: "? cannot tell"}

@@ -31,10 +31,10 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from dltop.tui.core import workers
+from . import workers
 
 if TYPE_CHECKING:
-    from dltop.tui.core.rules import Config, RuleEngine
+    from .rules import Config, RuleEngine
 
 MIN_BYTES = 8 << 20  # below this the engine takes about as long as the child's start
 PROGRESS = 0.2  # seconds between the child's progress lines
@@ -226,7 +226,7 @@ def _kill(proc: subprocess.Popen[bytes]) -> None:
 
 def _main() -> int:
     """The child: (fd, upto, config, join) on stdin; (engine, error, offset reached) on stdout."""
-    from dltop.tui.core.pipeline import judge_range
+    from .pipeline import judge_range
 
     fd, upto, config, join = pickle.load(sys.stdin.buffer)
     last = time.monotonic()

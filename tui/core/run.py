@@ -20,12 +20,12 @@ import threading
 import time
 from typing import Any
 
-from dltop.tui.core.alerts import Alert
-from dltop.tui.core.facts import Fact
-from dltop.tui.core.pipeline import feed_engine, make_engine
-from dltop.tui.core.rules import Config, RuleEngine
-from dltop.tui.core.status import RunState, explain_unrecorded_end, local_pid_alive
-from dltop.tui.core.store import Store
+from .alerts import Alert
+from .facts import Fact
+from .pipeline import feed_engine, make_engine
+from .rules import Config, RuleEngine
+from .status import RunState, explain_unrecorded_end, local_pid_alive
+from .store import Store
 
 SETTLE_S = 1.0  # seconds without records before a crashed run's last block is judged
 
@@ -295,7 +295,7 @@ class RunModel:
                 lang,
             )
             if self._verdict is None or self._verdict[0] != key:
-                from dltop.tui.core.verdict import verdict  # noqa: PLC0415 - loads data files
+                from .verdict import verdict  # noqa: PLC0415 - loads data files
 
                 self._verdict = (key, verdict(self.engine, state, lang))
             return self._verdict[1]

@@ -21,7 +21,7 @@ from bisect import bisect_left, bisect_right
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from dltop.tui.core.decimate import (
+from .decimate import (
     BLOCK,
     Decimated,
     NonFinite,

@@ -11,7 +11,7 @@ ever dropped.
 
 from __future__ import annotations
 
-from dltop.probe.schema import STEP_FIELDS
+from ...probe.schema import STEP_FIELDS
 
 MAX_SERIES = 1024  # far above a real run: ~15 step fields, eval sets, 8 GPUs x ~10 sys fields
 _REMEMBERED = 4096  # refused names kept to count each once; past it the count says "+"

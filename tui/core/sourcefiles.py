@@ -19,8 +19,8 @@ import re
 import stat
 from dataclasses import dataclass
 
-from dltop.probe.decoding import decode_line
-from dltop.probe.schema import META
+from ...probe.decoding import decode_line
+from ...probe.schema import META
 
 _PROBE = 1 << 16  # bytes read to recognise a log
 _RANK_RE = re.compile(r"rank[_-]?(\d+)", re.IGNORECASE)

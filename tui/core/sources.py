@@ -27,27 +27,23 @@ from __future__ import annotations
 import os
 import traceback
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from dltop.probe.decoding import LineDecoder, decode_line
-from dltop.probe.schema import META
-from dltop.tui.core.backfill import TailFirst
-from dltop.tui.core.reader import ReaderThread
-from dltop.tui.core.run import RunModel
-from dltop.tui.core.sourcefiles import (
+from ...probe.decoding import LineDecoder, decode_line
+from ...probe.schema import META
+from .backfill import TailFirst
+from .reader import ReaderThread
+from .run import RunModel
+from .sourcefiles import (
     SourceError,
     check_log_file,
     list_rank_files,
     open_log,
 )
 
-if TYPE_CHECKING:
-    from dltop.tui.core.foreign_source import ForeignSource
-
 __all__ = [
     "SourceError",
     "FileSource",
-    "open_source",
     "list_rank_files",
     "check_log_file",
 ]
@@ -288,30 +284,3 @@ class FileSource(ReaderThread, TailFirst):  # ReaderThread first: its _notify is
 
     def _idle(self) -> None:
         """Called between polls at end of file; subclasses refresh what they list."""
-
-
-def open_source(
-    spec: str | os.PathLike[str],
-    model: RunModel,
-    on_update: OnUpdate | None = None,
-    **kwargs: Any,
-) -> FileSource | ForeignSource:
-    """A source for a log file, a directory of rank files, or another tool's log (a
-    Hugging Face trainer_state.json, a Lightning metrics.csv, TensorBoard event files, or
-    a folder holding them: recognised by content, ``core/foreign``); not started yet.
-
-    Raises :class:`SourceError` with a one-line message when it cannot be read.
-    """
-    # here, not at the top: both subclass or share this module's reader (FileSource,
-    # SLICE), and foreign/ is only needed once a path is opened
-    from dltop.tui.core import foreign  # noqa: PLC0415
-    from dltop.tui.core.dirsource import DirectorySource  # noqa: PLC0415
-    from dltop.tui.core.foreign_source import ForeignSource  # noqa: PLC0415
-
-    path = os.fspath(spec)
-    fmt = foreign.detect(path)
-    if fmt is not None:
-        return ForeignSource(path, model, on_update, fmt=fmt)
-    if os.path.isdir(path):
-        return DirectorySource(path, model, on_update=on_update, **kwargs)
-    return FileSource(path, model, on_update, **kwargs)

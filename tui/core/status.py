@@ -16,13 +16,13 @@ import socket
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Literal
 
-from dltop.tui.core.ending import Ending
-from dltop.tui.core.fmt import nbytes
-from dltop.tui.core.fmt import number as fmt
-from dltop.tui.core.textfit import fit
+from .ending import Ending
+from .fmt import nbytes
+from .fmt import number as fmt
+from .textfit import fit
 
 if TYPE_CHECKING:
-    from dltop.tui.core.rules.engine import RuleEngine
+    from .rules.engine import RuleEngine
 
 Status = Literal["running", "stalled", "finished", "crashed", "unknown"]
 STATUSES: tuple[Status, ...] = ("running", "stalled", "finished", "crashed", "unknown")

@@ -36,13 +36,13 @@ from itertools import compress, islice, repeat
 from operator import eq, gt, ne
 from typing import Any
 
-from dltop.probe import schema
-from dltop.tui.core.decimate import Decimated
-from dltop.tui.core.eventlog import EventLog
-from dltop.tui.core.fieldnames import STEP_NOT_SERIES, dense, flatten, num
-from dltop.tui.core.series import Series
-from dltop.tui.core.serieslimit import RESERVED, SeriesBudget
-from dltop.tui.core.smoothing import Smoother
+from ...probe import schema
+from .decimate import Decimated
+from .eventlog import EventLog
+from .fieldnames import STEP_NOT_SERIES, dense, flatten, num
+from .series import Series
+from .serieslimit import RESERVED, SeriesBudget
+from .smoothing import Smoother
 
 __all__ = ["Store", "Series", "Decimated"]
 

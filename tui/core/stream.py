@@ -17,14 +17,14 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs, urlsplit
 
-from dltop.probe.decoding import LineDecoder
-from dltop.probe.schema import EV_REFUSED, as_step
-from dltop.tui.core.reader import ReaderThread
-from dltop.tui.core.redact import redact
+from ...probe.decoding import LineDecoder
+from ...probe.schema import EV_REFUSED, as_step
+from .reader import ReaderThread
+from .redact import redact
 
 if TYPE_CHECKING:
-    from dltop.tui.core.run import RunModel
-    from dltop.tui.core.sources import FileSource
+    from .run import RunModel
+    from .sources import FileSource
 
 
 __all__ = [
@@ -314,7 +314,7 @@ class SocketSource(ReaderThread):
             return False
         if not os.path.isfile(path):
             return False
-        from dltop.tui.core.sources import FileSource, SourceError
+        from .sources import FileSource, SourceError
 
         try:
             source = FileSource(path, self.model, self.on_update)

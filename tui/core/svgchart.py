@@ -19,8 +19,8 @@ from __future__ import annotations
 
 from xml.sax.saxutils import escape
 
-from dltop.tui.core.axis import step_ticks, time_ticks, y_ticks
-from dltop.tui.core.chartdata import (
+from .axis import step_ticks, time_ticks, y_ticks
+from .chartdata import (
     ALT,
     ALT2,
     EMA,
@@ -32,7 +32,7 @@ from dltop.tui.core.chartdata import (
     transform,
     y_range,
 )
-from dltop.tui.core.safetext import visible
+from .safetext import visible
 
 WIDTH, HEIGHT = 760, 260
 LEFT, RIGHT, TOP, BOTTOM = 72, 16, 52, 34

@@ -25,8 +25,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from dltop.tui.core.fmt import nbytes
-from dltop.tui.core.sourcefiles import special_file
+from .fmt import nbytes
+from .sourcefiles import special_file
 
 SUFFIX = ".dltop-ticks.json"
 MAX_BYTES = 1 << 20  # ours is a few KB: {"v": 1, "ticks": {alert key: [step ids]}}

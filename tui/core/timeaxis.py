@@ -18,8 +18,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from dltop.tui.core.series import Series
-    from dltop.tui.core.store import Store
+    from .series import Series
+    from .store import Store
 
 STEP, TIME = "step", "time"  # ViewState.x_axis
 CLOCK = "t"  # the series of each step record's wall clock (Unix seconds)

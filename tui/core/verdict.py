@@ -22,16 +22,16 @@ from __future__ import annotations
 import string
 from typing import TYPE_CHECKING, Any
 
-from dltop.tui.core.alerts import SEVERITY_RANK, WARNING, Alert
-from dltop.tui.core.fmt import nbytes, seconds
-from dltop.tui.core.fmt import number as fmt
-from dltop.tui.core.i18n import tr, tr_title
-from dltop.tui.core.textfit import fit
+from .alerts import SEVERITY_RANK, WARNING, Alert
+from .fmt import nbytes, seconds
+from .fmt import number as fmt
+from .i18n import tr, tr_title
+from .textfit import fit
 
 if TYPE_CHECKING:
-    from dltop.tui.core.facts import Fact
-    from dltop.tui.core.rules.engine import RuleEngine
-    from dltop.tui.core.status import RunState
+    from .facts import Fact
+    from .rules.engine import RuleEngine
+    from .status import RunState
 
 MAX_LEN = 400  # characters of a verdict line (the evidence it quotes can be long)
 _FIELDS = string.Formatter()
@@ -106,8 +106,8 @@ def fault_line(
     alert: Alert, facts: dict[str, Fact], steps: int, lang: str = "en", rank: int | None = None
 ) -> str:
     """The verdict for one fault: headline, likely cause, first thing to do."""
-    from dltop.tui.core.checklist_eval import evaluate  # noqa: PLC0415 - data files: lazily
-    from dltop.tui.core.checklists import checklist_for  # noqa: PLC0415
+    from .checklist_eval import evaluate  # noqa: PLC0415 - data files: lazily
+    from .checklists import checklist_for  # noqa: PLC0415
 
     values: dict[str, Any] = dict(alert.evidence or {})
     title = tr_title(alert.id, alert.title, lang)  # the rules word it in English

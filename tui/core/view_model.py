@@ -14,16 +14,16 @@ from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
-from dltop.tui.core import panels
-from dltop.tui.core.alerts import CRITICAL, Alert
-from dltop.tui.core.chartdata import ChartData  # noqa: F401 - re-exported
-from dltop.tui.core.crash_view import (  # noqa: F401 - re-exported
+from . import panels
+from .alerts import CRITICAL, Alert
+from .chartdata import ChartData  # noqa: F401 - re-exported
+from .crash_view import (  # noqa: F401 - re-exported
     SIGNAL_HELP,
     VANISHED_HELP,
     CrashInfo,
     crash_info,
 )
-from dltop.tui.core.header_view import (  # noqa: F401 - re-exported
+from .header_view import (  # noqa: F401 - re-exported
     WAITING_FOR_SYS,
     HeaderInfo,
     gpu_na_reason,
@@ -31,33 +31,19 @@ from dltop.tui.core.header_view import (  # noqa: F401 - re-exported
     rank_lines,
     rank_note,
 )
-from dltop.tui.core.i18n import tr_title
-from dltop.tui.core.panels import (  # noqa: F401 - re-exported
+from .i18n import tr_title
+from .panels import (  # noqa: F401 - re-exported
     PANELS,
     panel_chart,
     panel_signature,
 )
-from dltop.tui.core.safetext import visible
-from dltop.tui.core.smoothing import DEFAULT_WEIGHT
+from .safetext import visible
+from .viewstate import ViewState  # noqa: F401 - re-exported
 
 if TYPE_CHECKING:
-    from dltop.tui.core.checklist_eval import CheckedStep
-    from dltop.tui.core.rules.config import Config
-    from dltop.tui.core.run import RunModel
-
-
-@dataclass(frozen=True)
-class ViewState:
-    """What the person chose: window, cursor, scales. The app owns one and replaces it."""
-
-    window: tuple[int, int] | None = None  # None: follow the whole run
-    cursor: int | None = None
-    log_loss: bool | None = None  # None: linear, or log by itself over > 3 decades
-    smoothing: float = DEFAULT_WEIGHT  # the smoothed line's weight per step; 0: off
-    panels: tuple[str, ...] = ()  # picked panels (``+acc``: extra_panels), in order
-    paused: bool = False
-    selected: str | None = None  # alert key
-    x_axis: str = "step"  # "step", or "time": columns uniform in elapsed wall time (`t`)
+    from .checklist_eval import CheckedStep
+    from .rules.config import Config
+    from .run import RunModel
 
 
 @contextlib.contextmanager
@@ -138,7 +124,7 @@ class Clock:
 
 
 def new_model(label: str, config: Config | None = None) -> RunModel:
-    from dltop.tui.core.run import RunModel
+    from .run import RunModel
 
     return RunModel(label, config)
 
@@ -215,8 +201,8 @@ def next_alert_key(alerts: list[Alert], selected: str | None) -> str | None:
 
 def checklist_view(model: RunModel, alert: Alert, lang: str) -> tuple[str, list[CheckedStep]]:
     """The checklist of an alert, each step marked from the run's facts."""
-    from dltop.tui.core.checklist_eval import evaluate
-    from dltop.tui.core.checklists import checklist_for
+    from .checklist_eval import evaluate
+    from .checklists import checklist_for
 
     checklist = checklist_for(alert, lang)
     facts = model.facts()

@@ -22,11 +22,11 @@ from __future__ import annotations
 
 import os
 
-from dltop.probe.decoding import decode_line
-from dltop.tui.core.foreign import hf, lightning, tboard
-from dltop.tui.core.foreign.common import HF, LIGHTNING, TENSORBOARD, ForeignLog
-from dltop.tui.core.foreign.tboard import MissingExtra
-from dltop.tui.core.sourcefiles import SourceError, open_log
+from ....probe.decoding import decode_line
+from ..sourcefiles import SourceError, open_log
+from . import hf, lightning, tboard
+from .common import HF, LIGHTNING, TENSORBOARD, ForeignLog
+from .tboard import MissingExtra
 
 __all__ = [
     "HF",

@@ -15,8 +15,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from dltop.probe.schema import EV_EXIT, EVAL, EVENT, META, SCHEMA_VERSION, STEP, as_float, as_step
-from dltop.tui.core.sourcefiles import SourceError, open_log
+from ....probe.schema import EV_EXIT, EVAL, EVENT, META, SCHEMA_VERSION, STEP, as_float, as_step
+from ..sourcefiles import SourceError, open_log
 
 MAX_FILE_BYTES = 64 << 20  # bytes read whole from one file (the readers that cannot stream)
 # bytes of a file read as it streams (trainer_state.json, metrics.csv): memory does not grow

@@ -23,7 +23,8 @@ from collections.abc import Iterator
 from typing import Any
 
 import msgspec
-from dltop.tui.core.foreign.common import (
+
+from .common import (
     BATCH,
     EVAL,
     HF,
@@ -41,7 +42,7 @@ from dltop.tui.core.foreign.common import (
     skipped_note,
     step_of,
 )
-from dltop.tui.core.foreign.names import EVAL_OWN, STEP_OWN
+from .names import EVAL_OWN, STEP_OWN
 
 # log_history keys → our step fields
 TRAIN_FIELDS = {"loss": "loss", "grad_norm": "grad_norm", "learning_rate": "lr", "epoch": "epoch"}

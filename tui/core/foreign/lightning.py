@@ -20,8 +20,9 @@ from collections import Counter
 from collections.abc import Iterator
 from typing import Any
 
-from dltop.tui.core.foreign import names
-from dltop.tui.core.foreign.common import (
+from ..sourcefiles import open_log
+from . import names
+from .common import (
     LIGHTNING,
     MAX_ENTRIES,
     MAX_EXTRAS,
@@ -35,7 +36,6 @@ from dltop.tui.core.foreign.common import (
     skipped_note,
     step_of,
 )
-from dltop.tui.core.sourcefiles import open_log
 
 MAX_COLUMNS = 1024
 MAX_CELL = 1 << 16  # characters in one cell: a longer one is a blob, not a metric

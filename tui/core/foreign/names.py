@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Mapping
 
-from dltop.probe.schema import EVAL, STEP
+from ....probe.schema import EVAL, STEP
 
 TRAIN_LOSS, EVAL_LOSS, GRAD_NORM, LR, EPOCH = "loss", "eval_loss", "grad_norm", "lr", "epoch"
 STEP_TIME, DATA_TIME, SAMPLES = "step_time", "data_time", "samples_per_s"

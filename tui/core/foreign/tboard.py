@@ -25,8 +25,8 @@ from collections import Counter
 from collections.abc import Iterator
 from typing import Any
 
-from dltop.tui.core.foreign import names, tfrecord
-from dltop.tui.core.foreign.common import (
+from . import names, tfrecord
+from .common import (
     MAX_ENTRIES,
     MAX_EVENT_FILES,
     MAX_EXTRAS,

@@ -6,7 +6,7 @@ thresholds in :class:`Config` (defaults, TOML file, ``--set`` overrides), docume
 their reasoning in ``docs/alerts.md``.
 """
 
-from dltop.tui.core.rules.config import DEFAULTS, Config, ConfigError, parse_override
-from dltop.tui.core.rules.engine import RuleEngine
+from .config import DEFAULTS, Config, ConfigError, parse_override
+from .engine import RuleEngine
 
 __all__ = ["DEFAULTS", "Config", "ConfigError", "RuleEngine", "parse_override"]

@@ -23,14 +23,14 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from dltop.tui.core.alerts import WARNING
-from dltop.tui.core.fmt import number as fmt
-from dltop.tui.core.rules.base import Rule, Tracker
-from dltop.tui.core.rules.window import finite_losses, median_of
+from ..alerts import WARNING
+from ..fmt import number as fmt
+from .base import Rule, Tracker
+from .window import finite_losses, median_of
 
 if TYPE_CHECKING:
-    from dltop.tui.core.rules.engine import RuleEngine
-    from dltop.tui.core.rules.window import Block
+    from .engine import RuleEngine
+    from .window import Block
 
 QUANTUM_SAMPLES = 256  # losses read to learn how many decimals the log keeps
 MAX_DECIMALS = 12  # beyond this a value counts as full precision

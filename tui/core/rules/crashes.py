@@ -10,13 +10,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from dltop.tui.core.alerts import CRITICAL, INFO, WARNING, Severity
-from dltop.tui.core.ending import Ending, RunEnding, event_ending, is_clean_exit, is_interrupt
-from dltop.tui.core.rules.base import Rule, Tracker
+from ..alerts import CRITICAL, INFO, WARNING, Severity
+from ..ending import Ending, RunEnding, event_ending, is_clean_exit, is_interrupt
+from .base import Rule, Tracker
 
 if TYPE_CHECKING:
-    from dltop.tui.core.rules.engine import RuleEngine
-    from dltop.tui.core.rules.window import Block
+    from .engine import RuleEngine
+    from .window import Block
 
 _OOM_TEXT = ("out of memory", "can't allocate memory", "cannot allocate memory")
 
@@ -24,7 +24,7 @@ _OOM_TEXT = ("out of memory", "can't allocate memory", "cannot allocate memory")
 def _diagnose(event: dict[str, Any]) -> Any:
     """crashdiag.diagnose, or None when it is missing or fails: a crash must still be reported."""
     try:
-        from dltop.tui.core.crashdiag import diagnose  # noqa: PLC0415 - optional at import time
+        from ..crashdiag import diagnose  # noqa: PLC0415 - optional at import time
     except ImportError:
         return None
     try:

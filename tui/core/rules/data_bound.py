@@ -14,15 +14,15 @@ from itertools import repeat
 from operator import truediv
 from typing import TYPE_CHECKING, Any
 
-from dltop.probe.schema import as_float
-from dltop.tui.core.alerts import CRITICAL, WARNING, Severity
-from dltop.tui.core.fmt import number as fmt
-from dltop.tui.core.rules.base import Rule, Tracker
-from dltop.tui.core.rules.window import median_of
+from ....probe.schema import as_float
+from ..alerts import CRITICAL, WARNING, Severity
+from ..fmt import number as fmt
+from .base import Rule, Tracker
+from .window import median_of
 
 if TYPE_CHECKING:
-    from dltop.tui.core.rules.engine import RuleEngine
-    from dltop.tui.core.rules.window import Block
+    from .engine import RuleEngine
+    from .window import Block
 
 _FLOATS = {float}
 _ZERO = 0.0

@@ -20,15 +20,15 @@ from collections import deque
 from operator import sub
 from typing import TYPE_CHECKING, Any
 
-from dltop.probe.schema import EV_EXIT
-from dltop.tui.core.alerts import CRITICAL, INFO, WARNING, Severity
-from dltop.tui.core.fmt import number as fmt
-from dltop.tui.core.rules.base import Rule, Tracker, held_steps
-from dltop.tui.core.rules.window import median_of
+from ....probe.schema import EV_EXIT
+from ..alerts import CRITICAL, INFO, WARNING, Severity
+from ..fmt import number as fmt
+from .base import Rule, Tracker, held_steps
+from .window import median_of
 
 if TYPE_CHECKING:
-    from dltop.tui.core.rules.engine import RuleEngine
-    from dltop.tui.core.rules.window import Block
+    from .engine import RuleEngine
+    from .window import Block
 
 
 TINY_LOG = math.log(1e-6)  # below this a loss is float noise: no early blow-up from there

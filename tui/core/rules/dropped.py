@@ -13,12 +13,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from dltop.probe.schema import MAX_STEP, as_step
-from dltop.tui.core.alerts import WARNING
-from dltop.tui.core.rules.base import Rule, Tracker
+from ....probe.schema import MAX_STEP, as_step
+from ..alerts import WARNING
+from .base import Rule, Tracker
 
 if TYPE_CHECKING:
-    from dltop.tui.core.rules.engine import RuleEngine
+    from .engine import RuleEngine
 
 
 def _count(value: Any) -> int:

@@ -16,20 +16,20 @@ from collections import deque
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
-from dltop.probe.schema import as_float
-from dltop.tui.core.alerts import CRITICAL, WARNING, Alert, AlertSink
-from dltop.tui.core.facts import Fact
-from dltop.tui.core.rules.base import Rule
-from dltop.tui.core.rules.config import Config
-from dltop.tui.core.rules.evals import eval_losses, eval_step
-from dltop.tui.core.rules.figures import Figures
-from dltop.tui.core.rules.segments import Segments
-from dltop.tui.core.rules.setup import Setup
-from dltop.tui.core.rules.steploop import feed_steps, on_step
-from dltop.tui.core.rules.window import Block, present
+from ....probe.schema import as_float
+from ..alerts import CRITICAL, WARNING, Alert, AlertSink
+from ..facts import Fact
+from .base import Rule
+from .config import Config
+from .evals import eval_losses, eval_step
+from .figures import Figures
+from .segments import Segments
+from .setup import Setup
+from .steploop import feed_steps, on_step
+from .window import Block, present
 
 if TYPE_CHECKING:
-    from dltop.tui.core.status import RunState
+    from ..status import RunState
 
 _HOOKS = ("on_block", "on_eval", "on_layers", "on_event", "on_sys", "on_time", "on_finish")
 _HOOK_TABLES: dict[tuple[type, ...], tuple[tuple[str, tuple[int, ...]], ...]] = {}
@@ -57,7 +57,7 @@ class RuleEngine:
     """Incremental diagnosis of one run (one rank's log)."""
 
     def __init__(self, config: Config | None = None) -> None:
-        from dltop.tui.core.rules import (  # noqa: PLC0415 - rule modules import this one
+        from . import (  # noqa: PLC0415 - rule modules import this one
             collapse,
             crashes,
             data_bound,
@@ -401,11 +401,11 @@ class RuleEngine:
         return [a for a in self.sink.alerts if a.active]
 
     def facts(self) -> dict[str, Fact]:
-        from dltop.tui.core.rules.facts import collect_facts  # noqa: PLC0415
+        from .facts import collect_facts  # noqa: PLC0415
 
         return collect_facts(self)
 
     def status(self, now: float | None = None, pid_alive: bool | None = None) -> RunState:
-        from dltop.tui.core.status import run_state  # noqa: PLC0415
+        from ..status import run_state  # noqa: PLC0415
 
         return run_state(self, now=now, pid_alive=pid_alive)

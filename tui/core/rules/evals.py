@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections import deque
 from typing import Any
 
-from dltop.probe.schema import as_float
+from ....probe.schema import as_float
 
 MAX_EVAL_SETS = 8  # evaluation sets followed (the first seen); a record's others are ignored
 MAX_SET_NAME = 200  # characters of a set's name kept (it is a key from the log: any length)

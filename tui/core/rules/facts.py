@@ -8,13 +8,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from dltop.tui.core.facts import FACT_NAMES, Fact
-from dltop.tui.core.fmt import mib
-from dltop.tui.core.fmt import number as fmt
-from dltop.tui.core.rules.window import median_of, quantile_of
+from ..facts import FACT_NAMES, Fact
+from ..fmt import mib
+from ..fmt import number as fmt
+from .window import median_of, quantile_of
 
 if TYPE_CHECKING:
-    from dltop.tui.core.rules.engine import RuleEngine
+    from .engine import RuleEngine
 
 
 def collect_facts(e: RuleEngine) -> dict[str, Fact]:

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from collections import deque
 
-from dltop.tui.core.rules.evals import EvalTrend
-from dltop.tui.core.rules.window import log_spread, median_of, slide_sorted
+from .evals import EvalTrend
+from .window import log_spread, median_of, slide_sorted
 
 FIRST_VALUES = 20  # finite losses whose median is "the start" of the run
 PROGRESS_BLOCKS = 64  # block medians kept for the progress gate (the first one always)

@@ -12,14 +12,14 @@ from __future__ import annotations
 from itertools import repeat
 from typing import TYPE_CHECKING, Any
 
-from dltop.probe.schema import as_float
-from dltop.tui.core.alerts import CRITICAL, INFO, WARNING, Severity
-from dltop.tui.core.fmt import number as fmt
-from dltop.tui.core.rules.base import Rule, Tracker
+from ....probe.schema import as_float
+from ..alerts import CRITICAL, INFO, WARNING, Severity
+from ..fmt import number as fmt
+from .base import Rule, Tracker
 
 if TYPE_CHECKING:
-    from dltop.tui.core.rules.engine import RuleEngine
-    from dltop.tui.core.rules.window import Block
+    from .engine import RuleEngine
+    from .window import Block
 
 _SPARSE_BY_DESIGN = ("embed", "emb.", "wte", "wpe", "lookup")
 

@@ -17,16 +17,16 @@ from __future__ import annotations
 from collections import deque
 from typing import TYPE_CHECKING, Any
 
-from dltop.probe.schema import as_float
-from dltop.tui.core.alerts import CRITICAL, WARNING, Severity
-from dltop.tui.core.fmt import mib
-from dltop.tui.core.fmt import number as fmt
-from dltop.tui.core.rules.base import Rule, Tracker
-from dltop.tui.core.rules.window import linear_fit
+from ....probe.schema import as_float
+from ..alerts import CRITICAL, WARNING, Severity
+from ..fmt import mib
+from ..fmt import number as fmt
+from .base import Rule, Tracker
+from .window import linear_fit
 
 if TYPE_CHECKING:
-    from dltop.tui.core.rules.engine import RuleEngine
-    from dltop.tui.core.rules.window import Block
+    from .engine import RuleEngine
+    from .window import Block
 
 MIB = 1 << 20
 WARM_S = 5.0  # seconds of training after which memory readings count, however few steps

@@ -15,14 +15,14 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING, Any
 
-from dltop.probe.schema import as_float
-from dltop.tui.core.alerts import WARNING
-from dltop.tui.core.fmt import number as fmt
-from dltop.tui.core.rules.base import Rule, Tracker
-from dltop.tui.core.rules.evals import MAX_EVAL_SETS, MAX_SET_NAME, eval_step
+from ....probe.schema import as_float
+from ..alerts import WARNING
+from ..fmt import number as fmt
+from .base import Rule, Tracker
+from .evals import MAX_EVAL_SETS, MAX_SET_NAME, eval_step
 
 if TYPE_CHECKING:
-    from dltop.tui.core.rules.engine import RuleEngine
+    from .engine import RuleEngine
 
 # words of a metric's name that say which way is better (the name split at anything not a
 # letter or digit, lower case: ``eval_rouge-1`` -> eval, rouge, 1); a word that starts with

@@ -15,12 +15,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from dltop.tui.core.alerts import INFO, WARNING, Severity
-from dltop.tui.core.rules.base import Rule, Tracker
+from ..alerts import INFO, WARNING, Severity
+from .base import Rule, Tracker
 
 if TYPE_CHECKING:
-    from dltop.tui.core.rules.engine import RuleEngine
-    from dltop.tui.core.rules.window import Block
+    from .engine import RuleEngine
+    from .window import Block
 
 # the step fields with rules of their own, and a record's identity
 _STEP_OWN = frozenset({"kind", "step", "t", "loss", "grad_norm"})

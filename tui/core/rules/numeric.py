@@ -15,13 +15,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from dltop.tui.core.alerts import CRITICAL, INFO, WARNING, Severity
-from dltop.tui.core.fmt import number as fmt
-from dltop.tui.core.rules.base import Rule, Tracker, held_steps
-from dltop.tui.core.rules.window import median_of
+from ..alerts import CRITICAL, INFO, WARNING, Severity
+from ..fmt import number as fmt
+from .base import Rule, Tracker, held_steps
+from .window import median_of
 
 if TYPE_CHECKING:
-    from dltop.tui.core.rules.engine import RuleEngine
+    from .engine import RuleEngine
 
 GRAD_BEFORE_STEPS = 20  # how far back a NaN looks for the grad-norm blow-up that caused it
 

@@ -23,14 +23,14 @@ import math
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from dltop.tui.core.alerts import INFO, WARNING, Alert
-from dltop.tui.core.fmt import number as fmt
-from dltop.tui.core.rules.base import Rule, Tracker
-from dltop.tui.core.rules.evals import MAX_EVAL_SETS, eval_losses, eval_step
-from dltop.tui.core.rules.window import linear_fit, median_of
+from ..alerts import INFO, WARNING, Alert
+from ..fmt import number as fmt
+from .base import Rule, Tracker
+from .evals import MAX_EVAL_SETS, eval_losses, eval_step
+from .window import linear_fit, median_of
 
 if TYPE_CHECKING:
-    from dltop.tui.core.rules.engine import RuleEngine
+    from .engine import RuleEngine
 
 
 # one evaluation: (step, eval loss, train loss at that step)

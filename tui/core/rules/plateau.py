@@ -30,16 +30,16 @@ from __future__ import annotations
 from collections import deque
 from typing import TYPE_CHECKING, Any
 
-from dltop.probe.schema import EV_EXIT
-from dltop.tui.core.alerts import INFO, WARNING, Severity
-from dltop.tui.core.ending import Ending
-from dltop.tui.core.fmt import number as fmt
-from dltop.tui.core.rules.base import Rule, Tracker
-from dltop.tui.core.rules.window import falling_z, finite_losses, median_of
+from ....probe.schema import EV_EXIT
+from ..alerts import INFO, WARNING, Severity
+from ..ending import Ending
+from ..fmt import number as fmt
+from .base import Rule, Tracker
+from .window import falling_z, finite_losses, median_of
 
 if TYPE_CHECKING:
-    from dltop.tui.core.rules.engine import RuleEngine
-    from dltop.tui.core.rules.window import Block
+    from .engine import RuleEngine
+    from .window import Block
 
 
 MIN_WINDOW_LOSSES = 5  # losses a plateau window needs, however many steps it spans

@@ -10,14 +10,14 @@ from collections import deque
 from operator import mul, sub
 from typing import TYPE_CHECKING
 
-from dltop.tui.core.alerts import WARNING
-from dltop.tui.core.fmt import number as fmt
-from dltop.tui.core.rules.base import Rule, Tracker
-from dltop.tui.core.rules.window import finite_losses
+from ..alerts import WARNING
+from ..fmt import number as fmt
+from .base import Rule, Tracker
+from .window import finite_losses
 
 if TYPE_CHECKING:
-    from dltop.tui.core.rules.engine import RuleEngine
-    from dltop.tui.core.rules.window import Block
+    from .engine import RuleEngine
+    from .window import Block
 
 
 class Oscillation(Rule):

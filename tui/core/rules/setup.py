@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from dltop.probe.schema import as_float
+from ....probe.schema import as_float
 
 MAX_NAME = 64  # characters of a class or dtype name kept
 

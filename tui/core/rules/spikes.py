@@ -13,14 +13,14 @@ import math
 from collections import deque
 from typing import TYPE_CHECKING
 
-from dltop.tui.core.alerts import CRITICAL, INFO, WARNING, Alert, Severity
-from dltop.tui.core.fmt import number as fmt
-from dltop.tui.core.rules.base import Rule, Tracker
-from dltop.tui.core.rules.window import median_of
+from ..alerts import CRITICAL, INFO, WARNING, Alert, Severity
+from ..fmt import number as fmt
+from .base import Rule, Tracker
+from .window import median_of
 
 if TYPE_CHECKING:
-    from dltop.tui.core.rules.engine import RuleEngine
-    from dltop.tui.core.rules.window import Block
+    from .engine import RuleEngine
+    from .window import Block
 
 SPIKE_TITLE = "Gradient norm spike"
 ABSORBED = 1.5  # losses after a lone spike within this of the median before: absorbed

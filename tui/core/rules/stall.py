@@ -12,15 +12,15 @@ from __future__ import annotations
 from operator import sub
 from typing import TYPE_CHECKING, Any, cast
 
-from dltop.probe.schema import as_float
-from dltop.tui.core.alerts import CRITICAL, INFO, WARNING, Alert, Severity
-from dltop.tui.core.fmt import number as fmt
-from dltop.tui.core.rules.base import Rule, Tracker
-from dltop.tui.core.rules.window import Rolling
+from ....probe.schema import as_float
+from ..alerts import CRITICAL, INFO, WARNING, Alert, Severity
+from ..fmt import number as fmt
+from .base import Rule, Tracker
+from .window import Rolling
 
 if TYPE_CHECKING:
-    from dltop.tui.core.rules.engine import RuleEngine
-    from dltop.tui.core.rules.window import Block
+    from .engine import RuleEngine
+    from .window import Block
 
 
 class Stall(Rule):

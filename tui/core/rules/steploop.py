@@ -22,11 +22,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from dltop.probe.schema import as_float
-from dltop.tui.core.rules.numeric import grad_before
+from ....probe.schema import as_float
+from .numeric import grad_before
 
 if TYPE_CHECKING:
-    from dltop.tui.core.rules.engine import RuleEngine
+    from .engine import RuleEngine
 
 
 def on_step(e: RuleEngine, rec: dict[str, Any], t: float | None) -> None:
