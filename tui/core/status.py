@@ -22,7 +22,7 @@ from .fmt import number as fmt
 from .textfit import fit
 
 if TYPE_CHECKING:
-    from .rules.engine import RuleEngine
+    from .rules.ruleset import RuleSet
 
 Status = Literal["running", "stalled", "finished", "crashed", "unknown"]
 STATUSES: tuple[Status, ...] = ("running", "stalled", "finished", "crashed", "unknown")
@@ -58,7 +58,7 @@ class RunState:
         }
 
 
-def run_state(e: RuleEngine, now: float | None = None, pid_alive: bool | None = None) -> RunState:
+def run_state(e: RuleSet, now: float | None = None, pid_alive: bool | None = None) -> RunState:
     """The status of the run the engine has read; ``now=None`` judges at the latest record's time."""
     crashes = e.crash_rule
     stall = e.stall_rule
@@ -149,12 +149,12 @@ def run_state(e: RuleEngine, now: float | None = None, pid_alive: bool | None = 
     return state("running", f"step {e.last_step}")
 
 
-def _foreign(e: RuleEngine) -> bool:
+def _foreign(e: RuleSet) -> bool:
     """Another tool's log (its meta says which): no pid, no heartbeat, no exit of ours."""
     return bool((e.meta or {}).get("format"))
 
 
-def _steps_made(e: RuleEngine) -> str:
+def _steps_made(e: RuleSet) -> str:
     """The run's steps as the status says them: those in the log; when the probe dropped
     records under overload, the exit record's count, which has them all, and how many of
     them the log lacks (the log's own count alone read as a shorter run)."""
@@ -190,7 +190,7 @@ def _handled_words(event: dict[str, Any] | None, last_step: int | None) -> str:
     return f"; an exception{where} was handled ({fit(_exception_words(event), 80)})"
 
 
-def _nonfinite_end(e: RuleEngine) -> str:
+def _nonfinite_end(e: RuleSet) -> str:
     """ "; the loss is NaN at the end (since step 129)": never "normally" for such a run."""
     a = e.nonfinite_rule.loss_t.alert
     if a is None or not a.active:

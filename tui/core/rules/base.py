@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 from ..alerts import SEVERITY_RANK, Alert, Severity
 
 if TYPE_CHECKING:
-    from .engine import RuleEngine
+    from .state import EngineState
     from .window import Block
 
 
@@ -20,7 +20,7 @@ class Rule:
     spikes, explosions) are called by the engine inline from its per-step path.
     """
 
-    def __init__(self, engine: RuleEngine) -> None:
+    def __init__(self, engine: EngineState) -> None:
         self.e = engine
         self.cfg = engine.config
         self.on = True
@@ -37,25 +37,25 @@ class Rule:
         instances have no ``__dict__``."""
         return []
 
-    def on_block(self, e: RuleEngine, b: Block) -> None:  # every block of steps
+    def on_block(self, e: EngineState, b: Block) -> None:  # every block of steps
         pass
 
-    def on_eval(self, e: RuleEngine, rec: dict[str, Any]) -> None:
+    def on_eval(self, e: EngineState, rec: dict[str, Any]) -> None:
         pass
 
-    def on_layers(self, e: RuleEngine, rec: dict[str, Any]) -> None:
+    def on_layers(self, e: EngineState, rec: dict[str, Any]) -> None:
         pass
 
-    def on_event(self, e: RuleEngine, rec: dict[str, Any]) -> None:
+    def on_event(self, e: EngineState, rec: dict[str, Any]) -> None:
         pass
 
-    def on_sys(self, e: RuleEngine, rec: dict[str, Any]) -> None:
+    def on_sys(self, e: EngineState, rec: dict[str, Any]) -> None:
         pass
 
-    def on_time(self, e: RuleEngine, t: float) -> None:  # heartbeat / sys: time passes
+    def on_time(self, e: EngineState, t: float) -> None:  # heartbeat / sys: time passes
         pass
 
-    def on_finish(self, e: RuleEngine) -> None:  # no more records will come (the log's end)
+    def on_finish(self, e: EngineState) -> None:  # no more records will come (the log's end)
         pass
 
 
@@ -83,7 +83,7 @@ class Tracker:
 
     __slots__ = ("e", "id", "slot", "cleared_at", "rearm", "raised_at")
 
-    def __init__(self, engine: RuleEngine, alert_id: str) -> None:
+    def __init__(self, engine: EngineState, alert_id: str) -> None:
         self.e = engine
         self.id = alert_id
         self.slot: int | None = None  # the current episode's slot in the sink
@@ -94,6 +94,10 @@ class Tracker:
     @property
     def alert(self) -> Alert | None:
         """The current episode's alert, its latest version (None: none raised, or withdrawn)."""
+        return None if self.slot is None else self.e.sink.versions[self.slot]
+
+    def current(self) -> Alert | None:
+        """``alert`` as a method: what another rule is handed to read this one's finding."""
         return None if self.slot is None else self.e.sink.versions[self.slot]
 
     @property

@@ -29,7 +29,7 @@ from .base import Rule, Tracker
 from .window import finite_losses, median_of
 
 if TYPE_CHECKING:
-    from .engine import RuleEngine
+    from .state import EngineState
     from .window import Block
 
 QUANTUM_SAMPLES = 256  # losses read to learn how many decimals the log keeps
@@ -45,7 +45,7 @@ def decimals(x: float) -> int:
 
 
 class LossCollapse(Rule):
-    def __init__(self, engine: RuleEngine) -> None:
+    def __init__(self, engine: EngineState) -> None:
         super().__init__(engine)
         c = self.settings("loss_collapsed")
         self.min_records = max(2, int(c["min_records"]))
@@ -68,7 +68,7 @@ class LossCollapse(Rule):
     def alert_trackers(self) -> list[Tracker]:
         return [self.tr]
 
-    def on_block(self, e: RuleEngine, b: Block) -> None:
+    def on_block(self, e: EngineState, b: Block) -> None:
         if not self.on:
             return
         steps, losses = finite_losses(b)
@@ -118,7 +118,7 @@ class LossCollapse(Rule):
             self.zeros += 1
         self._stretch([step], [x])
 
-    def _judge(self, e: RuleEngine, step: int) -> None:
+    def _judge(self, e: EngineState, step: int) -> None:
         first = self.first_step
         if first is None:
             return
@@ -147,7 +147,7 @@ class LossCollapse(Rule):
         elif self.tr.active:
             self.tr.clear(step)
 
-    def _fire(self, e: RuleEngine, step: int, what: str, start: float) -> None:
+    def _fire(self, e: EngineState, step: int, what: str, start: float) -> None:
         first = self.first_step or 0
         span = max(1, step - first)
         ev: dict[str, Any]

@@ -15,7 +15,7 @@ from ..ending import Ending, RunEnding, event_ending, is_clean_exit, is_interrup
 from .base import Rule, Tracker
 
 if TYPE_CHECKING:
-    from .engine import RuleEngine
+    from .state import EngineState
     from .window import Block
 
 _OOM_TEXT = ("out of memory", "can't allocate memory", "cannot allocate memory")
@@ -34,7 +34,7 @@ def _diagnose(event: dict[str, Any]) -> Any:
 
 
 class Crashes(Rule):
-    def __init__(self, engine: RuleEngine) -> None:
+    def __init__(self, engine: EngineState) -> None:
         super().__init__(engine)
         self.oom_on = self.cfg.enabled("oom")
         self.crash_on = self.cfg.enabled("crash")
@@ -52,7 +52,7 @@ class Crashes(Rule):
     def alert_trackers(self) -> list[Tracker]:
         return list(self.trackers.values())
 
-    def on_block(self, e: RuleEngine, b: Block) -> None:
+    def on_block(self, e: EngineState, b: Block) -> None:
         re = self.run_ending
         was = re.handled
         if b.steps:
@@ -77,7 +77,7 @@ class Crashes(Rule):
                     + "; steps followed it: the run caught the exception and went on",
                 )
 
-    def on_event(self, e: RuleEngine, rec: dict[str, Any]) -> None:
+    def on_event(self, e: EngineState, rec: dict[str, Any]) -> None:
         typ = rec.get("type")
         self.run_ending.see(rec)
         if typ in ("exception", "oom"):
@@ -98,7 +98,7 @@ class Crashes(Rule):
                 self.interrupted = True
             self._unrecorded_end(e)
 
-    def _unrecorded_end(self, e: RuleEngine) -> None:
+    def _unrecorded_end(self, e: EngineState) -> None:
         """An exit record that says exception or signal, with no record of either before
         it (``Probe(crash=False)``, or a record the writer could not write): the run still
         crashed, and ``dltop check`` must not exit 0 on it. One that says ok after a
@@ -131,7 +131,7 @@ class Crashes(Rule):
         msg = f"the exit record says {status} after step {e.last_step}, with no record of it"
         self.trackers["crash"].fire(e.last_step, severity, title, msg, ev, t=e.last_t)
 
-    def _exception(self, e: RuleEngine, rec: dict[str, Any]) -> None:
+    def _exception(self, e: EngineState, rec: dict[str, Any]) -> None:
         if is_interrupt(rec):
             self.interrupted = True
             return

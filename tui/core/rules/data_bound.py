@@ -21,7 +21,7 @@ from .base import Rule, Tracker
 from .window import median_of
 
 if TYPE_CHECKING:
-    from .engine import RuleEngine
+    from .state import EngineState
     from .window import Block
 
 _FLOATS = {float}
@@ -29,7 +29,7 @@ _ZERO = 0.0
 
 
 class DataBound(Rule):
-    def __init__(self, engine: RuleEngine) -> None:
+    def __init__(self, engine: EngineState) -> None:
         super().__init__(engine)
         c = self.settings("data_bound")
         self.warn, self.crit = float(c["warn"]), float(c["critical"])
@@ -50,7 +50,7 @@ class DataBound(Rule):
     def alert_trackers(self) -> list[Tracker]:
         return [self.tr]
 
-    def on_block(self, e: RuleEngine, blk: Block) -> None:
+    def on_block(self, e: EngineState, blk: Block) -> None:
         pushed = 0
         recs = blk.recs
         n = len(recs)

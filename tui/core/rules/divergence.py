@@ -27,7 +27,7 @@ from .base import Rule, Tracker, held_steps
 from .window import median_of
 
 if TYPE_CHECKING:
-    from .engine import RuleEngine
+    from .state import EngineState
     from .window import Block
 
 
@@ -77,7 +77,7 @@ class Divergence(Rule):
     scale: the rule stands down for them.
     """
 
-    def __init__(self, engine: RuleEngine) -> None:
+    def __init__(self, engine: EngineState) -> None:
         super().__init__(engine)
         c = self.settings("divergence")
         self.alpha = 2.0 / (max(1, int(c["span"])) + 1.0)
@@ -131,7 +131,7 @@ class Divergence(Rule):
     def alert_trackers(self) -> list[Tracker]:
         return [self.tr]
 
-    def on_block(self, e: RuleEngine, b: Block) -> None:
+    def on_block(self, e: EngineState, b: Block) -> None:
         if not self.on or self.nonpositive:
             return
         self._take(e, b)
@@ -207,7 +207,7 @@ class Divergence(Rule):
                 run_or_active = bool(self.run) or self.tr.active
         self.ema, self.ema_step, self.seen, self.first_step = ema, ema_step, seen, first_step
 
-    def _take(self, e: RuleEngine, b: Block) -> None:
+    def _take(self, e: EngineState, b: Block) -> None:
         """The block's losses into the run's sample, the first losses and the early window;
         the early median judged (the block ends before the figures take it)."""
         for x in b.gn:
@@ -231,7 +231,7 @@ class Divergence(Rule):
                 self.median_seen += 1
                 self._early_median(e, step)
 
-    def _early_median(self, e: RuleEngine, step: int) -> None:
+    def _early_median(self, e: EngineState, step: int) -> None:
         """The loss jumped at once and bounces far above where it started (3.5 -> 23 in two
         steps, then 8-40 for 100 steps: never two in a row at 5x, so ``_early`` misses it).
 
@@ -293,14 +293,14 @@ class Divergence(Rule):
         self.blown_from = ref
         self.tr.hold(step)
 
-    def on_event(self, e: RuleEngine, rec: dict[str, Any]) -> None:
+    def on_event(self, e: EngineState, rec: dict[str, Any]) -> None:
         if rec.get("type") == EV_EXIT and rec.get("status") == "ok":
             self._never_came_down(e)
 
-    def on_finish(self, e: RuleEngine) -> None:
+    def on_finish(self, e: EngineState) -> None:
         self._never_came_down(e)
 
-    def _never_came_down(self, e: RuleEngine) -> None:
+    def _never_came_down(self, e: EngineState) -> None:
         """The log begins after the blow-up (another tool's, logged every N steps): no
         rise to see, only a loss that never comes down. When the run is over: no stretch
         of ``NEVER_K`` losses ``NEVER_GAIN`` below the first ones, while the losses
@@ -361,7 +361,7 @@ class Divergence(Rule):
         self.early_open = False
         self.early_logs = []
 
-    def early(self, e: RuleEngine, step: int, loss: float) -> None:
+    def early(self, e: EngineState, step: int, loss: float) -> None:
         """Called by the engine on each of the first ``early_steps`` finite losses, on the
         step itself (not at the block's end): a blow-up is named as it happens."""
         if loss <= 0 or not self.on:
@@ -382,7 +382,7 @@ class Divergence(Rule):
         if not e.segments.watching:
             self._early(e, step, loss, math.log(loss))
 
-    def _early(self, e: RuleEngine, step: int, loss: float, x: float) -> None:
+    def _early(self, e: EngineState, step: int, loss: float, x: float) -> None:
         """A blow-up in the first steps, before any window or baseline exists: the commonest
         "lr too high" story (2.3 -> 6 -> 34 in three steps, then the model sits at chance).
 
@@ -457,7 +457,7 @@ class Divergence(Rule):
             + f"; back below the line from step {step} (smoothed {fmt(math.exp(ema))})",
         )
 
-    def _judge(self, e: RuleEngine, step: int, ema: float, line: float) -> None:
+    def _judge(self, e: EngineState, step: int, ema: float, line: float) -> None:
         lo = self.base if self.base is not None else ema
         level, low = math.exp(ema), math.exp(lo)
         first = (

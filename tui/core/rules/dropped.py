@@ -18,7 +18,7 @@ from ..alerts import WARNING
 from .base import Rule, Tracker
 
 if TYPE_CHECKING:
-    from .engine import RuleEngine
+    from .state import EngineState
 
 
 def _count(value: Any) -> int:
@@ -27,7 +27,7 @@ def _count(value: Any) -> int:
 
 
 class RecordsDropped(Rule):
-    def __init__(self, engine: RuleEngine) -> None:
+    def __init__(self, engine: EngineState) -> None:
         super().__init__(engine)
         self.on = self.cfg.enabled("records_dropped")
         self.tracker = Tracker(engine, "records_dropped")
@@ -41,7 +41,7 @@ class RecordsDropped(Rule):
     def alert_trackers(self) -> list[Tracker]:
         return [self.tracker]
 
-    def on_event(self, e: RuleEngine, rec: dict[str, Any]) -> None:
+    def on_event(self, e: EngineState, rec: dict[str, Any]) -> None:
         typ = rec.get("type")
         if typ == "dropped" and rec.get("scope") == "log":
             self.records += _count(rec.get("records"))
@@ -59,7 +59,7 @@ class RecordsDropped(Rule):
         if self.on and self.records:
             self._raise(e, rec)
 
-    def _raise(self, e: RuleEngine, rec: dict[str, Any]) -> None:
+    def _raise(self, e: EngineState, rec: dict[str, Any]) -> None:
         n, gaps = self.records, max(1, self.gaps)
         where = (
             f"the first gap after step {self.first_after}"

@@ -14,10 +14,10 @@ from ..fmt import number as fmt
 from .window import median_of, quantile_of
 
 if TYPE_CHECKING:
-    from .engine import RuleEngine
+    from .ruleset import RuleSet
 
 
-def collect_facts(e: RuleEngine) -> dict[str, Fact]:
+def collect_facts(e: RuleSet) -> dict[str, Fact]:
     layers = e.layers_rule
     data = e.data_rule
     mem = e.memory_rule

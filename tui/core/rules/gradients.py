@@ -1,7 +1,7 @@
 """Gradient shape from ``layers`` records: vanishing gradients and dead units.
 
 Both are gated on failing progress (the loss is not improving, see
-``RuleEngine.progress_failing``). The published detectors that dropped such a gate
+``EngineState.progress_failing``). The published detectors that dropped such a gate
 raised these alarms on healthy models: a 1e-3 first/last grad ratio or a layer with 70 %
 zero gradients is normal in many networks that learn fine (embeddings, ReLU stacks,
 pre-norm transformers). Only when the loss is stuck do they explain something.
@@ -18,7 +18,7 @@ from ..fmt import number as fmt
 from .base import Rule, Tracker
 
 if TYPE_CHECKING:
-    from .engine import RuleEngine
+    from .state import EngineState
     from .window import Block
 
 _SPARSE_BY_DESIGN = ("embed", "emb.", "wte", "wpe", "lookup")
@@ -35,7 +35,7 @@ NO_GRAD = "No gradient at all"
 
 
 class LayerGradients(Rule):
-    def __init__(self, engine: RuleEngine) -> None:
+    def __init__(self, engine: EngineState) -> None:
         super().__init__(engine)
         v = self.cfg.section("vanishing_grad")
         self.v_on = bool(v["enabled"])
@@ -69,7 +69,7 @@ class LayerGradients(Rule):
     def alert_trackers(self) -> list[Tracker]:
         return [self.vt, self.dt]
 
-    def on_block(self, e: RuleEngine, b: Block) -> None:
+    def on_block(self, e: EngineState, b: Block) -> None:
         """The global grad norm exactly zero, record after record: nothing learns at all (a
         loss detached from the graph, a loss of exactly 0, every parameter frozen by hand).
         Critical once it has held `zero_grad_records` records and `zero_grad_steps` steps:
@@ -100,7 +100,7 @@ class LayerGradients(Rule):
                 self.dt.fire(self.zero_from, CRITICAL, NO_GRAD, msg, ev, t=e.t)
                 self.dt.hold(step)
 
-    def on_layers(self, e: RuleEngine, rec: dict[str, Any]) -> None:
+    def on_layers(self, e: EngineState, rec: dict[str, Any]) -> None:
         names = rec.get("names")
         if not isinstance(names, list) or not names:
             return
@@ -129,7 +129,7 @@ class LayerGradients(Rule):
 
     def _vanishing(
         self,
-        e: RuleEngine,
+        e: EngineState,
         step: int | None,
         names: list[Any],
         norms: list[float | None],
@@ -169,7 +169,7 @@ class LayerGradients(Rule):
 
     def _dead(
         self,
-        e: RuleEngine,
+        e: EngineState,
         step: int | None,
         names: list[Any],
         norms: list[float | None],
@@ -237,7 +237,7 @@ class LayerGradients(Rule):
 
     def _dead_network(
         self,
-        e: RuleEngine,
+        e: EngineState,
         step: int | None,
         hidden: list[str],
         all_zero: list[str],

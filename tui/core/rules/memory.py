@@ -25,7 +25,7 @@ from .base import Rule, Tracker
 from .window import linear_fit
 
 if TYPE_CHECKING:
-    from .engine import RuleEngine
+    from .state import EngineState
     from .window import Block
 
 MIB = 1 << 20
@@ -39,7 +39,7 @@ CLEAN_R2 = 0.9  # ... and the line explains this much of them
 class MemoryGrowth(Rule):
     """Steady growth of allocated memory (CUDA) or process RSS (CPU) with no pull-back."""
 
-    def __init__(self, engine: RuleEngine) -> None:
+    def __init__(self, engine: EngineState) -> None:
         super().__init__(engine)
         c = self.settings("memory_growth")
         self.min_growth = float(c["min_growth_mib"]) * MIB
@@ -64,7 +64,7 @@ class MemoryGrowth(Rule):
     def alert_trackers(self) -> list[Tracker]:
         return [self.tr]
 
-    def on_block(self, e: RuleEngine, blk: Block) -> None:
+    def on_block(self, e: EngineState, blk: Block) -> None:
         for i in range(len(blk.recs) - 1, -1, -1):  # the block's latest reading
             rec = blk.recs[i]
             v = as_float(rec.get("mem_allocated"))
@@ -77,7 +77,7 @@ class MemoryGrowth(Rule):
             self._sample(e, blk.steps[i], blk.t[i], v)
             return
 
-    def on_sys(self, e: RuleEngine, rec: dict[str, Any]) -> None:
+    def on_sys(self, e: EngineState, rec: dict[str, Any]) -> None:
         if self.source == "cuda":
             return
         rss = as_float(rec.get("rss"))
@@ -89,7 +89,7 @@ class MemoryGrowth(Rule):
             self.limit = rss + avail
         self._sample(e, e.last_step, as_float(rec.get("t")), rss)
 
-    def _warm(self, e: RuleEngine, t: float | None) -> bool:
+    def _warm(self, e: EngineState, t: float | None) -> bool:
         """Past the start-up allocations (model, optimizer state, caches): by steps, or by
         seconds of training on a slow or busy machine."""
         if e.steps >= e.warmup_steps:
@@ -97,13 +97,13 @@ class MemoryGrowth(Rule):
         t0 = e.first_step_t
         return t is not None and t0 is not None and t - t0 >= WARM_S and e.steps >= 5
 
-    def _long_enough(self, e: RuleEngine) -> bool:
+    def _long_enough(self, e: EngineState) -> bool:
         if e.steps >= self.min_steps:
             return True
         ts = [p[1] for p in self.samples]
         return len(ts) >= 8 and ts[-1] - ts[0] >= SPAN_S
 
-    def _sample(self, e: RuleEngine, step: int, t: float | None, v: float) -> None:
+    def _sample(self, e: EngineState, step: int, t: float | None, v: float) -> None:
         self.last = v
         self.last_sample_step = step
         if not self._warm(e, t):
@@ -137,7 +137,7 @@ class MemoryGrowth(Rule):
         x0 = mx - (my - self.start) / slope
         return int(min(max(x0, first), step))
 
-    def _judge(self, e: RuleEngine, step: int) -> None:
+    def _judge(self, e: EngineState, step: int) -> None:
         n = len(self.samples)
         pts = list(self.samples)[n // 2 :] if n >= 16 else list(self.samples)
         slope, r2 = linear_fit([float(p[0]) for p in pts], [p[2] for p in pts])

@@ -22,7 +22,7 @@ from .base import Rule, Tracker
 from .evals import MAX_EVAL_SETS, MAX_SET_NAME, eval_step
 
 if TYPE_CHECKING:
-    from .engine import RuleEngine
+    from .state import EngineState
 
 # words of a metric's name that say which way is better (the name split at anything not a
 # letter or digit, lower case: ``eval_rouge-1`` -> eval, rouge, 1); a word that starts with
@@ -99,7 +99,7 @@ class _Metric:
 
 
 class MetricMismatch(Rule):
-    def __init__(self, engine: RuleEngine) -> None:
+    def __init__(self, engine: EngineState) -> None:
         super().__init__(engine)
         c = self.settings("metric_mismatch")
         self.drop = float(c["loss_drop"])
@@ -110,7 +110,7 @@ class MetricMismatch(Rule):
     def alert_trackers(self) -> list[Tracker]:
         return [self.tr]
 
-    def on_eval(self, e: RuleEngine, rec: dict[str, Any]) -> None:
+    def on_eval(self, e: EngineState, rec: dict[str, Any]) -> None:
         for key, value in rec.items():
             if not isinstance(key, str) or type(value) is bool:
                 continue
@@ -129,7 +129,7 @@ class MetricMismatch(Rule):
         if self.on and self.metrics:
             self._judge(e, eval_step(rec, e.last_step))
 
-    def _judge(self, e: RuleEngine, step: int | None) -> None:
+    def _judge(self, e: EngineState, step: int | None) -> None:
         read = [(n, m) for n, m in self.metrics.items() if m.count >= 2]
         if any(m.improved for _, m in read):
             if self.tr.alert is not None:

@@ -19,7 +19,7 @@ from ..alerts import INFO, WARNING, Severity
 from .base import Rule, Tracker
 
 if TYPE_CHECKING:
-    from .engine import RuleEngine
+    from .state import EngineState
     from .window import Block
 
 # the step fields with rules of their own, and a record's identity
@@ -48,7 +48,7 @@ def _word(x: float) -> str:
 
 
 class NonFiniteMetrics(Rule):
-    def __init__(self, engine: RuleEngine) -> None:
+    def __init__(self, engine: EngineState) -> None:
         super().__init__(engine)
         self.settings("nan_metric")
         self.tr = Tracker(engine, "nan_metric")
@@ -60,20 +60,20 @@ class NonFiniteMetrics(Rule):
     def alert_trackers(self) -> list[Tracker]:
         return [self.tr]
 
-    def on_block(self, e: RuleEngine, b: Block) -> None:
+    def on_block(self, e: EngineState, b: Block) -> None:
         if not self.on:
             return
         for step, rec in zip(b.steps, b.recs, strict=True):
             self._record(e, rec, step, "")
 
-    def on_eval(self, e: RuleEngine, rec: dict[str, Any]) -> None:
+    def on_eval(self, e: EngineState, rec: dict[str, Any]) -> None:
         self.evals += 1
         if not self.on:
             return
         step = rec.get("step")
         self._record(e, rec, step if type(step) is int else e.last_step, "eval.")
 
-    def _record(self, e: RuleEngine, rec: dict[str, Any], step: int | None, prefix: str) -> None:
+    def _record(self, e: EngineState, rec: dict[str, Any], step: int | None, prefix: str) -> None:
         bad: list[tuple[str, float]] = []
         own = _EVAL_OWN if prefix else _STEP_OWN
         for k, v in rec.items():
@@ -111,7 +111,7 @@ class NonFiniteMetrics(Rule):
         elif self.tr.active and not any(s.now for s in self.seen.values()):
             self.tr.clear(step)
 
-    def _fire(self, e: RuleEngine, step: int | None) -> None:
+    def _fire(self, e: EngineState, step: int | None) -> None:
         worst = [(n, s) for n, s in self.seen.items() if s.bad]
         worst.sort(key=lambda ns: -ns[1].bad)
         parts = []

@@ -21,12 +21,12 @@ from .base import Rule, Tracker, held_steps
 from .window import median_of
 
 if TYPE_CHECKING:
-    from .engine import RuleEngine
+    from .state import EngineState
 
 GRAD_BEFORE_STEPS = 20  # how far back a NaN looks for the grad-norm blow-up that caused it
 
 
-def grad_before(e: RuleEngine) -> tuple[float | None, float | None]:
+def grad_before(e: EngineState) -> tuple[float | None, float | None]:
     """The largest finite grad norm of the ~20 steps up to this one, and its ratio to the
     median of the grad norms before those (``None`` without 5 of them).
 
@@ -47,7 +47,7 @@ def grad_before(e: RuleEngine) -> tuple[float | None, float | None]:
 
 
 class NonFinite(Rule):
-    def __init__(self, engine: RuleEngine) -> None:
+    def __init__(self, engine: EngineState) -> None:
         super().__init__(engine)
         self.loss_on = self.cfg.enabled("nan_loss")
         self.grad_on = self.cfg.enabled("nan_grad")
@@ -71,12 +71,12 @@ class NonFinite(Rule):
     def alert_trackers(self) -> list[Tracker]:
         return [self.loss_t, self.grad_t]
 
-    def handled(self, e: RuleEngine) -> bool:
+    def handled(self, e: EngineState) -> bool:
         """A loss scaler is on record (the step's ``loss_scale``, or the probe's config
         event): a non-finite grad norm is a skipped step."""
         return e.setup.loss_scaler is True or "loss_scale" in e.rec
 
-    def finite(self, e: RuleEngine, lf: bool, gf: bool) -> None:
+    def finite(self, e: EngineState, lf: bool, gf: bool) -> None:
         """A step with a finite loss and/or grad norm: counts towards ending an episode."""
         self.watching = self.loss_t.active or self.grad_t.active or self.grad_run > 0
         if lf:
@@ -89,17 +89,17 @@ class NonFinite(Rule):
             if self.grad_good_run >= self.grad_clear and self.grad_t.active:
                 self.grad_t.clear(e.step)
 
-    def on_loss_nonfinite(self, e: RuleEngine) -> None:
+    def on_loss_nonfinite(self, e: EngineState) -> None:
         self.watching = True
         if self.loss_on:
             self._loss_nonfinite(e, e.loss)  # type: ignore[arg-type]
 
-    def on_grad_nonfinite(self, e: RuleEngine) -> None:
+    def on_grad_nonfinite(self, e: EngineState) -> None:
         self.watching = True
         if self.grad_on:
             self._grad_nonfinite(e, e.gn)  # type: ignore[arg-type]
 
-    def _loss_nonfinite(self, e: RuleEngine, loss: float) -> None:
+    def _loss_nonfinite(self, e: EngineState, loss: float) -> None:
         if not self.loss_t.active:
             self.loss_bad = 0
         self.loss_bad += 1
@@ -131,13 +131,13 @@ class NonFinite(Rule):
         self.loss_t.revise({"nonfinite_steps": self.loss_bad})
 
     @staticmethod
-    def _last_finite_loss(e: RuleEngine) -> float | None:
+    def _last_finite_loss(e: EngineState) -> float | None:
         for x in reversed(e.blk.loss):
             if x is not None:
                 return x
         return e.fig.loss_win[-1] if e.fig.loss_win else None
 
-    def _grad_nonfinite(self, e: RuleEngine, gn: float) -> None:
+    def _grad_nonfinite(self, e: EngineState, gn: float) -> None:
         if not self.grad_t.active:
             self.grad_bad = 0
         self.grad_bad += 1

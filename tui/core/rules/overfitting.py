@@ -30,7 +30,7 @@ from .evals import MAX_EVAL_SETS, eval_losses, eval_step
 from .window import linear_fit, median_of
 
 if TYPE_CHECKING:
-    from .engine import RuleEngine
+    from .state import EngineState
 
 
 # one evaluation: (step, eval loss, train loss at that step)
@@ -89,7 +89,7 @@ class Overfitting(Rule):
     evaluation. Each evaluation set is judged on its own (one alert per set that
     overfits): interleaved sets at different levels would read as a noisy mess."""
 
-    def __init__(self, engine: RuleEngine) -> None:
+    def __init__(self, engine: EngineState) -> None:
         super().__init__(engine)
         c = self.settings("overfitting")
         self.patience = max(1, int(c["patience"]))
@@ -123,7 +123,7 @@ class Overfitting(Rule):
         p = self.primary
         return p.last if p is not None else None
 
-    def on_eval(self, e: RuleEngine, rec: dict[str, Any]) -> None:
+    def on_eval(self, e: EngineState, rec: dict[str, Any]) -> None:
         self.count += 1
         losses = eval_losses(rec)
         if not losses:
@@ -143,7 +143,7 @@ class Overfitting(Rule):
             if self.on:
                 self._judge(e, es, self.trackers[name])
 
-    def _judge(self, e: RuleEngine, es: _EvalSet, tr: Tracker) -> None:
+    def _judge(self, e: EngineState, es: _EvalSet, tr: Tracker) -> None:
         ev_all, raw = es.recent()
         n = len(ev_all)
         a = tr.alert
@@ -168,7 +168,7 @@ class Overfitting(Rule):
 
     def _early(
         self,
-        e: RuleEngine,
+        e: EngineState,
         es: _EvalSet,
         tr: Tracker,
         eval_noise_of: Callable[[], float],
@@ -258,7 +258,7 @@ class Overfitting(Rule):
         )
         tr.hold(step)
 
-    def _train_fell(self, e: RuleEngine, train: float | None, btrain: float | None) -> bool:
+    def _train_fell(self, e: EngineState, train: float | None, btrain: float | None) -> bool:
         """The train loss is lower than at the best evaluation, or no higher and the run
         had learned to get there (a memorised training set pins it at its floor)."""
         if train is None or btrain is None:
@@ -283,7 +283,7 @@ class Overfitting(Rule):
 
     def _warn(
         self,
-        e: RuleEngine,
+        e: EngineState,
         es: _EvalSet,
         tr: Tracker,
         eval_noise_of: Callable[[], float],

@@ -28,17 +28,18 @@ is 0, or while it still warms up.
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from ....probe.schema import EV_EXIT
-from ..alerts import INFO, WARNING, Severity
-from ..ending import Ending
+from ..alerts import INFO, WARNING, Alert, Severity
+from ..ending import Ending, RunEnding
 from ..fmt import number as fmt
 from .base import Rule, Tracker
 from .window import falling_z, finite_losses, median_of
 
 if TYPE_CHECKING:
-    from .engine import RuleEngine
+    from .state import EngineState
     from .window import Block
 
 
@@ -67,8 +68,18 @@ def warming_up(lr0: float | None, lr1: float | None, lr_max: float | None) -> bo
 
 
 class Plateau(Rule):
-    def __init__(self, engine: RuleEngine) -> None:
+    def __init__(
+        self,
+        engine: EngineState,
+        divergence_alert: Callable[[], Alert | None],
+        ending: RunEnding,
+    ) -> None:
         super().__init__(engine)
+        # read at the run's end (``_end_of_run``): the divergence rule's current alert and
+        # how the run ended (the crash rule's), handed over by ``ruleset.RuleSet``; read
+        # only (the tracker stays the divergence rule's to clear at a new segment)
+        self.divergence_alert = divergence_alert
+        self.ending = ending
         c = self.settings("plateau")
         self.window = max(2, int(c["window"]))
         self.frac = float(c["window_frac"])
@@ -98,7 +109,7 @@ class Plateau(Rule):
     def alert_trackers(self) -> list[Tracker]:
         return [self.tr]
 
-    def on_block(self, e: RuleEngine, blk: Block) -> None:
+    def on_block(self, e: EngineState, blk: Block) -> None:
         if not self.on:
             return
         if e.lr_jump_step is not None and e.lr_jump_step != self.seen_jump:
@@ -136,7 +147,7 @@ class Plateau(Rule):
                 self.cur = []
                 self._judge(e, step)
 
-    def _judge(self, e: RuleEngine, step: int) -> None:
+    def _judge(self, e: EngineState, step: int) -> None:
         b = self.blocks
         if len(b) <= self.windows:
             return
@@ -200,25 +211,25 @@ class Plateau(Rule):
                 self.tr.revise(severity=INFO, title="Loss plateau, then learning resumed")
             self.tr.clear(step)
 
-    def on_event(self, e: RuleEngine, rec: dict[str, Any]) -> None:
+    def on_event(self, e: EngineState, rec: dict[str, Any]) -> None:
         if self.on and rec.get("type") == EV_EXIT and rec.get("status") == "ok":
             self._end_of_run(e)
 
-    def on_finish(self, e: RuleEngine) -> None:
+    def on_finish(self, e: EngineState) -> None:
         if self.on:
             self._end_of_run(e)
 
-    def _end_of_run(self, e: RuleEngine) -> None:
+    def _end_of_run(self, e: EngineState) -> None:
         """The run is over: judged once as a whole (the module's docstring). Not a run
         that crashed or was killed: how it ended is the news, not how it learned."""
         if self.ended or self.first_step is None:
             return
         self.ended = True
-        if e.crash_rule.run_ending.ending in (Ending.CRASHED, Ending.OOM, Ending.SIGNALLED):
+        if self.ending.ending in (Ending.CRASHED, Ending.OOM, Ending.SIGNALLED):
             return
         if e.segments.mixed is not None:
             return  # two writers: their losses are not one run's
-        blown = e.divergence_rule.tr.alert
+        blown = self.divergence_alert()
         if blown is not None and blown.severity != INFO:
             return  # it diverged: "not learning, try a larger lr" would be the wrong story
         xs = self.sample
@@ -263,7 +274,7 @@ class Plateau(Rule):
 
     def _say(
         self,
-        e: RuleEngine,
+        e: EngineState,
         xs: list[tuple[int, float]],
         start: float,
         how: str,

@@ -16,7 +16,7 @@ from .base import Rule, Tracker
 from .window import finite_losses
 
 if TYPE_CHECKING:
-    from .engine import RuleEngine
+    from .state import EngineState
     from .window import Block
 
 
@@ -30,7 +30,7 @@ class Oscillation(Rule):
     noisy, has no reversals that clear both bars.
     """
 
-    def __init__(self, engine: RuleEngine) -> None:
+    def __init__(self, engine: EngineState) -> None:
         super().__init__(engine)
         c = self.settings("oscillation")
         self.block = max(3, int(c["block"]))
@@ -59,7 +59,7 @@ class Oscillation(Rule):
     def alert_trackers(self) -> list[Tracker]:
         return [self.tr]
 
-    def on_block(self, e: RuleEngine, blk: Block) -> None:
+    def on_block(self, e: EngineState, blk: Block) -> None:
         if not self.on:
             return
         steps, losses = finite_losses(blk)
@@ -73,7 +73,7 @@ class Oscillation(Rule):
             if len(self.cur) >= self.block:
                 self._close(e, steps[pos - 1])
 
-    def _close(self, e: RuleEngine, step: int) -> None:
+    def _close(self, e: EngineState, step: int) -> None:
         # map() over operator functions instead of comprehensions over zip(): this runs
         # for every `block` losses (twice per engine block by default); the same
         # operations on the same operands in the same order, so the same floats
@@ -98,7 +98,7 @@ class Oscillation(Rule):
         if len(self.meds) >= self.min_blocks and self.closed % 4 == 0:
             self._judge(e, step)
 
-    def _judge(self, e: RuleEngine, step: int) -> None:
+    def _judge(self, e: EngineState, step: int) -> None:
         meds = list(self.meds)
         noise = sorted(self.noise)[len(self.noise) // 2] * 1.2533 / self.block**0.5
         swings = _swings(meds, self.amp, self.noise_k * noise)

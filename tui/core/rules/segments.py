@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 from ..alerts import WARNING, Alert
 
 if TYPE_CHECKING:
-    from .engine import RuleEngine
+    from ..alerts import AlertSink
 
 
 MAX_RUNS_KEPT = 16  # metas kept to name the writers in a mixed_runs alert; the rest are counted
@@ -122,7 +122,9 @@ class Segments:
         r.append(steps)
         return len(r) == r.maxlen and steps - r[0] < self.window
 
-    def raise_mixed(self, e: RuleEngine, step: int, repeated: bool = False) -> None:
+    def raise_mixed(
+        self, sink: AlertSink, t: float | None, step: int, repeated: bool = False
+    ) -> None:
         """The ``mixed_runs`` warning; ``repeated``: found by :meth:`on_repeat` (no second
         run announced itself: at least two writers, or one writing each step twice)."""
         pids = [m.get("pid") for m in self.runs]
@@ -158,9 +160,7 @@ class Segments:
                 "raised_at_step": step,
             },
             last_step=step,
-            t=e.t,
+            t=t,
         )
-        e.sink.add(self.mixed)
-        # the rules stop here: the early watch and its list of losses close with them
-        e.divergence_rule.close_early()
+        sink.add(self.mixed)
         self._watch()

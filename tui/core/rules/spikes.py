@@ -19,7 +19,7 @@ from .base import Rule, Tracker
 from .window import median_of
 
 if TYPE_CHECKING:
-    from .engine import RuleEngine
+    from .state import EngineState
     from .window import Block
 
 SPIKE_TITLE = "Gradient norm spike"
@@ -51,7 +51,7 @@ class Aftermath:
     def watching(self) -> bool:
         return self.before is not None
 
-    def watch(self, e: RuleEngine) -> None:
+    def watch(self, e: EngineState) -> None:
         if self.before is None:
             self.before, self.p90, self.after = e.fig.loss_med, e.fig.loss_p90, []
 
@@ -88,7 +88,7 @@ def _say_absorbed(tr: Tracker, a: Alert, after: float | None, before: float | No
 
 
 class LossSpike(Rule):
-    def __init__(self, engine: RuleEngine) -> None:
+    def __init__(self, engine: EngineState) -> None:
         super().__init__(engine)
         c = self.settings("loss_spike")
         self.ratio = float(c["ratio"])
@@ -104,7 +104,7 @@ class LossSpike(Rule):
     def alert_trackers(self) -> list[Tracker]:
         return [self.tr]
 
-    def threshold(self, e: RuleEngine) -> float:
+    def threshold(self, e: EngineState) -> float:
         """At each block end: the loss that counts as a spike until the next one (the
         engine compares each step's loss with it inline)."""
         med = e.fig.loss_med
@@ -123,7 +123,7 @@ class LossSpike(Rule):
             med * math.exp(self.sigmas * e.fig.loss_spread),
         )
 
-    def spike(self, e: RuleEngine) -> None:
+    def spike(self, e: EngineState) -> None:
         loss, med = e.loss, e.fig.loss_med
         if loss is None or not med:
             return
@@ -146,7 +146,7 @@ class LossSpike(Rule):
         self.tr.revise({"spikes": self.count})
         self.aftermath.watch(e)
 
-    def on_block(self, e: RuleEngine, b: Block) -> None:
+    def on_block(self, e: EngineState, b: Block) -> None:
         am = self.aftermath
         if am.watching:
             am.take(b)
@@ -156,7 +156,7 @@ class LossSpike(Rule):
         if self.tr.active and quiet:
             self.tr.clear(e.step)
 
-    def on_finish(self, e: RuleEngine) -> None:
+    def on_finish(self, e: EngineState) -> None:
         if self.aftermath.watching:
             self._settle(2)
 
@@ -170,7 +170,7 @@ class LossSpike(Rule):
 
 
 class GradExplosion(Rule):
-    def __init__(self, engine: RuleEngine) -> None:
+    def __init__(self, engine: EngineState) -> None:
         super().__init__(engine)
         c = self.settings("grad_explosion")
         self.crit = float(c["critical_ratio"])
@@ -197,7 +197,7 @@ class GradExplosion(Rule):
     def alert_trackers(self) -> list[Tracker]:
         return [self.tr]
 
-    def thresholds(self, e: RuleEngine) -> tuple[float, float]:
+    def thresholds(self, e: EngineState) -> tuple[float, float]:
         """At each block end: (critical, warning) grad norms until the next one (the
         engine compares each step's grad norm with them inline)."""
         med, n = e.fig.gn_med, e.fig.gn_seen  # samples seen, not the window's size (see Config)
@@ -223,7 +223,7 @@ class GradExplosion(Rule):
         )
         return hi, min(warn, hi)
 
-    def above(self, e: RuleEngine) -> None:
+    def above(self, e: EngineState) -> None:
         """The step's grad norm reached the warning line (or the critical one)."""
         gn, med, step = e.gn, e.fig.gn_med, e.step
         if gn is None or not med:
@@ -258,12 +258,12 @@ class GradExplosion(Rule):
         if len(q) >= self.k:
             self._fire(e, WARNING, gn, med, r)
 
-    def _settled(self, e: RuleEngine) -> bool:
+    def _settled(self, e: EngineState) -> bool:
         """The baseline has its ``critical_after`` grad norms (or the run is in its warm-up,
         judged by the early ratio instead): a step past the critical line can be critical."""
         return self.early_phase or e.fig.gn_seen >= self.critical_after
 
-    def on_block(self, e: RuleEngine, b: Block) -> None:
+    def on_block(self, e: EngineState, b: Block) -> None:
         am = self.aftermath
         if am.watching:
             am.take(b)
@@ -273,7 +273,7 @@ class GradExplosion(Rule):
         if self.tr.active and quiet:
             self.tr.clear(e.step)
 
-    def on_finish(self, e: RuleEngine) -> None:
+    def on_finish(self, e: EngineState) -> None:
         if self.aftermath.watching:
             self._absorbed(2)
 
@@ -287,7 +287,7 @@ class GradExplosion(Rule):
 
     def _fire(
         self,
-        e: RuleEngine,
+        e: EngineState,
         sev: Severity,
         gn: float,
         med: float,

@@ -19,14 +19,14 @@ from .base import Rule, Tracker
 from .window import Rolling
 
 if TYPE_CHECKING:
-    from .engine import RuleEngine
+    from .state import EngineState
     from .window import Block
 
 
 class Stall(Rule):
     """No new step for much longer than this run's steps take, while the process still writes."""
 
-    def __init__(self, engine: RuleEngine) -> None:
+    def __init__(self, engine: EngineState) -> None:
         super().__init__(engine)
         c = self.settings("stall")
         self.wf, self.cf = float(c["warn_factor"]), float(c["critical_factor"])
@@ -63,13 +63,13 @@ class Stall(Rule):
         ratio = max(1.0, self.cf / self.wf) if self.wf > 0 else 3.0
         return warn, warn * ratio
 
-    def since(self, e: RuleEngine) -> float | None:
+    def since(self, e: EngineState) -> float | None:
         ref = e.last_step_t
         if self.pause_end is not None and (ref is None or self.pause_end > ref):
             ref = self.pause_end
         return ref
 
-    def on_block(self, e: RuleEngine, blk: Block) -> None:
+    def on_block(self, e: EngineState, blk: Block) -> None:
         prev = self.prev_t
         ts = blk.t
         if (
@@ -128,7 +128,7 @@ class Stall(Rule):
         last = a.evidence.get("last_step") if a is not None else None
         return type(last) is not int or step > last
 
-    def _clock_jumped(self, e: RuleEngine, rec: dict[str, Any]) -> None:
+    def _clock_jumped(self, e: EngineState, rec: dict[str, Any]) -> None:
         """A stall raised from heartbeats while no step came, withdrawn when the step that
         ends the wait shows (its monotonic ``step_time``) that hardly any time passed: the
         wall clock jumped forward (NTP, a suspended VM), training never stopped."""
@@ -139,7 +139,7 @@ class Stall(Rule):
         if a.evidence.get("resumed") is False and st < self.thresholds()[0]:
             self.tr.retract()
 
-    def on_event(self, e: RuleEngine, rec: dict[str, Any]) -> None:
+    def on_event(self, e: EngineState, rec: dict[str, Any]) -> None:
         if rec.get("type") != "phase":
             return
         t = as_float(rec.get("t"))
@@ -149,7 +149,7 @@ class Stall(Rule):
                 self._phase_ended(e, t - start, t)
             self.pause_end = t
 
-    def _phase_ended(self, e: RuleEngine, took: float, t: float) -> None:
+    def _phase_ended(self, e: EngineState, took: float, t: float) -> None:
         """A phase that ran past its cap but ended normally was slow, not hung: information."""
         warn = self.phase_thresholds()[0]
         if took < warn:
@@ -164,7 +164,7 @@ class Stall(Rule):
             message=a.message + f"; the phase ended normally after {fmt(took)} s",
         )
 
-    def on_eval(self, e: RuleEngine, rec: dict[str, Any]) -> None:
+    def on_eval(self, e: EngineState, rec: dict[str, Any]) -> None:
         self.last_eval_step = e.last_step
         a = self.tr.alert
         if e.phase is not None:
@@ -182,7 +182,7 @@ class Stall(Rule):
             + "; an eval record followed: probably evaluation (wrap it in probe.phase('eval'))",
         )
 
-    def on_time(self, e: RuleEngine, t: float) -> None:
+    def on_time(self, e: EngineState, t: float) -> None:
         self.clock_seen = True
         if not self.on or self.explained_by_eval:
             return
@@ -204,7 +204,7 @@ class Stall(Rule):
             self._fire(e, e.last_step, gap, t, resumed=False)
 
     def _fire(
-        self, e: RuleEngine, prev_step: int | None, gap: float, t: float, resumed: bool
+        self, e: EngineState, prev_step: int | None, gap: float, t: float, resumed: bool
     ) -> None:
         warn, crit = self.thresholds()
         sev: Severity = CRITICAL if gap >= crit else WARNING
@@ -247,7 +247,7 @@ class Stall(Rule):
         if resumed and prev_step is not None and prev_step == self.last_eval_step:
             self._explain(a)
 
-    def _fire_phase(self, e: RuleEngine, took: float, t: float) -> Alert:
+    def _fire_phase(self, e: EngineState, took: float, t: float) -> Alert:
         """A declared phase has lasted past its cap: a hang inside eval/checkpoint."""
         warn, crit = self.phase_thresholds()
         sev: Severity = CRITICAL if took >= crit else WARNING

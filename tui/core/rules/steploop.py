@@ -20,16 +20,17 @@ faults, runs with odd steps of sixteen kinds, the fault suite's quick logs).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from ....probe.schema import as_float
 from .numeric import grad_before
 
 if TYPE_CHECKING:
-    from .engine import RuleEngine
+    from .ruleset import RuleSet
 
 
-def on_step(e: RuleEngine, rec: dict[str, Any], t: float | None) -> None:
+def on_step(e: RuleSet, rec: dict[str, Any], t: float | None) -> None:
     """The per-step hot path: parse, judge the on-the-step conditions inline, buffer the rest.
 
     NaN/Inf, spikes and explosions must be flagged on their step, so they are compared
@@ -44,9 +45,9 @@ def on_step(e: RuleEngine, rec: dict[str, Any], t: float | None) -> None:
         seg = e.segments
         if seg.watching:  # a second run announced itself: back or repeated, two writers?
             if seg.on_step(step <= e.last_step):
-                seg.raise_mixed(e, step)
+                _mixed(e, step)
         elif step == e.last_step and seg.on_repeat(e.steps):  # lockstep without a 2nd meta
-            seg.raise_mixed(e, step, repeated=True)
+            _mixed(e, step, repeated=True)
         if seg.mixed is not None:  # two writers: count, judge nothing
             e.steps += 1
             e.last_step = step
@@ -134,8 +135,15 @@ def on_step(e: RuleEngine, rec: dict[str, Any], t: float | None) -> None:
         e._close_block()
 
 
+def _mixed(e: RuleSet, step: int, repeated: bool = False) -> None:
+    """Two writers: the warning, and the rules stop here (the early watch and its list of
+    losses close with them)."""
+    e.segments.raise_mixed(e.sink, e.t, step, repeated)
+    e.divergence_rule.close_early()
+
+
 def _nonfinite(
-    e: RuleEngine, step: int, loss: float | None, gn: float | None, lf: bool, gf: bool
+    e: RuleSet, step: int, loss: float | None, gn: float | None, lf: bool, gf: bool
 ) -> None:
     if e.first_nonfinite_step is None:
         e.first_nonfinite_step = step
@@ -145,7 +153,7 @@ def _nonfinite(
         e.nonfinite_rule.on_loss_nonfinite(e)
 
 
-def _plain_ok(e: RuleEngine) -> bool:
+def _plain_ok(e: RuleSet) -> bool:
     """No per-step watch open: the schedule grace, the early blow-up watch, a NaN episode,
     a second writer; and a first step seen (its segment bookkeeping is ``on_step``'s)."""
     return not (
@@ -159,17 +167,23 @@ def _plain_ok(e: RuleEngine) -> bool:
     )
 
 
-def feed_steps(e: RuleEngine, recs: list[dict[str, Any]], i: int, n: int) -> int:
+def feed_steps(
+    e: RuleSet,
+    recs: list[dict[str, Any]],
+    i: int,
+    n: int,
+    feed: Callable[[dict[str, Any]], None],
+) -> int:
     """Feed the step records from ``recs[i]`` on; return the index of the first record not
     taken (a record of another kind, or ``n``). A step that is not plain is fed through
-    ``e.feed`` in its turn, so the order of everything is the log's."""
+    ``feed`` (the engine's) in its turn, so the order of everything is the log's."""
     r = recs[i]
     if (
         type(r.get("t")) is not float  # other tools' logs have no times: never plain
         or type(r.get("loss")) is not float
         or not _plain_ok(e)
     ):
-        e.feed(r)  # before loading thirty locals for nothing
+        feed(r)  # before loading thirty locals for nothing
         return i + 1
     # the engine's per-step state, in locals (written back by `sync` below)
     records, steps, first_t, last_t = e.records, e.steps, e.first_t, e.last_t
@@ -221,7 +235,7 @@ def feed_steps(e: RuleEngine, recs: list[dict[str, Any]], i: int, n: int) -> int
             if taken:
                 sync()
                 taken = False
-            e.feed(r)
+            feed(r)
             return i + 1
         # feed(): the record's count and the file's clock
         records += 1
