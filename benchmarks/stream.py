@@ -48,7 +48,7 @@ VIEWER_CPUS = "DLTOP_BENCH_VIEWER_CPUS"  # where viewer processes run during (c)
 # --- viewer processes ------------------------------------------------------------------------
 def viewer_main(mode: str, address: str, count: int) -> None:
     """A viewer process: print ``ready`` once connected, then one JSON line when done."""
-    from dltop.tui.core.stream import SocketSource, connect, parse_address
+    from dltop.tui.core.socket_source import SocketSource, connect, parse_address
 
     addr = parse_address(address)
     cpus = os.environ.get(VIEWER_CPUS)

@@ -7,7 +7,7 @@ batches (the writer's ``bytes``, never copied); a viewer is only a position in i
 next batch's sequence number). A batch is kept while it is in the backlog (the last
 ``backlog_max`` bytes, what a new viewer starts from) or while a viewer still needs it
 and is at most ``window_max`` bytes behind the live end; a viewer further behind skips
-ahead to the window's start and is told how many records it missed (``socket_client``).
+ahead to the window's start and is told how many records it missed (``viewer_cursor``).
 So the memory is bounded by ``max(backlog_max, window_max)`` whatever the number of
 viewers, and nothing is ever copied per viewer.
 

@@ -7,7 +7,7 @@ the server's own thread with non-blocking sockets and a selector:
 - a connecting viewer first receives the ``meta`` line and a bounded backlog of
   recent records (so a late viewer still sees history), then the live stream. Backlog
   and stream are one shared sequence of the writer's batches (``sharedlog.py``), never
-  copied per viewer: a viewer is a position in it (``socket_client.py``). One that falls
+  copied per viewer: a viewer is a position in it (``viewer_cursor.py``). One that falls
   further behind than the window (``client_max_bytes``) skips whole batches, for itself
   only, and is told how many records it missed right at the gap (a ``dropped`` event);
 - TCP is optional: loopback by default; any other bind address requires a token,
@@ -45,7 +45,7 @@ from .encoding import encode_record
 from .listeners import bind_tcp, bind_unix
 from .schema import EV_REFUSED
 from .sharedlog import SharedLog
-from .socket_client import Client
+from .viewer_cursor import Client
 from .viewerauth import HELLO_MAX, HELLO_TIMEOUT, is_loopback, parse_hello
 
 CLOSE_GRACE = 0.5  # seconds reading viewers get at close to receive the last records

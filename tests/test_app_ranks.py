@@ -226,7 +226,7 @@ async def _test_a_big_job_works_out_its_charts_beside_the_event_loop(folder: Pat
         await pilot.press("p")  # a key while the charts' thread is busy
         await wait_for(pilot, lambda: app.state.paused, "the key", timeout=5)
         # still working on the charts (4+ panels x 0.3 s): the key did not wait for them
-        assert app.offloop.pending() > 0
+        assert app.chart_thread.pending() > 0
         assert all(c.data is not None and c.data.end < 29 for c in charts)  # old picture
         await wait_for(pilot, lambda: all(c.data.end >= 29 for c in charts), "new charts", 20)
     assert set(threads) == {"dltop-charts"}

@@ -184,7 +184,7 @@ def test_a_token_in_an_address_never_reaches_what_we_print(
 
 
 def test_a_masked_token_shows_at_most_two_characters() -> None:
-    from dltop.tui.core.stream import redact
+    from dltop.tui.core.socket_source import redact
 
     masked = redact(f"tcp://gpu-box:7007?token={SECRET}")
     assert masked == f"tcp://gpu-box:7007?token={SECRET[:2]}…({len(SECRET)} chars)"

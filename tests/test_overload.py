@@ -210,7 +210,7 @@ def test_full_speed_with_a_stuck_client_and_a_live_viewer(tmp_path: Path, runtim
     and never reads, a real viewer follows the socket. Every call is in the log or counted
     in its dropped events, check warns with the count, training never waited long."""
     from dltop.tui.core.run import RunModel
-    from dltop.tui.core.stream import SocketSource
+    from dltop.tui.core.socket_source import SocketSource
 
     log = tmp_path / "fast.jsonl"
     proc = subprocess.Popen(
@@ -425,7 +425,7 @@ def test_a_note_flood_over_a_live_socket_keeps_the_viewer_bounded(
     """The symptom as filed: a live run sends notes over its socket as fast as it can;
     the viewer that follows it keeps the first and last 100 of them, whatever it got."""
     from dltop.tui.core.run import RunModel
-    from dltop.tui.core.stream import SocketSource
+    from dltop.tui.core.socket_source import SocketSource
 
     log = tmp_path / "live.jsonl"
     proc = subprocess.Popen(

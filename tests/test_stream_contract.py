@@ -31,7 +31,7 @@ from dltop.probe.decoding import LineDecoder, read_records
 from dltop.probe.encoding import encode_record
 from dltop.probe.socket_server import SocketServer
 from dltop.tui.core.run import RunModel
-from dltop.tui.core.stream import SocketSource
+from dltop.tui.core.socket_source import SocketSource
 from waiting import wait_for
 
 
@@ -118,7 +118,7 @@ VIEWER = textwrap.dedent(
     """
     import sys, time
     from dltop.tui.core.run import RunModel
-    from dltop.tui.core.stream import SocketSource
+    from dltop.tui.core.socket_source import SocketSource
 
     model = RunModel("killed")
     SocketSource(sys.argv[1], model, fallback_to_file=False).start()

@@ -33,6 +33,7 @@ from .core.alerts import SEVERITY_RANK
 from .core.logread import Snapshot
 from .core.rules import Config, ConfigError, RuleEngine
 from .core.safetext import visible, visible_lines
+from .core.socket_source import is_stream_spec, redact
 from .core.sourcefiles import (
     SourceError,
     is_missing,
@@ -42,8 +43,7 @@ from .core.sourcefiles import (
 )
 from .core.status import explain_unrecorded_end, local_pid_alive
 from .core.store import Store
-from .core.stream import is_stream_spec, redact
-from .report_read import store_then_engine
+from .report_parallel import store_then_engine
 
 EXIT_OK, EXIT_WARN, EXIT_CRIT, EXIT_UNREADABLE = 0, 1, 2, 3
 SOURCE_HINT = "pass a .jsonl log written by dltop.probe, or a directory of them"
@@ -367,7 +367,7 @@ def check_file(
     the records for charts, ``shares`` its sharded grad-norm shares (the first rank's steps
     get the joined norm before the engine and the store see them), ``on_bytes`` the bytes
     read so far after each chunk (a progress line). ``beside``: with a store, the bytes
-    from which the rules run in a child process meanwhile (``report_read.py``).
+    from which the rules run in a child process meanwhile (``report_parallel.py``).
     ``follow_until``: a ``time.monotonic()`` deadline to read on to while the run goes
     on (``--follow``); without it the log is read as it was when it was opened."""
     fmt = foreign.detect(path)

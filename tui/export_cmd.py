@@ -72,9 +72,9 @@ def open_watch(spec: str, config: Any, job: str | None) -> Any:
     from .core.rankjob import JobView
     from .core.ranklog import RankLog
     from .core.run import RunModel
+    from .core.socket_source import SocketSource, StreamError, is_stream_spec, redact
     from .core.source_open import open_source
     from .core.sources import SourceError
-    from .core.stream import SocketSource, StreamError, is_stream_spec, redact
 
     model = RunModel(redact(spec), config)
     try:
@@ -122,7 +122,7 @@ def open_rank_files(paths: list[str], config: Any, job: str | None) -> Any:
 def group_sources(specs: list[str]) -> list[str | list[str]]:
     """Each SOURCE alone, except rank files of one folder: together, as one job."""
     from .core.jobs import is_rank_file
-    from .core.stream import is_stream_spec
+    from .core.socket_source import is_stream_spec
 
     out: list[str | list[str]] = []
     folders: dict[str, list[str]] = {}

@@ -145,7 +145,7 @@ def run(args: argparse.Namespace) -> int:
             f"{e.name} is not installed (hint: pip install 'dltop-monitor[web]' brings "
             "textual-serve)"
         )
-    from .core.stream import redact
+    from .core.socket_source import redact
 
     title = "dltop " + " ".join(redact(s) for s in args.source) if args.source else "dltop"
     server = DltopServer(

@@ -117,7 +117,7 @@ def newest_live_run() -> Path | str | None:
     """
     from .core.discover import live_runs
     from .core.jobs import job_dir
-    from .core.stream import StreamError, connect, parse_address
+    from .core.socket_source import StreamError, connect, parse_address
 
     for run in live_runs():
         address = f"unix:{run['socket']}"
@@ -155,7 +155,7 @@ def resolve_source(source: str | None, cwd: Path | None = None) -> Path | str:
             "an empty SOURCE (hint: pass the log file, or nothing for the newest run)"
         )
     if source.startswith(("unix:", "tcp://")):
-        from .core.stream import StreamError, connect, parse_address
+        from .core.socket_source import StreamError, connect, parse_address
 
         try:
             connect(parse_address(source), timeout=2.0).close()  # alive now, or a hint

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 from ..core import view_model as vm
 from ..core.safetext import visible
 from .checklist import ChecklistPane, StepList
-from .mixin import AppMixin
+from .mixin_base import AppMixin
 from .toast import notify_wrapped
 
 if TYPE_CHECKING:

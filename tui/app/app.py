@@ -9,7 +9,7 @@ shown comes from ``dltop.tui.core.view_model``; the widgets only draw it.
 This module wires the source, the model and the screen together (layout, reader, timer);
 the keys live in mixins, one concern each: ``view_keys.py`` (zoom, scale, pause, cursor,
 go-to), ``alert_pane.py`` (alert selection and the checklist), ``exports.py`` (screenshot
-and report) and ``rank_focus.py`` (a job's ranks or overlaid runs); ``mixin.py`` makes
+and report) and ``rank_focus.py`` (a job's ranks or overlaid runs); ``mixin_base.py`` makes
 each of them an ``App`` to the type checker.
 """
 
@@ -34,20 +34,20 @@ from ..core.i18n import tr
 from ..core.overlay import OverlayView
 from ..core.overlay_source import OverlaySource
 from ..core.safetext import visible
+from ..core.socket_source import SocketSource, StreamError, is_stream_spec, redact
 from ..core.source_open import open_source
 from ..core.sources import FileSource, SourceError
-from ..core.stream import SocketSource, StreamError, is_stream_spec, redact
 from .alert_pane import AlertPane
 from .badges import Badge, BadgeBar
 from .cards import GpuPanel
 from .chart import Chart
+from .chart_thread import ChartThread
 from .checklist import ChecklistPane, StepList
 from .crash_banner import CrashBanner
 from .exports import Exports
 from .header import Header
 from .help import HelpScreen
 from .messages import Ingested, SourceEnded, SourceFailed
-from .offloop import OffLoop
 from .panel_set import ALWAYS, PanelSet
 from .picker import PanelPicker
 from .rank_focus import RankFocus
@@ -124,7 +124,7 @@ class DltopApp(RankFocus, ViewKeys, PanelSet, AlertPane, Exports, App[int]):
     ) -> None:
         super().__init__()
         self.config = config
-        self.offloop = OffLoop()  # the charts' data across many ranks (_update_panels)
+        self.chart_thread = ChartThread()  # the charts' data across many ranks (_update_panels)
         self._switch_was = sys.getswitchinterval()
         # ``dltop A B [C...]``: the runs overlaid (``source`` is then run A)
         self.overlay = list(overlay) if overlay and len(overlay) > 1 else None
@@ -204,7 +204,7 @@ class DltopApp(RankFocus, ViewKeys, PanelSet, AlertPane, Exports, App[int]):
 
     def on_unmount(self) -> None:
         sys.setswitchinterval(self._switch_was)
-        self.offloop.close()
+        self.chart_thread.close()
         self.job.stop()
         if self.reader is not None:
             self.reader.stop()
@@ -394,12 +394,12 @@ class DltopApp(RankFocus, ViewKeys, PanelSet, AlertPane, Exports, App[int]):
         in one pass of the event loop. Across 64 ranks one panel is ~130 decimations
         (20-60 ms), so seven panels in one pass blocked the keys for ~200 ms a tick, and
         one panel per pass still for 60-130 ms (``benchmarks/ranks.py --only app``). On
-        :mod:`offloop`'s thread the loop gets the GIL back every 5 ms meanwhile."""
-        offloop = None
+        :mod:`chart_thread`'s thread the loop gets the GIL back every 5 ms meanwhile."""
+        chart_thread = None
         if self.job.across and len(self.job.ranks()) >= OFFLOOP_RANKS:
-            offloop = self.offloop
+            chart_thread = self.chart_thread
         for widget in due:
-            widget.update(offloop)
+            widget.update(chart_thread)
 
     def set_state(self, **changes: Any) -> None:
         self.state = vm.replace_state(self.state, **changes)

@@ -9,7 +9,7 @@ from textual.containers import Vertical
 from textual.widgets import Static
 
 from .chart import Chart, Provider
-from .offloop import OffLoop
+from .chart_thread import ChartThread
 
 
 class GpuPanel(Vertical):
@@ -44,9 +44,9 @@ class GpuPanel(Vertical):
         if reason is None:
             self.chart.update()
 
-    def update(self, offloop: OffLoop | None = None) -> None:
+    def update(self, chart_thread: ChartThread | None = None) -> None:
         if self.reason is None:
-            self.chart.update(offloop)
+            self.chart.update(chart_thread)
 
 
 def na_text(reason: str | None) -> Text:

@@ -46,7 +46,7 @@ from ..core.chartdata import (
 )
 from ..core.overlay import FAINT, RUN_COLOURS, RUN_STYLES
 from ..core.textfit import fit_spans
-from .offloop import OffLoop
+from .chart_thread import ChartThread
 
 # (dx, dy) -> braille bit, dots numbered as in Unicode's braille block
 _BRAILLE_BITS = ((0x01, 0x02, 0x04, 0x40), (0x08, 0x10, 0x20, 0x80))
@@ -63,7 +63,7 @@ class Chart(Widget):
     can_focus = True
 
     class Computed(Message):
-        """Data worked out off the event loop (:mod:`offloop`), for ``buckets`` buckets;
+        """Data worked out off the event loop (:mod:`chart_thread`), for ``buckets`` buckets;
         ``error``: the provider's exception, raised here on the event loop as it would
         have been by a paint."""
 
@@ -125,18 +125,18 @@ class Chart(Widget):
         """Character columns of the plot area (the provider gets twice that many buckets)."""
         return max(1, self.size.width - GUTTER)
 
-    def update(self, offloop: OffLoop | None = None) -> None:
+    def update(self, chart_thread: ChartThread | None = None) -> None:
         """Mark the data stale and repaint; call only when the data changed.
 
         The provider is asked lazily, on the next paint, when the widget has its real size:
         a hidden panel (small terminal, N/A card) costs nothing, and a panel that becomes
         visible later still pulls data for the width it actually has.
 
-        With ``offloop`` (a job of many ranks), a shown chart's provider is asked on that
+        With ``chart_thread`` (a job of many ranks), a shown chart's provider is asked on that
         thread instead, and the chart keeps its picture until :class:`Computed` arrives.
         """
         provider = self.provider
-        if offloop is not None and provider is not None and self._built_for is not None:
+        if chart_thread is not None and provider is not None and self._built_for is not None:
             buckets = self.plot_columns * 2
 
             def work() -> None:
@@ -146,7 +146,7 @@ class Chart(Widget):
                     data, error = None, exc
                 self.post_message(self.Computed(data, buckets, error))
 
-            if offloop.submit(self, work):
+            if chart_thread.submit(self, work):
                 return
         self._stale = True
         self._built_for = None

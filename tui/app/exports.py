@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..core.safetext import visible
-from .mixin import AppMixin
+from .mixin_base import AppMixin
 from .toast import notify_wrapped
 
 if TYPE_CHECKING:

@@ -20,7 +20,7 @@ from ..core.extra_panels import pickable
 from ..core.panels import spec_for
 from .cards import GpuPanel
 from .chart import Chart
-from .mixin import AppMixin
+from .mixin_base import AppMixin
 from .picker import PanelPicker
 
 if TYPE_CHECKING:

@@ -22,7 +22,7 @@ from ..core.i18n import tr
 from ..core.rankrows import pick_rows
 from ..core.safetext import visible
 from ..core.ticks import Ticks
-from .mixin import AppMixin
+from .mixin_base import AppMixin
 from .rank_table import RankTable
 
 if TYPE_CHECKING:
@@ -31,9 +31,9 @@ if TYPE_CHECKING:
     from ..core.foreign_source import ForeignSource
     from ..core.overlay_source import OverlaySource
     from ..core.run import RunModel
+    from ..core.socket_source import SocketSource
     from ..core.sources import FileSource
     from ..core.status import RunState
-    from ..core.stream import SocketSource
 
 HINT_RANKS = "q quit ? help 1-9 zoom m more l log s smooth g goto a alerts c list f rank"
 

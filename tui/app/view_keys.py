@@ -18,7 +18,7 @@ from ..core.smoothing import lag_bound, step_weight
 from ..core.timeaxis import STEP, TIME, has_wall_clock, move_cursor
 from .cards import GpuPanel
 from .chart import Chart
-from .mixin import AppMixin
+from .mixin_base import AppMixin
 
 if TYPE_CHECKING:
     from textual.widget import Widget

@@ -37,8 +37,8 @@ ALERT_IDS = (
     "straggler",
     "mixed_runs",  # several processes append to one log at once (rules/segments.py)
     "records_dropped",  # the probe's writer fell behind; the log lacks records (rules/dropped.py)
-    "metric_mismatch",  # the eval loss falls, no eval metric improves (rules/metrics.py)
-    "nan_metric",  # NaN/Inf in an eval record or any other logged metric (rules/nan_metrics.py)
+    "metric_mismatch",  # the eval loss falls, no eval metric improves (rules/metric_mismatch.py)
+    "nan_metric",  # NaN/Inf in an eval record or any other logged metric (rules/nonfinite_metrics.py)
     "loss_collapsed",  # the loss sits at exactly 0 or at one constant value (rules/collapse.py)
 )
 

@@ -22,8 +22,8 @@ from typing import Any
 
 from ...probe import rendezvous
 from ...probe.decoding import LineDecoder
+from .socket_source import Address, StreamError, parse_address, peek
 from .sourcefiles import is_regular, open_log
-from .stream import Address, StreamError, parse_address, peek
 
 DEFAULT_LOG_DIR = "dltop-runs"
 STATUS_TAIL = 2000  # records of a live run's backlog judged for its status (~20 ms)

@@ -16,9 +16,9 @@ from typing import Any
 from .overlay import MAX_RUNS, OverlayRun, overlay_runs
 from .reader import ReaderThread
 from .run import RunModel
+from .socket_source import SocketSource, is_stream_spec, redact
 from .source_open import open_source
 from .sources import SourceError
-from .stream import SocketSource, is_stream_spec, redact
 
 
 def _open(spec: str, model: RunModel, on_update: Callable[[int], Any] | None, **kw: Any) -> Any:

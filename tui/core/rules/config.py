@@ -121,7 +121,7 @@ DEFAULTS: dict[str, dict[str, Any]] = {
         "large_rise": 0.1,
     },
     # the eval loss >= loss_drop below its first value over >= min_evals evaluations while no
-    # eval metric of known direction ever beat its first value (rules/metrics.py)
+    # eval metric of known direction ever beat its first value (rules/metric_mismatch.py)
     "metric_mismatch": {"enabled": True, "loss_drop": 0.5, "min_evals": 3},
     # two writers in one file: >= `jumps` backward steps within `window` step records
     "mixed_runs": {"enabled": True, "window": 64, "jumps": 3},

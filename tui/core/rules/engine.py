@@ -146,7 +146,7 @@ class RuleEngine(RuleSet):
         return [a for a in self.sink.alerts if a.active]
 
     def facts(self) -> dict[str, Fact]:
-        from .facts import collect_facts  # noqa: PLC0415
+        from .run_facts import collect_facts  # noqa: PLC0415
 
         return collect_facts(self)
 

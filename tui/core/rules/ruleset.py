@@ -20,12 +20,12 @@ from . import (
     dropped,
     gradients,
     memory,
-    metrics,
-    nan_metrics,
-    numeric,
+    metric_mismatch,
+    nonfinite,
+    nonfinite_metrics,
+    oscillation,
     overfitting,
     plateau,
-    progress,
     spikes,
     stall,
 )
@@ -64,7 +64,7 @@ class RuleSet(EngineState):
         super().__init__(config)
         # Every rule, by a typed attribute: the per-step path, the run status and the facts
         # read them as such (a renamed class is a type error, never a KeyError at run time).
-        self.nonfinite_rule = numeric.NonFinite(self)
+        self.nonfinite_rule = nonfinite.NonFinite(self)
         self.spike_rule = spikes.LossSpike(self)
         self.explosion_rule = spikes.GradExplosion(self)
         self.divergence_rule = divergence.Divergence(self)
@@ -74,10 +74,10 @@ class RuleSet(EngineState):
             self, self.divergence_rule.tr.current, self.crash_rule.run_ending
         )
         self.collapse_rule = collapse.LossCollapse(self)
-        self.oscillation_rule = progress.Oscillation(self)
+        self.oscillation_rule = oscillation.Oscillation(self)
         self.overfitting_rule = overfitting.Overfitting(self)
-        self.metric_rule = metrics.MetricMismatch(self)
-        self.nan_metric_rule = nan_metrics.NonFiniteMetrics(self)
+        self.metric_rule = metric_mismatch.MetricMismatch(self)
+        self.nan_metric_rule = nonfinite_metrics.NonFiniteMetrics(self)
         self.data_rule = data_bound.DataBound(self)
         self.memory_rule = memory.MemoryGrowth(self)
         self.stall_rule = stall.Stall(self)

@@ -3,7 +3,7 @@
 Why: troubleshooting checklists ask "does the DataLoader use workers?", "is clipping
 on?", "is a GradScaler in use?", "did the batch size grow?". The probe writes these once
 (and again when they change) in ``config`` events; this keeps the latest of each, read as
-facts (``rules/facts.py``) so those questions get a yes or a no instead of "?".
+facts (``rules/run_facts.py``) so those questions get a yes or a no instead of "?".
 Everything here comes from the log: only numbers, booleans and short names are kept.
 """
 

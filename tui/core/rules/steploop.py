@@ -24,7 +24,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from ....probe.schema import as_float
-from .numeric import grad_before
+from .nonfinite import grad_before
 
 if TYPE_CHECKING:
     from .ruleset import RuleSet

@@ -26,7 +26,7 @@ from dltop.probe.encoding import encode_record
 from dltop.probe.socket_server import SocketServer
 from dltop.tui import view_cmd
 from dltop.tui.core.run import RunModel
-from dltop.tui.core.stream import SocketSource, StreamError, parse_address, peek
+from dltop.tui.core.socket_source import SocketSource, StreamError, parse_address, peek
 from waiting import wait_for
 
 REPO = Path(__file__).resolve().parents[1]

@@ -1,6 +1,6 @@
 """NaN/Inf in any other logged metric: an evaluation's loss or score, a step's extra, the lr.
 
-Why apart from ``numeric.py``: the loss and the grad norm are judged on their very step,
+Why apart from ``nonfinite.py``: the loss and the grad norm are judged on their very step,
 with AMP's skipped steps in mind. Everything else a run logs (``eval`` records, the
 ``acc`` of ``probe.step(loss=loss, acc=acc)``, a Trainer's ``eval_*`` metrics, another
 tool's validation columns) has no such excuse: a NaN eval loss means the evaluation, or

@@ -1,4 +1,4 @@
-"""The charts' thread (``tui/app/offloop.py``): jobs run one at a time in the order asked,
+"""The charts' thread (``tui/app/chart_thread.py``): jobs run one at a time in the order asked,
 a job asked for again before its turn runs once (the latest), and nothing runs after close."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import threading
 import time
 
-from dltop.tui.app.offloop import OffLoop
+from dltop.tui.app.chart_thread import ChartThread
 
 
 def _wait(cond: object, timeout: float = 10.0) -> bool:
@@ -19,7 +19,7 @@ def _wait(cond: object, timeout: float = 10.0) -> bool:
 
 
 def test_jobs_run_in_order_coalesced_by_key_on_one_thread() -> None:
-    loop = OffLoop()
+    loop = ChartThread()
     gate = threading.Event()
     ran: list[tuple[str, str]] = []
 
@@ -45,7 +45,7 @@ def test_jobs_run_in_order_coalesced_by_key_on_one_thread() -> None:
 
 
 def test_close_drops_the_waiting_jobs_and_refuses_new_ones() -> None:
-    loop = OffLoop()
+    loop = ChartThread()
     gate = threading.Event()
     ran: list[str] = []
     loop.submit(1, lambda: (gate.wait(10), ran.append("running")))

@@ -17,7 +17,7 @@ import threading
 from collections.abc import Callable, Hashable
 
 
-class OffLoop:
+class ChartThread:
     """A queue of jobs keyed by who asked, run one at a time on a daemon thread."""
 
     def __init__(self, name: str = "dltop-charts") -> None:

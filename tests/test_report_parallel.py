@@ -1,5 +1,5 @@
 """``dltop report`` on one big log: its rules in a child process while its store is built
-here (``tui/report_read.py``). The report must not change: the same alerts, facts,
+here (``tui/report_parallel.py``). The report must not change: the same alerts, facts,
 status, notes and chart series as with everything in one process, also for a log whose
 grad norm is joined from its own shards, one with corrupt lines and one whose last line
 is cut; and a child that fails leaves its part to this process.
