@@ -25,7 +25,7 @@ from checkkit import check_run
 from dltop.probe.decoding import read_records
 from dltop.probe.encoding import encode_record
 from dltop.tui.check_cmd import collect
-from dltop.tui.core import gradjoin
+from dltop.tui.core import shardnorm
 from dltop.tui.core.rules import Config
 from test_probe_ranks import CLEAN_ENV, gloo_startup_race
 
@@ -130,7 +130,7 @@ def _write_job(folder: Path, shares: dict[int, list[Any]], world: int | None = N
 def _joined(folder: Path) -> tuple[list[Any], str | None]:
     """The first rank's grad_norm per step after the join, read as `dltop check` reads a
     folder (the other ranks first, then the first), and the join's one-line summary."""
-    join = gradjoin.GradNormJoin()
+    join = shardnorm.GradNormJoin()
     files = sorted(folder.glob("rank*.jsonl"))
     for f in files[1:]:
         shares = join.other()
@@ -276,8 +276,8 @@ def test_a_live_step_waits_for_the_other_ranks_share_then_goes_on(
     it), joined when rank 1's line lands; a step rank 1 never logs goes out without a
     norm once its wait is over, never with part of one. The same with the peer file
     opened for each read (a job with more ranks than ``MAX_OPEN``)."""
-    from dltop.tui.core import peers
-    from dltop.tui.core.peers import PeerJoin
+    from dltop.tui.core import shardnorm as peers
+    from dltop.tui.core.shardnorm import PeerJoin
 
     monkeypatch.setattr(peers, "MAX_OPEN", 1 if kept_open else 0)
 
@@ -308,7 +308,7 @@ def test_a_live_step_waits_for_the_other_ranks_share_then_goes_on(
 
 
 def test_an_unsharded_folder_passes_through_without_opening_a_peer(tmp_path: Path) -> None:
-    from dltop.tui.core.peers import PeerJoin
+    from dltop.tui.core.shardnorm import PeerJoin
 
     join = PeerJoin()
     join.set_peers([str(tmp_path / "rank1.jsonl")])  # not even there

@@ -317,7 +317,7 @@ def _sharded(step: int) -> dict[str, Any]:
 
 
 def _peer_job(tmp_path: Path, *recs: dict[str, Any]) -> Any:
-    from dltop.tui.core.peers import PeerJoin
+    from dltop.tui.core.shardnorm import PeerJoin
 
     _write(tmp_path / "rank1.jsonl", [{"kind": "meta", "rank": 1, "world_size": 2}, *recs])
     join = PeerJoin(hold_s=60.0)
@@ -330,7 +330,7 @@ def test_a_peer_that_stopped_early_holds_back_a_bounded_number_of_records(
 ) -> None:
     """Rank 1 crashed before step 0: every step of rank 0 would wait ``hold_s``; a
     backlog read at full speed must not pile up in memory meanwhile."""
-    from dltop.tui.core import peers
+    from dltop.tui.core import shardnorm as peers
 
     monkeypatch.setattr(peers, "MAX_HELD", 3)
     join = _peer_job(tmp_path)
@@ -345,7 +345,7 @@ def test_an_io_error_on_a_peer_file_leaves_the_step_without_a_norm(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The followed rank's reader goes on: its step goes out without a norm."""
-    from dltop.tui.core import peers
+    from dltop.tui.core import shardnorm as peers
 
     def broken(*_: Any) -> bytes:
         raise OSError(5, "Input/output error")
@@ -361,7 +361,7 @@ def test_an_io_error_on_a_peer_file_leaves_the_step_without_a_norm(
 def test_a_peer_beyond_the_open_files_is_not_reopened_for_a_step_it_has_read(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from dltop.tui.core import peers
+    from dltop.tui.core import shardnorm as peers
 
     monkeypatch.setattr(peers, "MAX_OPEN", 0)
     opened: list[str] = []

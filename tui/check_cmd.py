@@ -28,7 +28,7 @@ from .check_output import (  # FileResult: re-exported, what check_file() return
     verdict_of,
 )
 from .check_progress import Progress
-from .core import foreign, gradjoin, jobsplit, pipeline, ranks, rules_worker, workers
+from .core import foreign, jobsplit, pipeline, ranks, rules_worker, shardnorm, workers
 from .core.alerts import SEVERITY_RANK
 from .core.logread import Snapshot
 from .core.rules import Config, ConfigError, RuleEngine
@@ -174,10 +174,10 @@ def collect(
     results: list[FileResult] = []
     timings: dict[str, ranks.RankTimes] = {}
     # sharded gradients: the other ranks' grad_sq_local first, then the first rank's file
-    # takes the whole model's grad_norm as it is read (tui/core/gradjoin.py, GradNormJoin).
+    # takes the whole model's grad_norm as it is read (tui/core/shardnorm.py, GradNormJoin).
     # The other ranks go through worker processes when the job is big enough to pay for
     # them; their shares join in rank order, so the norms are the same floats either way.
-    join = gradjoin.GradNormJoin()
+    join = shardnorm.GradNormJoin()
     many = len(files) > 1
     until = time.monotonic() + follow if follow is not None else None
     others = [_RankTask(path, config, with_store, many, follow_until=until) for path in files[1:]]
@@ -228,7 +228,7 @@ class _RankOutcome:
     result: FileResult | None
     error: str | None
     times: ranks.RankTimes | None
-    shares: gradjoin.RankShares  # this rank's side of the sharded join
+    shares: shardnorm.RankShares  # this rank's side of the sharded join
 
     def take(
         self,
@@ -246,13 +246,13 @@ class _RankOutcome:
 
 def _check_rank(
     task: _RankTask,
-    primary_of: gradjoin.GradNormJoin | None = None,
+    primary_of: shardnorm.GradNormJoin | None = None,
     on_bytes: Callable[[int], None] | None = None,
 ) -> _RankOutcome:
     """Check one rank file (in a worker process, or here): a rank other than the first
     keeps its shares for the job's join; the first (``primary_of``) reads the job's."""
     join = primary_of
-    shares = join.primary() if join is not None else gradjoin.GradNormJoin.detached()
+    shares = join.primary() if join is not None else shardnorm.GradNormJoin.detached()
     times = ranks.RankTimes() if task.many else None
     store = Store() if task.with_store else None
     try:
@@ -357,7 +357,7 @@ def check_file(
     times: ranks.RankTimes | None = None,
     store: Store | None = None,
     *,
-    shares: gradjoin.RankShares | None = None,
+    shares: shardnorm.RankShares | None = None,
     on_bytes: Callable[[int], None] | None = None,
     beside: int | None = None,
     follow_until: float | None = None,

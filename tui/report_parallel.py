@@ -16,7 +16,7 @@ from collections.abc import Callable
 from typing import IO
 
 from ..probe.decoding import LineDecoder
-from .core import gradjoin, pipeline, ranks, rules_worker
+from .core import pipeline, ranks, rules_worker, shardnorm
 from .core.pipeline import judge_range
 from .core.rules import Config, RuleEngine
 from .core.store import Store
@@ -29,7 +29,7 @@ def store_then_engine(
     store: Store,
     config: Config,
     times: ranks.RankTimes | None,
-    shares: gradjoin.RankShares | None,
+    shares: shardnorm.RankShares | None,
     on_bytes: Callable[[int], None] | None,
     chunk_size: int,
 ) -> RuleEngine:

@@ -3,7 +3,7 @@
 Why apart from ``sources.py``: following one file (offsets, truncation, rotation) is
 that module's job; this one adds what a job of several processes needs on top of it,
 rank files that appear seconds apart, a cap on how many are followed, and the sharded
-grad-norm join (``peers.PeerJoin``) for the rank in view.
+grad-norm join (``shardnorm.PeerJoin``) for the rank in view.
 """
 
 from __future__ import annotations
@@ -14,9 +14,9 @@ import time
 from typing import Any
 
 from . import jobsplit
-from .peers import PeerJoin, has_shares
 from .ranklog import RankLog
 from .run import RunModel
+from .shardnorm import PeerJoin, has_shares
 from .sourcefiles import (
     RankFile,
     SourceError,
@@ -72,7 +72,7 @@ class DirectorySource(FileSource):
         self._capped = False
         self._add_ranks(self.files)
         # a sharded job (FSDP): the whole model's grad_norm is joined from every rank's
-        # grad_sq_local before the records reach the model (peers.py); the tail-first
+        # grad_sq_local before the records reach the model (shardnorm.py); the tail-first
         # shortcut would bypass the join, so such a job's log is read from its start
         self.join = PeerJoin()
         self.join.set_peers([f.path for f in self.files if f.path != self.chosen.path])

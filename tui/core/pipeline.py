@@ -22,8 +22,8 @@ from ...probe.decoding import LineDecoder
 from .rules import Config, RuleEngine
 
 if TYPE_CHECKING:
-    from .gradjoin import RankShares
     from .ranks import RankTimes
+    from .shardnorm import RankShares
     from .store import Store
 
 Records = list[dict[str, Any]]
@@ -84,7 +84,7 @@ def judge_range(
     the file's position is left alone): (engine, error, offset reached). ``join``: the log
     is a job's only file and joins its own sharded grad-norm shares, as the whole-file
     loop does. ``progress``: called with the offset after each chunk."""
-    from .gradjoin import GradNormJoin  # noqa: PLC0415 - only jobs join
+    from .shardnorm import GradNormJoin  # noqa: PLC0415 - only jobs join
 
     shares = GradNormJoin().primary() if join else None
     engine, error = make_engine(config)

@@ -18,7 +18,7 @@ crashes are per process). Two questions need the ranks side by side:
   and the phase). A rank slow in *backward* cannot be told apart this way: the fast
   ranks' wait for it is inside their own backward, so every rank's backward is long.
 The sharded grad-norm join (the third thing only the ranks together give) is
-``gradjoin.py``.
+``shardnorm.py``.
 
 No Textual, no torch: read by ``dltop check`` on a folder of rank files.
 """
