@@ -84,7 +84,7 @@ def worker_answers(out: str, logs: list[str], sweep: bool, fuzz: int) -> None:
 
 def worker_time(log: str, repeat: int) -> None:
     import msgspec
-    from dltop.tui.check_cmd import check_file
+    from dltop.tui.check_file import check_file
     from dltop.tui.core.rules import Config
 
     def decode() -> None:

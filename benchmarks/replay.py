@@ -262,7 +262,7 @@ def v_full(path: str) -> dict[str, Any]:
 
 def v_check(path: str) -> dict[str, Any]:
     """`dltop check`'s whole work on one log: decode, every rule, the run status."""
-    from dltop.tui.check_cmd import check_file
+    from dltop.tui.check_file import check_file
     from dltop.tui.core.rules.config import Config
 
     r = check_file(path, Config())

@@ -28,26 +28,18 @@ On the steps where per-layer figures are wanted, the same pass also counts the
 non-zero elements of every gradient (see ``_count_nonzero``) and starts one
 non-blocking read-back of both vectors.
 
-**Sharded gradients (FSDP2, any DTensor).** A rank holds only its shard of such a
-gradient, so the whole model's norm needs every rank's figure, and finding it here would
-take a collective: ``float()`` of a DTensor norm is an all-reduce inside backward (and a
-GPU value read back later, on the writer thread, would run it there, out of order with
-the training's own collectives). So no rank computes it. Each one measures its local
-shards only (``to_local()``, no communication) and leaves ``latest_sq``: its share of the
-squared norm, logged as ``grad_sq_local`` instead of ``grad_norm``. A piece held by
-several ranks (a ``Replicate`` mesh dimension, as in HSDP; a plain tensor, taken as
-replicated on every rank) is weighted by one over its number of copies, so that the sum
-of every rank's share is the squared norm of the whole gradient; the viewer adds them up
-per step (``GradNormJoin`` in ``tui/core/ranks.py``). A ``Partial`` gradient (not
-reduced yet) has no such share: the probe says so once and logs no norm.
+**Sharded gradients (FSDP2, any DTensor).** No rank computes the whole norm (that
+would take a collective inside backward): each measures its local shards and leaves
+``latest_sq``, its share of the squared norm, logged as ``grad_sq_local``; the weights of
+that share are ``gradshard.py``'s.
 """
 
 from __future__ import annotations
 
-import sys
 from time import perf_counter
 from typing import Any
 
+from .gradshard import ShardWeights, weighted_sq
 from .readback import Deadline, DeviceBatch
 from .whereabouts import BACKWARD, Whereabouts
 
@@ -76,9 +68,7 @@ class GradNormTracker:
         self.latest: Any = None  # float (CPU) or 0-d device tensor, None when no backward ran
         # sharded gradients: this rank's share of the squared norm instead (module docstring)
         self.latest_sq: Any = None
-        self._dtensor: Any = None  # the DTensor class, once torch.distributed.tensor is loaded
-        self._copies: dict[Any, float] = {}  # (placements, mesh) -> 1 / copies of a piece
-        self._partial_said = False
+        self._shards = ShardWeights(torch)
         self.layers: Layers | None = None
         self.error: BaseException | None = None  # first failure, reported once by the probe
         self.backward_passes = 0
@@ -159,12 +149,14 @@ class GradNormTracker:
         if not grads:
             self.latest = None
             return
-        weights = self._shard_weights(grads)
+        shards = self._shards
+        weights = shards.of(grads)
         if weights is not None:
             if not weights:  # a Partial gradient: no local share to log
                 self.latest = None
+                self.error = self.error or shards.news()
                 return
-            grads = [g.to_local() if isinstance(g, self._dtensor) else g for g in grads]
+            grads = [g.to_local() if isinstance(g, shards.dtensor) else g for g in grads]
         numels = [g.numel() for g in grads]  # dense sizes, also for a sparse gradient
         if any(g.layout != torch.strided for g in grads):
             values = _sparse_values(torch, grads)
@@ -203,7 +195,7 @@ class GradNormTracker:
             if scale is not None:
                 stacked = stacked / scale.to(stacked.device)
             if weights is not None:
-                total = _weighted_sq(torch, stacked, weights)
+                total = weighted_sq(torch, stacked, weights)
                 if self.compute_total:
                     self.latest = None
                     self.latest_sq = float(total) if total.device.type == "cpu" else total
@@ -248,44 +240,6 @@ class GradNormTracker:
         out, self.latest_sq = self.latest_sq, None
         return out
 
-    def _shard_weights(self, grads: list[Any]) -> list[float] | None:
-        """None when no gradient is a DTensor (the plain path); else one weight per
-        gradient, 1 / the number of ranks holding the same local piece (see the module
-        docstring), or an empty list when a piece is ``Partial`` (said once)."""
-        dt = self._dtensor
-        if dt is None:
-            mod = sys.modules.get("torch.distributed.tensor")  # no DTensor exists without it
-            dt = self._dtensor = getattr(mod, "DTensor", None)
-            if dt is None:
-                return None
-        # one test per distinct type, not per gradient: every backward of every run pays it
-        # once DTensor is loaded (transformers, accelerate load it), sharded or not
-        if not any(issubclass(t, dt) for t in set(map(type, grads))):
-            return None
-        plain = None
-        out: list[float] = []
-        copies = self._copies
-        for g in grads:
-            if isinstance(g, dt):
-                key = (g.placements, id(g.device_mesh))
-                w = copies.get(key)
-                if w is None:
-                    w = copies[key] = _piece_weight(g)
-                if w == 0.0:
-                    if not self._partial_said:
-                        self._partial_said = True
-                        self.error = self.error or RuntimeError(
-                            "a Partial (unreduced) DTensor gradient: its norm needs a "
-                            "collective, which the probe never runs; grad_norm not logged"
-                        )
-                    return []
-            else:
-                if plain is None:
-                    plain = 1.0 / _world_size(self._torch)
-                w = plain
-            out.append(w)
-        return out
-
     def take_times(self) -> tuple[float, float] | None:
         """(first gradient, end of backward) of the latest backward since the last call."""
         first, end = self.first_t, self.end_t
@@ -306,48 +260,6 @@ def _gather_device(grads: list[Any]) -> Any:
         if g.device.type != "cpu":
             return g.device
     return grads[0].device
-
-
-def _piece_weight(g: Any) -> float:
-    """1 / the number of ranks that hold the same local piece of DTensor ``g``: the product
-    of the mesh sizes along its ``Replicate`` dimensions (``Shard`` ones split it); 0.0 for
-    a ``Partial`` one, whose local values are not a piece of the gradient at all."""
-    copies = 1
-    mesh = g.device_mesh
-    for dim, placement in enumerate(g.placements):
-        if placement.is_partial():
-            return 0.0
-        if placement.is_replicate():
-            copies *= mesh.size(dim)
-    return 1.0 / copies
-
-
-def _world_size(torch: Any) -> int:
-    """Ranks in the default process group (a local read, no communication); 1 without one."""
-    try:
-        dist = torch.distributed
-        return dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
-    except Exception:
-        return 1
-
-
-def _weighted_sq(torch: Any, stacked: Any, weights: list[float]) -> Any:
-    """Sum of ``weight * norm**2`` over ``stacked`` (the per-gradient norms, AMP scale
-    removed) as a 0-d tensor on their device, without a host copy: the weights are Python
-    floats, one multiplication per distinct weight (FSDP: all 1.0; HSDP: all 1/replicas),
-    so no weight tensor is ever sent to the device (a pageable copy would sync)."""
-    groups: dict[float, list[int]] = {}
-    for j, w in enumerate(weights):
-        groups.setdefault(w, []).append(j)
-    if len(groups) == 1:
-        (w,) = groups
-        sq = stacked.square().sum()
-        return sq if w == 1.0 else sq * w
-    total = None
-    for w, members in groups.items():
-        part = torch.stack([stacked[j] for j in members]).square().sum() * w
-        total = part if total is None else total + part
-    return total
 
 
 def _count_nonzero(torch: Any, grads: list[Any]) -> list[Any]:

@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from dltop.tui.check_cmd import check_file
+from dltop.tui.check_file import check_file
 from dltop.tui.core.rules.config import Config
 from dltop.tui.core.run import RunModel
 from dltop.tui.core.sources import FileSource

@@ -22,7 +22,7 @@ import pytest
 from dltop.probe.decoding import read_records
 from dltop.probe.encoding import encode_record
 from dltop.probe.schema import as_float, as_step
-from dltop.tui.check_cmd import check_file
+from dltop.tui.check_file import check_file
 from dltop.tui.check_output import as_json, text_report, verdict_of
 from dltop.tui.core import view_model as vm
 from dltop.tui.core.rules import Config

@@ -19,7 +19,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from dltop.probe import Probe, socket_server
+from dltop.probe import Probe, gatekeeper
 from dltop.probe import admission as adm
 from dltop.probe.decoding import LineDecoder
 from dltop.probe.encoding import encode_record
@@ -161,7 +161,7 @@ def test_waiting_connections_are_capped_per_address_and_in_all(
     # usual hello timeout stretched to 30 s, so that "cut short" stays far from "waited
     # the usual time" however busy the machine is
     monkeypatch.setattr(adm, "HELLO_TIMEOUT_BUSY", 1.5)
-    monkeypatch.setattr(socket_server, "HELLO_TIMEOUT", 30.0)
+    monkeypatch.setattr(gatekeeper, "HELLO_TIMEOUT", 30.0)
     server, port = token_server
     held = [_from("127.0.0.1", port), _from("127.0.0.1", port)]
     assert wait_for(lambda: server.pending == 2)

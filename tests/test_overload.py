@@ -28,7 +28,7 @@ from dltop.probe import Probe, rendezvous
 from dltop.probe.decoding import read_records
 from dltop.probe.filesink import FileSink
 from dltop.probe.writer import Writer
-from dltop.tui.check_cmd import check_file
+from dltop.tui.check_file import check_file
 from dltop.tui.core.rules.config import Config
 from dltop.tui.core.rules.engine import RuleEngine
 from dltop.tui.core.view_model import ViewState, header_info

@@ -8,6 +8,7 @@ Why apart from the store: the naming is part of what a user sees (``sys.gpus.0.u
 from __future__ import annotations
 
 from array import array
+from collections.abc import Iterator
 from typing import Any
 
 from ...probe import schema
@@ -56,3 +57,27 @@ def flatten(kind: str, rec: dict[str, Any]) -> list[tuple[str, float]]:
                 elif (f2 := num(item)) is not None:
                     out.append((f"{kind}.{k}.{i}", f2))
     return out
+
+
+def sub_columns(key: str, col: list[Any]) -> Iterator[tuple[str, list[Any], bool]]:
+    """A step column split by its first value's shape: a list field (``lrs``) into
+    ``key.0``, ``key.1``... (``True``: the caller refuses the rest of a list with one
+    index), a dict field into ``key.<subkey>``, any other column as itself."""
+    first = next((x for x in col if x is not None), None)
+    if isinstance(first, list):
+        width = max(len(x) for x in col if isinstance(x, list))
+        for i in range(width):
+            yield (
+                f"{key}.{i}",
+                [x[i] if isinstance(x, list) and len(x) > i else None for x in col],
+                True,
+            )
+    elif isinstance(first, dict):
+        subkeys: dict[str, None] = {}
+        for x in col:
+            if isinstance(x, dict):
+                subkeys.update(dict.fromkeys(x))
+        for sk in subkeys:
+            yield f"{key}.{sk}", [x.get(sk) if isinstance(x, dict) else None for x in col], False
+    else:
+        yield key, col, False

@@ -31,6 +31,8 @@ import math
 from array import array
 from collections.abc import Iterable
 
+from .series import Series
+
 DEFAULT_WEIGHT = 0.6  # TensorBoard's default
 # what the ``s`` key steps through (``S`` backwards); 0 switches smoothing off
 WEIGHTS = (0.0, 0.6, 0.8, 0.9, 0.95, 0.99)
@@ -119,3 +121,30 @@ class Smoother:
 def smooth(xs: Iterable[int], ys: Iterable[float], weight: float) -> list[float]:
     """The smoothed values of a whole series (tests and the report)."""
     return list(Smoother(weight).extend(xs, ys))
+
+
+class SmoothedCopies:
+    """The smoothed copy of each series a chart draws, for the weight it last asked for,
+    extended by the points added since; a new weight or a resume (the tail replaced)
+    starts it over. Why kept: a 1 M-step series smoothed again at every redraw would cost
+    its whole length each time; extended, a redraw costs the new points."""
+
+    def __init__(self) -> None:
+        # name -> (weight, the source's cuts, smoothed copy, its running state)
+        self._kept: dict[str, tuple[float, int, Series, Smoother]] = {}
+
+    def of(self, name: str, src: Series, weight: float) -> Series:
+        kept = self._kept.get(name)
+        if kept is None or kept[0] != weight or kept[1] != src.cuts:
+            out = Series(f"{name}~{weight:g}", "derived", version=src.version)
+            out.follow_x(src)
+            kept = (weight, src.cuts, out, Smoother(weight))
+            self._kept[name] = kept
+        out, smoother = kept[2], kept[3]
+        n = len(out)
+        if n < len(src):
+            out.extend(smoother.extend(src.xs(n), src.ys[n:]), None, src.version)
+            out.summarize()
+        elif out.version < src.version:
+            out.version = src.version  # same points: only the decimation cache is renewed
+        return out

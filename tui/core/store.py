@@ -39,10 +39,10 @@ from typing import Any
 from ...probe import schema
 from .decimate import Decimated
 from .eventlog import EventLog
-from .fieldnames import STEP_NOT_SERIES, dense, flatten, num
+from .fieldnames import STEP_NOT_SERIES, dense, flatten, num, sub_columns
 from .series import Series
 from .serieslimit import RESERVED, SeriesBudget
-from .smoothing import Smoother
+from .smoothing import SmoothedCopies
 
 __all__ = ["Store", "Series", "Decimated"]
 
@@ -66,9 +66,7 @@ class Store:
         self.kinds: Counter[str] = Counter()  # records per kind, unknown kinds included
         self.events_version = version  # store version when events/meta/layers last changed
         self._series: dict[str, Series] = {}
-        # name -> (weight, the source's cuts, smoothed copy, its running state): one weight
-        # per series at a time, the one the charts last asked for
-        self._smoothed: dict[str, tuple[float, int, Series, Smoother]] = {}
+        self._smoothed = SmoothedCopies()  # one weight per series: the charts' last
         self._changed: set[Series] = set()
         self._extended: set[Series] = set()
         self._first_step_hint: int | None = None
@@ -112,20 +110,7 @@ class Store:
         src = self._series.get(name)
         if src is None or weight <= 0.0:
             return None
-        kept = self._smoothed.get(name)
-        if kept is None or kept[0] != weight or kept[1] != src.cuts:
-            out = Series(f"{name}~{weight:g}", "derived", version=src.version)
-            out.follow_x(src)
-            kept = (weight, src.cuts, out, Smoother(weight))
-            self._smoothed[name] = kept
-        out, smoother = kept[2], kept[3]
-        n = len(out)
-        if n < len(src):
-            out.extend(smoother.extend(src.xs(n), src.ys[n:]), None, src.version)
-            out.summarize()
-        elif out.version < src.version:
-            out.version = src.version  # same points: only the decimation cache is renewed
-        return out
+        return self._smoothed.of(name, src, weight)
 
     def decimate(self, name: str, start: int, end: int, width: int) -> Decimated:
         """``name`` in ``width`` min/max buckets over steps ``start..end``; all-empty buckets
@@ -330,29 +315,15 @@ class Store:
     def _slow_column(self, key: str, col: list[Any], steps: array, base: int, v: int) -> None:
         """A column with gaps, strings, bools, lists (``lrs``) or dicts: expand, then keep
         only the numeric points."""
-        first = next((x for x in col if x is not None), None)
-        if isinstance(first, list):
-            width = max(len(x) for x in col if isinstance(x, list))
-            for i in range(width):
-                if f"{key}.{i}" not in self._series and not self._new(f"{key}.{i}"):
-                    break  # the rest of the list is refused with it (counted as one field)
+        for name, sub, listed in sub_columns(key, col):
+            if name != key:
+                if name not in self._series and not self._new(name):
+                    if listed:
+                        break  # the rest of the list is refused with it (counted as one field)
+                    continue
                 # read again past the limit only as the parent of a series it has
                 self._parents.add(key)
-                sub = [x[i] if isinstance(x, list) and len(x) > i else None for x in col]
-                self._sparse(f"{key}.{i}", [num(x) for x in sub], steps, base, v)
-        elif isinstance(first, dict):
-            subkeys: dict[str, None] = {}
-            for x in col:
-                if isinstance(x, dict):
-                    subkeys.update(dict.fromkeys(x))
-            for sk in subkeys:
-                if f"{key}.{sk}" not in self._series and not self._new(f"{key}.{sk}"):
-                    continue
-                self._parents.add(key)
-                sub = [x.get(sk) if isinstance(x, dict) else None for x in col]
-                self._sparse(f"{key}.{sk}", [num(x) for x in sub], steps, base, v)
-        else:
-            self._sparse(key, [num(x) for x in col], steps, base, v)
+            self._sparse(name, [num(x) for x in sub], steps, base, v)
 
     def _sparse(self, name: str, vals: list[float | None], steps: array, base: int, v: int) -> None:
         present = [i for i, x in enumerate(vals) if x is not None]
