@@ -20,8 +20,9 @@ from dltop.tui.app.app import DltopApp
 from dltop.tui.app.header import Header
 from dltop.tui.app.rank_table import RankTable
 from dltop.tui.core import view_model as vm
+from dltop.tui.core.header_view import ERROR_NOTE, error_note
 from dltop.tui.core.overlay import OverlayView
-from dltop.tui.core.rankjob import ERROR_NOTE, JobView, RankLog, error_note
+from dltop.tui.core.rankjob import JobView, RankLog
 from dltop.tui.core.rankrows import pick_rows
 from dltop.tui.core.run import RunModel
 from dltop.tui.core.safetext import is_safe

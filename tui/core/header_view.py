@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -213,3 +214,32 @@ def gpu_na_reason(model: RunModel) -> str | None:
     if store.kinds.get("sys", 0) or devices:
         return "no NVIDIA GPU in this run (CPU): utilisation and GPU memory are N/A"
     return WAITING_FOR_SYS
+
+
+ERROR_NOTE = 80  # the header's note on other ranks' reader errors: at most this long
+
+
+def error_note(failed: Sequence[tuple[str, str]], unit: str, width: int = ERROR_NOTE) -> str:
+    """The header's word on readers that failed in runs not shown: ``rank 3: <error>``
+    for one; ``2 ranks with errors (rank 3, rank 5)`` for several, as many named as fit
+    in ``width`` and ``+N`` for the rest. ``failed``: (who, error) pairs, both untrusted
+    text (escaped here); never longer than ``width``, whatever the count or the text."""
+    if not failed:
+        return ""
+    if len(failed) == 1:
+        who, err = failed[0]
+        # cut before escaping (never half an escape), then to the width (escapes grow it)
+        return _cap(f"{visible(who, 24)}: {visible(err, width)}", width)
+    head = f"{len(failed)} {unit}s with errors ("
+    names = [_cap(visible(who, 24), 24) for who, _ in failed]
+    shown: list[str] = []
+    for i, name in enumerate(names):
+        rest = len(names) - i - 1
+        tail = f" +{rest})" if rest else ")"
+        # room for this name and, when names are left over, for the "+N" that counts them
+        if len(head) + len(", ".join([*shown, name])) + len(tail) > width:
+            break
+        shown.append(name)
+    left = len(names) - len(shown)
+    note = head + ", ".join(shown) + (f"{' ' if shown else ''}+{left})" if left else ")")
+    return _cap(note, width)

@@ -39,12 +39,12 @@ from . import panels
 from .alerts import INFO, SEVERITY_RANK, Alert
 from .chartdata import ChartData
 from .crossrank import JUDGE_EVERY, CrossRank
+from .header_view import error_note
 from .jobcharts import BAND, column, job_chart, job_signature, job_window
 from .ranklog import RankLog
 from .rankrows import RankRow, memory_text, recent, seconds_text, slowest_rank
 from .run import DELETED_NOTE
 from .safetext import visible
-from .textfit import fit
 from .view_model import ViewState, alert_key, alerts_of, locked
 
 if TYPE_CHECKING:
@@ -52,7 +52,6 @@ if TYPE_CHECKING:
 
 JUDGE_SHARE = 0.2  # at most this share of a CPU: a judgement taking d waits d / share
 MAX_NAMED = 4  # ranks named on a merged badge before "+N"
-ERROR_NOTE = 80  # the header's note on other ranks' reader errors: at most this long
 
 __all__ = [  # what other modules take from here (the job view's parts live beside it)
     "BAND", "CrossRank", "JobView", "RankLog", "RankRow", "column", "error_note",
@@ -68,36 +67,6 @@ def _named(ranks: list[RankLog]) -> str:
     names = [str(r.rank) if numbered else r.name for r in ranks]
     shown = ("r" if numbered else "") + ",".join(names[:MAX_NAMED])
     return shown + (f" +{len(names) - MAX_NAMED}" if len(names) > MAX_NAMED else "")
-
-
-def _cap(text: str, width: int) -> str:
-    return fit(text, width)  # between words: a rank's number or an error's is never cut
-
-
-def error_note(failed: Sequence[tuple[str, str]], unit: str, width: int = ERROR_NOTE) -> str:
-    """The header's word on readers that failed in runs not shown: ``rank 3: <error>``
-    for one; ``2 ranks with errors (rank 3, rank 5)`` for several, as many named as fit
-    in ``width`` and ``+N`` for the rest. ``failed``: (who, error) pairs, both untrusted
-    text (escaped here); never longer than ``width``, whatever the count or the text."""
-    if not failed:
-        return ""
-    if len(failed) == 1:
-        who, err = failed[0]
-        # cut before escaping (never half an escape), then to the width (escapes grow it)
-        return _cap(f"{visible(who, 24)}: {visible(err, width)}", width)
-    head = f"{len(failed)} {unit}s with errors ("
-    names = [_cap(visible(who, 24), 24) for who, _ in failed]
-    shown: list[str] = []
-    for i, name in enumerate(names):
-        rest = len(names) - i - 1
-        tail = f" +{rest})" if rest else ")"
-        # room for this name and, when names are left over, for the "+N" that counts them
-        if len(head) + len(", ".join([*shown, name])) + len(tail) > width:
-            break
-        shown.append(name)
-    left = len(names) - len(shown)
-    note = head + ", ".join(shown) + (f"{' ' if shown else ''}+{left})" if left else ")")
-    return _cap(note, width)
 
 
 class JobView:
