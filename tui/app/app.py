@@ -34,9 +34,8 @@ from ..core.i18n import tr
 from ..core.overlay import OverlayView
 from ..core.overlay_source import OverlaySource
 from ..core.safetext import visible
-from ..core.socket_source import SocketSource, StreamError, is_stream_spec, redact
-from ..core.source_open import open_source
-from ..core.sources import FileSource, SourceError
+from ..core.socket_source import SocketSource, redact
+from ..core.sources import FileSource
 from .alert_pane import AlertPane
 from .badges import Badge, BadgeBar
 from .cards import GpuPanel
@@ -52,6 +51,7 @@ from .panel_set import ALWAYS, PanelSet
 from .picker import PanelPicker
 from .rank_focus import RankFocus
 from .rank_table import RankTable
+from .source_feed import SourceFeed
 from .toast import notify_wrapped
 from .view_keys import ViewKeys
 
@@ -71,7 +71,7 @@ SWITCH_INTERVAL = 0.001
 FIXED_NOW_ENV = "DLTOP_FIXED_NOW"  # Unix seconds: freeze "now" (ages) for snapshots and demos
 
 
-class DltopApp(RankFocus, ViewKeys, PanelSet, AlertPane, Exports, App[int]):
+class DltopApp(RankFocus, ViewKeys, PanelSet, AlertPane, Exports, SourceFeed, App[int]):
     """The dashboard. ``source`` is a log path; ``model`` may be given instead (tests).
     ``config`` (``rules.Config``: ``--config FILE`` / ``--set KEY=VALUE``) sets the rule
     thresholds of every rules engine the viewer builds for this run."""
@@ -219,71 +219,9 @@ class DltopApp(RankFocus, ViewKeys, PanelSet, AlertPane, Exports, App[int]):
         compact = w < COMPACT_WIDTH or h < COMPACT_HEIGHT
         self.screen.set_class(compact, "-compact")
 
-    def _start_source(self, path: str) -> None:
-        """Open the core's source and run its loop in a thread worker that never kills the
-        app: a failing source becomes a one-line error in the header."""
-        try:
-            if self.overlay is not None:  # one reader per run, run A's into self.model
-                self.reader = OverlaySource(
-                    self.overlay,
-                    self.model,
-                    self._records_arrived,
-                    follow=self.follow,
-                    poll_interval=self.poll_interval,
-                )
-            elif is_stream_spec(path):  # a live run's socket: same reader shape, no file
-                self.reader = SocketSource(path, self.model, self._records_arrived)
-            else:
-                self.reader = open_source(
-                    path,
-                    self.model,
-                    self._records_arrived,
-                    follow=self.follow,
-                    poll_interval=self.poll_interval,
-                )
-        except (SourceError, StreamError) as e:
-            self.source_error = str(e)
-            return
-        reader = self.reader
-        chosen = getattr(reader, "chosen", None)  # a directory: ticks go next to the rank shown
-        if chosen is not None:
-            self.ticks = self._ticks_beside(chosen.path)
-        if getattr(reader, "skipped", None):  # rank files that are FIFOs, devices, loops
-            skipped = visible("; ".join(reader.skipped))  # type: ignore[union-attr]
-            notify_wrapped(self, skipped, severity="warning", timeout=8)
-
-        def read() -> None:  # on the worker thread
-            try:
-                reader.run()
-            except Exception as e:  # a bug below must not freeze the screen silently
-                reader.error = f"reader stopped: {type(e).__name__}: {e}"
-            finally:
-                if reader.error:
-                    self.post_message(SourceFailed(reader.error))
-                self.post_message(SourceEnded())
-
-        self.run_worker(read, thread=True, exit_on_error=False, name="reader", group="source")
-
-    def _records_arrived(self, records: int) -> None:
-        """The reader thread's callback, once per chunk: one thread-safe message, no drawing."""
-        self.post_message(Ingested(records))
-
     # ------------------------------------------------------------- messages
     def on_ingested(self, message: Ingested) -> None:
         self.chunks += 1  # the timer draws; a message only says "there is news"
-
-    def _show_restart(self, reason: str) -> None:
-        """A truncated or replaced log is a new run: forget the old view (window, cursor,
-        selected alert) and say so. The restart is model state (``RunModel.restarted``),
-        pulled at the tick like everything else, not a message from the reader thread."""
-        old = self.state
-        self.state = vm.ViewState(
-            smoothing=old.smoothing, log_loss=old.log_loss, panels=old.panels, x_axis=old.x_axis
-        )
-        self._drawn.clear()
-        self._pane_user = None
-        self._auto_explained = False
-        self.notify(f"new run: {reason}", severity="warning", timeout=6)
 
     def on_source_failed(self, message: SourceFailed) -> None:
         self.source_error = message.text
