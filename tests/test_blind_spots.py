@@ -216,7 +216,7 @@ def test_the_early_watch_closes_when_the_step_never_advances() -> None:
     for i in range(500):
         eng.feed({"kind": "step", "step": 0, "t": float(i), "loss": 1.0 + 0.01 * (i % 7)})
     rule = eng.divergence_rule
-    assert not rule.early_open and len(rule.early_logs) <= rule.early_steps
+    assert not rule.early_open and len(rule.watch.logs) <= rule.early_steps
 
 
 def test_a_rank_block_keeps_a_bounded_sample() -> None:

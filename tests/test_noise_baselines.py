@@ -190,18 +190,18 @@ def test_five_evaluations_keep_the_second_difference_noise() -> None:
 
 
 def test_the_noise_of_pure_noise_reads_the_same_either_way() -> None:
-    from dltop.tui.core.rules.overfitting import _noise
+    from dltop.tui.core.rules.evalseries import diff_noise
 
     r = random.Random(2)
     twos, threes = [], []
     for _ in range(300):
         xs = [r.gauss(0, 1) for _ in range(40)]
-        twos.append(_noise(xs))
-        threes.append(_noise(xs, order=3))
+        twos.append(diff_noise(xs))
+        threes.append(diff_noise(xs, order=3))
     assert 0.9 < statistics.mean(twos) < 1.1 and 0.9 < statistics.mean(threes) < 1.1
     bend = [0.5 + 0.5 * math.exp(-i / 2) for i in range(10)]  # no noise at all, a bend
-    assert _noise(bend, order=3) < _noise(bend) / 2
-    assert _noise([1.0, 2.0, 3.0, 4.0, 5.0], order=3) == 0.0  # too few: unknown
+    assert diff_noise(bend, order=3) < diff_noise(bend) / 2
+    assert diff_noise([1.0, 2.0, 3.0, 4.0, 5.0], order=3) == 0.0  # too few: unknown
 
 
 def test_the_public_run_past_its_best_is_named(capsys: Any) -> None:

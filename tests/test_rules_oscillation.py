@@ -130,7 +130,7 @@ def test_the_overfitting_rules_centred_medians_are_the_slices_medians() -> None:
     be the floats ``median_of`` of each slice gives, signed zeros included."""
     import random
 
-    from dltop.tui.core.rules.overfitting import _centred_medians
+    from dltop.tui.core.rules.evalseries import centred_medians
     from dltop.tui.core.rules.window import median_of
 
     r = random.Random(3)
@@ -139,4 +139,4 @@ def test_the_overfitting_rules_centred_medians_are_the_slices_medians() -> None:
         n = r.randint(0, 70)
         raw = [r.choice((*pool_of, r.gauss(0, 1), r.random())) for _ in range(n)]
         want = [median_of(raw[max(0, i - 1) : i + 2]) or 0.0 for i in range(n)]
-        assert list(map(repr, _centred_medians(raw))) == list(map(repr, want)), raw
+        assert list(map(repr, centred_medians(raw))) == list(map(repr, want)), raw

@@ -10,56 +10,28 @@ then bounces far above where it started (``_early_median``: the median of a wind
 steps against the first losses, beyond that window's own noise); or the log begins
 after the jump and the loss never comes down at all (``_never_came_down``, judged when
 the run is over: no stretch of it below its first losses, while it swings wildly or
-its gradients are exactly 0 on many steps).
+its gradients are exactly 0 on many steps). The first steps' watch and these verdicts'
+arithmetic and wording are in ``blowup.py``; this rule raises them.
 """
 
 from __future__ import annotations
 
 import math
 from collections import deque
-from operator import sub
 from typing import TYPE_CHECKING, Any
 
 from ....probe.schema import EV_EXIT
 from ..alerts import CRITICAL, INFO, WARNING, Severity
 from ..fmt import number as fmt
 from .base import Rule, Tracker, held_steps
-from .window import median_of
+from .blowup import EARLY_WARN, EarlyWatch, never_came_down, step_noise
 
 if TYPE_CHECKING:
     from .state import EngineState
     from .window import Block
 
 
-TINY_LOG = math.log(1e-6)  # below this a loss is float noise: no early blow-up from there
-EARLY_KNOWN = 8  # losses before a rise that tell the start's noise well enough for two in a row
-EARLY_SIGMAS = 3.5  # an early blow-up also clears this many sigmas of the start's own noise
-WINDOW_STEPS = 20  # the early median's window, in steps (and at least WINDOW_LOSSES losses)
-WINDOW_LOSSES = 20  # losses its noise is measured from (fewer misjudge it, both ways)
-WINDOW_SIGMAS = 3.0  # its median clears this many sigmas of the window's own log noise
-CRITICAL_SIGMAS = 4.0  # ... and this many for a critical (one first loss is one noisy draw)
-EARLY_WARN = 4.0  # a window median this many times the start: a warning (critical: early_ratio)
-NEVER_MIN = 10  # losses a "never came down" verdict needs
-NEVER_K = 5  # ... compared in stretches of this many
-NEVER_GAIN = 0.1  # ... with no stretch of 5 losses this much below the first 5
-NEVER_SPREAD = 0.5  # ... and a log-spread of the losses this wide (values swinging ~1.6x)
-NEVER_ZERO_GRADS = 0.2  # ... or grad norms exactly 0 on this share of the steps
 LOST_FOR_CRITICAL = 0.5  # a divergence is critical once it gave back this share of progress
-
-
-def log_spread_of(logs: list[float]) -> float:
-    """Robust sigma of already sorted log values, from their 16th/84th percentiles."""
-    n = len(logs)
-    return 0.5 * (logs[int(0.84 * (n - 1))] - logs[int(0.16 * (n - 1))]) if n >= 5 else 0.0
-
-
-def _step_noise(logs: list[float]) -> float:
-    """Robust sigma of log(loss) from step-to-step differences (0 with fewer than 4 losses):
-    the median |difference| of two independent draws is 0.954 sigma."""
-    if len(logs) < 4:
-        return 0.0
-    d = sorted(map(abs, map(sub, logs[1:], logs)))  # |logs[i+1] - logs[i]|
-    return d[len(d) // 2] / 0.954
 
 
 class Divergence(Rule):
@@ -92,18 +64,8 @@ class Divergence(Rule):
         self.early_steps = int(c["early_steps"])
         self.log_early = math.log(max(1.0 + 1e-9, float(c["early_ratio"])))
         self.early_open = self.on and self.early_steps > 0  # the engine calls early() while set
-        self.early_from: int | None = None  # the first step early() saw
-        self.early_n = 0  # losses early() has seen
-        self.early_logs: list[float] = []  # log losses of the first steps, before any high
-        self.high_from: int | None = None  # first step of the current run of early highs
-        self.high_ref: float | None = None  # the reference it was judged against
-        self.high_n = 0  # losses in the current run of early highs
-        self.high_bar = 0.0  # ... and the log loss it had to reach (median + noise)
+        self.watch = EarlyWatch(self.early_steps, self.log_early, self.on)  # the first steps
         self.blown_from: float | None = None  # an early blow-up's reference: where the run started
-        self.first_losses: list[float] = []  # the first few losses: where the run started
-        self.window: deque[tuple[int, float]] = deque(maxlen=64)  # the early median's window
-        self.median_open = self.on and self.early_steps > 0
-        self.median_seen = 0  # losses the early median has taken
         # the whole run, sampled evenly: "never came down" (judged when it is over)
         self.sample: list[float] = []
         self.stride = 1
@@ -160,7 +122,7 @@ class Divergence(Rule):
                 # noise of one record, from record-to-record differences: the window's
                 # spread would also hold the trend (a sparse log's 100 records can span
                 # the whole early descent), the differences hold only the noise
-                self.spread_at_min = _step_noise(list(self.diffs_src)) or fig.loss_spread
+                self.spread_at_min = step_noise(list(self.diffs_src)) or fig.loss_spread
         a = self.alpha
         dense = max(self.log_ratio, self.noise_sigmas * self.noise_gain * self.spread_at_min)
         log = math.log
@@ -214,6 +176,7 @@ class Divergence(Rule):
             if x is not None:
                 self.grads += 1
                 self.zero_grads += x == 0.0
+        watch = self.watch
         for step, x in zip(b.steps, b.loss, strict=True):
             if x is None or x <= 0:
                 continue
@@ -223,72 +186,25 @@ class Divergence(Rule):
                 if len(self.sample) >= 2048:
                     del self.sample[1::2]
                     self.stride *= 2
-            if len(self.first_losses) < 3:
-                self.first_losses.append(x)
-            elif self.median_open and not e.segments.watching and e.segments.mixed is None:
+            if len(watch.first) < 3:
+                watch.first.append(x)
+            elif watch.median_open and not e.segments.watching and e.segments.mixed is None:
                 # not while a second run in the file may be a second writer (as ``early``)
-                self.window.append((step, x))
-                self.median_seen += 1
-                self._early_median(e, step)
+                self._early_median(e, step, x)
 
-    def _early_median(self, e: EngineState, step: int) -> None:
+    def _early_median(self, e: EngineState, step: int, x: float) -> None:
         """The loss jumped at once and bounces far above where it started (3.5 -> 23 in two
-        steps, then 8-40 for 100 steps: never two in a row at 5x, so ``_early`` misses it).
-
-        Within the first ``early_steps`` steps: the median of the last ``WINDOW_STEPS``
-        steps' losses (at least ``WINDOW_LOSSES``) against the start (the first loss, or
-        the median of the first three when lower), clearing ``EARLY_WARN`` (3) times it
-        and ``WINDOW_SIGMAS`` of the window's own log noise (a noisy window's median says
-        less). A warning; critical at ``early_ratio`` (5x) and beyond the noise."""
-        first = self.first_losses
-        s0 = self.early_from if self.early_from is not None else e.first_step
-        w = self.window
-        # the first early_steps steps, or the first 2 windows' worth of losses of a log
-        # written every N steps (in steps, and never more records than that)
-        if s0 is not None and step - s0 > self.early_steps and self.median_seen > 2 * WINDOW_LOSSES:
-            self.median_open = False
-            self.window.clear()
+        steps, then 8-40 for 100 steps: never two in a row at 5x, so ``_early`` misses it):
+        the median of a window of steps against the first losses (``EarlyWatch.median``)."""
+        found = self.watch.median(step, x, e.first_step, e.lr)
+        if found is None:
             return
-        while len(w) > WINDOW_LOSSES and step - w[0][0] >= WINDOW_STEPS:
-            w.popleft()
-        if len(w) < WINDOW_LOSSES:
-            return
-        ref = min(first[0], median_of(first) or first[0])
-        if ref <= 0 or math.log(ref) < TINY_LOG:
-            return
-        logs = sorted(math.log(x) for _, x in w)
-        mid = logs[len(logs) // 2]
-        # the larger of a robust and a plain estimate: ten losses misjudge either one, and
-        # a sigma read too small turns a low first draw of a noisy run into a "blow-up"
-        mean = sum(logs) / len(logs)
-        sd = (sum((v - mean) ** 2 for v in logs) / (len(logs) - 1)) ** 0.5
-        sigma = max(1.4826 * sorted(abs(v - mid) for v in logs)[len(logs) // 2], sd)
-        ratio = math.exp(mid) / ref
-        bar = max(EARLY_WARN, math.exp(WINDOW_SIGMAS * sigma))
-        if ratio < bar:
-            return
-        crit = ratio >= max(math.exp(self.log_early), math.exp(CRITICAL_SIGMAS * sigma))
-        sev: Severity = CRITICAL if crit else WARNING
+        ref, sev, ev, msg = found
         a = self.tr.alert
-        if a is not None and a.active and (a.severity == CRITICAL or not crit):
+        if a is not None and a.active and (a.severity == CRITICAL or sev != CRITICAL):
             self.tr.hold(step)
             return
-        onset = w[0][0]
-        ev = {
-            "loss_median": math.exp(mid),
-            "loss_before": ref,
-            "ratio": ratio,
-            "onset_step": onset,
-            "threshold_ratio": bar,
-            "window_steps": w[-1][0] - w[0][0] + 1,
-            "lr": e.lr,
-        }
-        msg = (
-            f"the loss's median over steps {onset}-{step} is {fmt(math.exp(mid))}, "
-            f"{fmt(ratio)}x the {fmt(ref)} it started at"
-        )
-        if e.lr is not None:
-            msg += f"; lr {fmt(e.lr)}: likely far too high"
+        onset = self.watch.window[0][0]
         self.tr.fire(onset, sev, "Loss blew up in the first steps", msg, ev, t=e.t, refresh=True)
         self.blown_from = ref
         self.tr.hold(step)
@@ -301,12 +217,8 @@ class Divergence(Rule):
         self._never_came_down(e)
 
     def _never_came_down(self, e: EngineState) -> None:
-        """The log begins after the blow-up (another tool's, logged every N steps): no
-        rise to see, only a loss that never comes down. When the run is over: no stretch
-        of ``NEVER_K`` losses ``NEVER_GAIN`` below the first ones, while the losses
-        swing wildly (a log-spread of ``NEVER_SPREAD``: a run stuck at chance is calm) or
-        the grad norm is exactly 0 on many steps (dead units after the blow-up). A
-        warning naming the lr: a plateau says "not learning", this says why."""
+        """The log begins after the blow-up: judged once, when the run is over, from the
+        run's sampled losses and zero grad norms (``blowup.never_came_down``)."""
         if (
             self.ended
             or not self.on
@@ -317,124 +229,42 @@ class Divergence(Rule):
             self.ended = True
             return
         self.ended = True
-        xs = self.sample
-        if len(xs) < NEVER_MIN:
+        found = never_came_down(self.sample, self.grads, self.zero_grads, e.lr, e.lr_max)
+        if found is None:
             return
-        k = NEVER_K
-        start = median_of(xs[:k]) or 0.0
-        best = min(median_of(xs[i : i + k]) or math.inf for i in range(0, len(xs) - k + 1))
-        if start <= 0 or best < start * (1 - NEVER_GAIN):
-            return
-        logs = sorted(math.log(x) for x in xs)
-        spread = log_spread_of(logs)
-        zeros = self.zero_grads / self.grads if self.grads else 0.0
-        if spread < NEVER_SPREAD and zeros < NEVER_ZERO_GRADS:
-            return
-        ev = {
-            "loss_first": start,
-            "loss_best": best,
-            "loss_median": math.exp(logs[len(logs) // 2]),
-            "log_spread": spread,
-            "zero_grad_share": zeros,
-            "losses": len(xs),
-            "lr": e.lr,
-            "lr_max": e.lr_max,
-        }
-        why = []
-        if spread >= NEVER_SPREAD:
-            why.append(f"it swings {fmt(math.exp(spread))}x around its median")
-        if zeros >= NEVER_ZERO_GRADS:
-            why.append(f"the grad norm is exactly 0 on {fmt(100 * zeros)} % of the steps")
-        msg = (
-            f"the loss never came down: {fmt(start)} at the start, no stretch of the run "
-            f"{fmt(100 * NEVER_GAIN)} % below it (best {fmt(best)}), and {' and '.join(why)}"
-        )
-        if e.lr_max is not None:
-            msg += f"; lr up to {fmt(e.lr_max)}: likely far too high from the start"
-        first = e.first_step
-        self.tr.fire(first, WARNING, "Loss never came down", msg, ev, t=e.t)
+        ev, msg = found
+        self.tr.fire(e.first_step, WARNING, "Loss never came down", msg, ev, t=e.t)
         self.tr.hold(e.last_step)
 
     def close_early(self) -> None:
         """No more early watch (the rules stop: two writers share the log); its list of
         losses is let go."""
         self.early_open = False
-        self.early_logs = []
+        self.watch.logs = []
 
     def early(self, e: EngineState, step: int, loss: float) -> None:
         """Called by the engine on each of the first ``early_steps`` finite losses, on the
         step itself (not at the block's end): a blow-up is named as it happens."""
-        if loss <= 0 or not self.on:
+        if loss <= 0 or not self.on or not self.watch.count(step):
             self.early_open = False
-            return
-        if self.early_from is None:
-            self.early_from = step
-        self.early_n += 1
-        # in steps (a log written every 50 steps is past its start after one record), and
-        # never more than early_steps records: a log whose step number never advances must
-        # not keep this watch, and its list of losses, open
-        if step - self.early_from >= self.early_steps or self.early_n > self.early_steps:
-            self.early_open = False
-            return
-        # not while a second run in the file may be a second writer: two interleaved
-        # trainings at different levels look like a blow-up on every switch (the record
-        # still counts above, so a log that keeps repeating its step closes the watch)
-        if not e.segments.watching:
+        elif not e.segments.watching:
+            # not while a second run in the file may be a second writer: two interleaved
+            # trainings at different levels look like a blow-up on every switch (the record
+            # still counts above, so a log that keeps repeating its step closes the watch)
             self._early(e, step, loss, math.log(loss))
 
     def _early(self, e: EngineState, step: int, loss: float, x: float) -> None:
-        """A blow-up in the first steps, before any window or baseline exists: the commonest
-        "lr too high" story (2.3 -> 6 -> 34 in three steps, then the model sits at chance).
-
-        Named on its step: finite losses in a row at ``early_ratio`` (5) x where the run
-        started (the first loss, or the median of the losses so far when that is lower: a
-        ramp 2.3 -> 6 -> 34 must not raise its own reference), and ``EARLY_SIGMAS``
-        step-to-step noise above it once there are a few losses. Two in a row (three before
-        the start's noise is known), because one batch can be 5x off on a noisy start,
-        several in a row rarely are.
-        """
-        before = self.early_logs
-        if not before:
-            before.append(x)
-            return
-        if self.high_from is None:
-            med = median_of(before)
-            self.high_ref = before[0] if med is None or before[0] < med else med
-            # the noise bar stands on the median: a low first draw must not lower it
-            self.high_bar = (med or 0.0) + EARLY_SIGMAS * _step_noise(before)
-        ref = self.high_ref
-        # a loss at float precision (1e-10, a model that already fits) has no ratio scale
-        if ref is None or ref < TINY_LOG or x - ref < self.log_early or x < self.high_bar:
-            self.high_from = None
-            before.append(x)
-            return
-        if self.high_from is None:
-            self.high_from = step
-            self.high_n = 0
-        self.high_n += 1
-        # two in a row once the start's noise is known (8 losses before the rise), three
-        # while it is not: a low first draw on a noisy start must not read as a blow-up
-        if self.high_n < (2 if len(before) >= EARLY_KNOWN else 3):
+        """A blow-up in the first steps, before any window or baseline exists: losses in a
+        row far above where the run started (``EarlyWatch.high``), named on its step."""
+        ref = self.watch.high(step, x)
+        if ref is None:
             return
         if self.tr.active:
             self.tr.hold(step)
             return
-        r = math.exp(x - ref)
-        ev = {
-            "loss": loss,
-            "loss_before": math.exp(ref),
-            "ratio": r,
-            "onset_step": self.high_from,
-            "threshold_ratio": max(math.exp(self.log_early), math.exp(self.high_bar - ref)),
-            "lr": e.lr,
-        }
-        msg = (
-            f"the loss went from {fmt(math.exp(ref))} to {fmt(loss)} ({fmt(r)}x) by step "
-            f"{step}, within the first {self.early_steps} steps"
-        )
-        if e.lr is not None:
-            msg += f"; lr {fmt(e.lr)}: likely far too high"
-        self.tr.fire(self.high_from, CRITICAL, "Loss blew up in the first steps", msg, ev, t=e.t)
+        ev, msg = self.watch.high_finding(loss, x, ref, step, e.lr)
+        onset = self.watch.high_from
+        self.tr.fire(onset, CRITICAL, "Loss blew up in the first steps", msg, ev, t=e.t)
         self.blown_from = math.exp(ref)
         self.tr.hold(step)
 

@@ -14,7 +14,8 @@ becomes information again if the next evaluations come back below that line.
 "The train loss falls" means: it is lower than at the best evaluation, or it stayed at a
 level it had already reached by learning (a memorised training set pins the train loss at
 its floor while the eval loss climbs). A warning that a later evaluation proves wrong (a
-new best) becomes information: the run was not past its best after all.
+new best) becomes information: the run was not past its best after all. Each set's
+history and the statistics of a few noisy evaluations are in ``evalseries.py``.
 """
 
 from __future__ import annotations
@@ -27,61 +28,19 @@ from ..alerts import INFO, WARNING, Alert
 from ..fmt import number as fmt
 from .base import Rule, Tracker
 from .evals import MAX_EVAL_SETS, eval_losses, eval_step
+from .evalseries import (
+    NOISE_EVALS,
+    EvalSet,
+    Evaluation,
+    centred_medians,
+    eval_noise,
+    luck_sigmas,
+    t_critical,
+)
 from .window import linear_fit, median_of
 
 if TYPE_CHECKING:
     from .state import EngineState
-
-
-# one evaluation: (step, eval loss, train loss at that step)
-Evaluation = tuple[int | None, float, float | None]
-RECENT = 64  # evaluations a judgement reads
-
-
-class _EvalSet:
-    """One evaluation set's history: (step, eval loss, train loss at that step)."""
-
-    __slots__ = ("name", "evals", "best", "trained")
-
-    def __init__(self, name: str) -> None:
-        self.name = name
-        self.evals: list[Evaluation] = []
-        self.best: int | None = None  # index into evals
-        self.trained = -1  # the engine's step count at the last evaluation
-
-    @property
-    def last(self) -> Evaluation | None:
-        return self.evals[-1] if self.evals else None
-
-    def recent(self) -> tuple[list[Evaluation], list[float]]:
-        """The last ``RECENT`` evaluations, and their eval losses alone."""
-        evs = self.evals[-RECENT:]
-        return evs, [x[1] for x in evs]
-
-    def add(self, item: Evaluation, trained: int) -> None:
-        """``trained``: steps the engine has seen so far (an evaluation at the same step
-        with no training step between is the same checkpoint evaluated again)."""
-        last = self.last
-        again = trained == self.trained and trained > 0
-        self.trained = trained
-        if again and last is not None and item[0] is not None and item[0] == last[0]:
-            # the same checkpoint evaluated again (a Trainer's final evaluate() after its
-            # last in-loop one): one evaluation, the latest value, not a second data point
-            # that makes a level look like a trend
-            self.evals[-1] = item
-            self.best = None  # found again below (the replaced one may have been the best)
-        else:
-            self.evals.append(item)
-        if len(self.evals) > 512:
-            keep = self.evals[self.best] if self.best is not None else None
-            self.evals = self.evals[-256:]
-            if keep is not None and keep not in self.evals:
-                self.evals.insert(0, keep)
-            self.best = None
-        if self.best is None:
-            self.best = min(range(len(self.evals)), key=lambda i: self.evals[i][1])
-        elif item[1] < self.evals[self.best][1]:
-            self.best = len(self.evals) - 1
 
 
 class Overfitting(Rule):
@@ -96,7 +55,7 @@ class Overfitting(Rule):
         self.tol = float(c["tolerance"])
         self.noise_k = float(c["noise_factor"])
         self.large = float(c["large_rise"])
-        self.sets: dict[str, _EvalSet] = {}
+        self.sets: dict[str, EvalSet] = {}
         self.trackers: dict[str, Tracker] = {}  # per set (the engine clears them on a new segment)
         self.count = 0  # eval records
 
@@ -104,7 +63,7 @@ class Overfitting(Rule):
         return list(self.trackers.values())
 
     @property
-    def primary(self) -> _EvalSet | None:
+    def primary(self) -> EvalSet | None:
         """The set the facts describe: ``loss``, else the first set seen."""
         return self.sets.get("loss") or next(iter(self.sets.values()), None)
 
@@ -137,13 +96,13 @@ class Overfitting(Rule):
             if es is None:
                 if len(self.sets) >= MAX_EVAL_SETS:
                     continue
-                es = self.sets[name] = _EvalSet(name)
+                es = self.sets[name] = EvalSet(name)
                 self.trackers[name] = Tracker(e, "overfitting")
             es.add((step, loss, train), e.steps)
             if self.on:
                 self._judge(e, es, self.trackers[name])
 
-    def _judge(self, e: EngineState, es: _EvalSet, tr: Tracker) -> None:
+    def _judge(self, e: EngineState, es: EvalSet, tr: Tracker) -> None:
         ev_all, raw = es.recent()
         n = len(ev_all)
         a = tr.alert
@@ -169,7 +128,7 @@ class Overfitting(Rule):
     def _early(
         self,
         e: EngineState,
-        es: _EvalSet,
+        es: EvalSet,
         tr: Tracker,
         eval_noise_of: Callable[[], float],
     ) -> None:
@@ -205,7 +164,7 @@ class Overfitting(Rule):
         # the noise only once the best is old enough to ask (an eval every step of a
         # falling loss must not pay for it on each)
         noise = eval_noise_of() if later >= EARLY_EVALS else 0.0
-        margin = max(self.tol * abs(bloss), noise * _luck(n))
+        margin = max(self.tol * abs(bloss), noise * luck_sigmas(n))
         if (
             later < EARLY_EVALS
             or any(x <= bloss + margin for x in raw[-EARLY_EVALS:])
@@ -220,7 +179,7 @@ class Overfitting(Rule):
         since = raw[b + 1 :]
         recent = min(raw[-EARLY_EVALS:])
         large = recent >= bloss * (1 + self.large) and (
-            n < NOISE_EVALS or recent >= bloss + (self.noise_k + _luck(n)) * noise
+            n < NOISE_EVALS or recent >= bloss + (self.noise_k + luck_sigmas(n)) * noise
         )
         which = "eval loss" if es.name == "loss" else f"eval {es.name}"
         ev: dict[str, Any] = {
@@ -284,7 +243,7 @@ class Overfitting(Rule):
     def _warn(
         self,
         e: EngineState,
-        es: _EvalSet,
+        es: EvalSet,
         tr: Tracker,
         eval_noise_of: Callable[[], float],
     ) -> None:
@@ -296,7 +255,7 @@ class Overfitting(Rule):
         # which a steady trend does not inflate)
         # the best level: the median of each evaluation and its two neighbours (centred, so
         # the best sits where the evaluations were best, not one or two evaluations later)
-        sm = _centred_medians(raw)
+        sm = centred_medians(raw)
         b = min(range(n), key=lambda i: (sm[i], -i))  # the latest of equal bests
         bstep, _, btrain = ev_all[b]
         bloss = sm[b]
@@ -312,7 +271,7 @@ class Overfitting(Rule):
         # ... plus how far below its level the best of n smoothed evaluations lies by luck
         # alone (a median of 3 has 1.25 / sqrt(3) of one evaluation's noise): the best is
         # the minimum of a noisy series, never a baseline as it stands
-        luck = _luck(n) * noise * 1.2533 / 3**0.5
+        luck = luck_sigmas(n) * noise * 1.2533 / 3**0.5
         margin = max(
             self.tol * abs(bloss), self.noise_k * noise * 1.2533 / self.patience**0.5 + luck
         )
@@ -374,7 +333,6 @@ class Overfitting(Rule):
 
 
 EARLY_EVALS = 2  # evaluations in a row above the best for the early stage
-NOISE_EVALS = 5  # evaluations from which their noise can be measured (3 second differences)
 LEARNED = 0.1  # the train loss fell this far from its start: the run had learned
 
 
@@ -386,82 +344,3 @@ def _refute(tr: Tracker, a: Alert, at: Evaluation) -> None:
         title="Eval loss rose, then improved again",
         message=a.message + f"; a new best eval loss {fmt(at[1])} came at step {at[0]}",
     )
-
-
-def _centred_medians(raw: list[float]) -> list[float]:
-    """Each evaluation's median with its two neighbours (one at either end), written out:
-    the same floats as ``median_of`` of each slice, without a sort per evaluation (this
-    runs on every evaluation, over the last RECENT of them)."""
-    n = len(raw)
-    if n < 2:
-        return [raw[0] or 0.0] if n else []
-    # ``or 0.0``: as the slices' medians were taken (``median_of(...) or 0.0``), a -0.0 is 0.0
-    out = [0.5 * (raw[0] + raw[1]) or 0.0]
-    for x, y, z in zip(raw, raw[1:], raw[2:], strict=False):
-        # the middle of a stable sort of three (equal values keep their order, as in
-        # sorted(): 0.0 and -0.0 are equal and must come out as sorted() leaves them)
-        if y < x:
-            x, y = y, x
-        if z < y:
-            y = x if z < x else z
-        out.append(y or 0.0)
-    out.append(0.5 * (raw[-2] + raw[-1]) or 0.0)
-    return out
-
-
-def _luck(n: int) -> float:
-    """How many noise sigmas the best of ``n`` noisy values lies below the level they
-    were drawn from, about sqrt(2 ln n): the luckiest draw."""
-    return math.sqrt(2 * math.log(n)) if n > 1 else 0.0
-
-
-# Student's t at one-sided 97.5 % (the "t >= 2" of a long series) for 1..30 degrees of
-# freedom: a slope through 4 noisy evaluations reaches t = 2 by chance about one time in
-# ten (df 2), so "a real upward trend" needs the t a sample that small must clear
-_T975 = (
-    12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228,
-    2.201, 2.179, 2.160, 2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086,
-    2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042,
-)  # fmt: skip
-
-
-def t_critical(df: int) -> float:
-    """The t a least-squares slope with ``df`` degrees of freedom must reach to be a trend
-    (one-sided 97.5 %; 2.0 past 30, where the old fixed bar was right)."""
-    if df < 1:
-        return math.inf
-    return _T975[df - 1] if df <= len(_T975) else 2.0
-
-
-# finite differences of order 2 (coefficients 1, -2, 1) and 3 (-1, 3, -3, 1): the sigma
-# of one of them over independent noise of sigma 1 (the root of the sum of the squared
-# coefficients)
-_DIFF_SIGMA = {2: 6**0.5, 3: 20**0.5}
-
-
-def eval_noise(raw: list[float]) -> float:
-    """One evaluation's noise for both stages: from second differences, and from 6
-    evaluations on the smaller of that and the third-difference estimate."""
-    noise = _noise(raw)
-    return min(noise, _noise(raw, order=3)) if len(raw) >= 6 else noise
-
-
-def _noise(raw: list[float], order: int = 2) -> float:
-    """One evaluation's noise (sigma), from the median absolute difference of ``order``:
-    second differences are not inflated by a steady trend, third differences not by the
-    bend of a descent that levels off either (second differences read that bend as noise,
-    and the early stage asks exactly where a descent levels off). 0 with fewer than 3
-    differences to go by."""
-    scale = _DIFF_SIGMA[order]
-    # the differences written out, summed left to right (the same floats as a sum over the
-    # coefficients), in one pass of zip: this runs on every evaluation
-    if order == 2:
-        d = sorted([abs(a - 2 * b + c) for a, b, c in zip(raw, raw[1:], raw[2:], strict=False)])
-    else:
-        d = sorted(
-            [
-                abs(-a + 3 * b - 3 * c + x)
-                for a, b, c, x in zip(raw, raw[1:], raw[2:], raw[3:], strict=False)
-            ]
-        )
-    return 1.4826 * d[len(d) // 2] / scale if len(d) >= 3 else 0.0
