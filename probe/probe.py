@@ -12,7 +12,6 @@ default) and attached to that step only: see ``cudastep.py`` for why.
 
 from __future__ import annotations
 
-import atexit
 import contextlib
 import os
 import time
@@ -26,62 +25,33 @@ from .gradnorm import GradNormTracker
 from .jobpath import AUTO, default_run_id, nowhere_to_write
 from .jobpath import RUNS_DIR as RUNS_DIR  # re-exported: the default folder
 from .jobpath import default_path as default_path
-from .lifecycle import (
-    attach_notes,
-    closing_notes,
-    exit_record,
-    exit_status,
-    hook_gradients,
-    hook_loop,
-    install_crash,
-    open_sinks,
-    say_error,
-    start_sampler,
-)
+from .lifecycle import say_error
 from .loader import TimedLoader
 from .records import (
     StepItem,
     StepRecords,
-    build_layers,
-    build_lazy,
     convert_values,
     eval_item,
     event,
     heartbeat,
     needs_conversion,
 )
-from .runconfig import (
-    CONFIG_EVERY,
-    RunConfig,
-    amp_section,
-    clip_section,
-    loader_section,
-    optimizer_section,
-)
-from .schema import (
-    EV_EXCEPTION,
-    EV_NOTE,
-    EV_OOM,
-    EV_PHASE,
-    EV_SIGNAL,
-    EVENT,
-    GRAD_SQ_LOCAL,
-    LOSS_SCALE,
-)
+from .runconfig import CONFIG_EVERY, RunConfig
+from .runsetup import learn_amp, learn_loader, refresh_config
+from .schema import EV_NOTE, EV_PHASE, GRAD_SQ_LOCAL, LOSS_SCALE
+from .startstop import CLOSED, StartStop
 from .whereabouts import AFTER_STEP, COMPUTE, FORWARD, OUTSIDE_LOOP, Whereabouts
-from .writer import Writer
 
 if TYPE_CHECKING:
     from .crash import CrashRecorder
     from .loophooks import LoopHooks
     from .system import SystemSampler
+    from .writer import Writer
 
 T = TypeVar("T")
-# a Probe records one run: after close(), steps and a new `with` block record nothing
-_CLOSED = "this Probe is closed and records nothing more: make a new Probe for another run"
 
 
-class Probe:
+class Probe(StartStop):
     """Records a training run to a JSONL log (see ``docs/log-format.md``).
 
     Args:
@@ -200,98 +170,6 @@ class Probe:
         self._closed = False
         self._depth = 0  # nested `with probe:` blocks open
 
-    # --- life cycle -----------------------------------------------------------------
-    def start(self) -> Probe:
-        """Open the sinks, write ``meta``, start the writer (and sampler) threads, hook backward."""
-        if self._started:
-            if self._closed:  # `with probe:` again, after the first block closed it
-                self._error("start", RuntimeError(_CLOSED))
-            return self
-        self._started = True
-        sinks, meta = open_sinks(self.path, self.run_id, self.socket, self.tcp, self._error)
-        sinks.extend(self._extra_sinks)
-        self._writer = w = Writer(
-            sinks, heartbeat=self._heartbeat, heartbeat_every=self.heartbeat_every
-        )
-        attach_notes(sinks, w.emit)
-        self._put = w.put
-        self._step_builder = w.register(self._records.build)
-        self._layers_builder = w.register(build_layers)
-        self._lazy_builder = w.register(build_lazy)
-        if meta is not None:
-            w.emit(meta)
-        self._grad = hook_gradients(
-            self.model, self.optimizer, self.scaler, self.layers_every > 0, self._error
-        )
-        if self._grad is not None:
-            self._grad.where = self._where
-        self._loop = hook_loop(
-            self.model, self._watched_optimizer, self._where, self._on_amp, self._error
-        )
-        self._learn_start()
-        self._where.move(OUTSIDE_LOOP)
-        w.start()
-        if self._use_system:
-            self._sampler = start_sampler(self._emit, self._system_interval, self._error)
-        if self._use_crash:
-            self._crash = install_crash(
-                self._emit, self._flush, lambda: self._last_step, self._error
-            )
-        atexit.register(self._at_exit)
-        self._prev_end = perf_counter()
-        return self
-
-    def close(self, status: str = "ok") -> None:
-        """Write the ``exit`` event, stop the threads, fsync and close the log. Idempotent."""
-        if self._closed or not self._started:
-            return
-        self._closed = True
-        with contextlib.suppress(Exception):
-            atexit.unregister(self._at_exit)
-        if self._crash is not None:
-            with contextlib.suppress(Exception):
-                self._crash.uninstall()
-        if self._sampler is not None:
-            with contextlib.suppress(Exception):
-                self._sampler.stop()
-        if self._grad is not None:
-            with contextlib.suppress(Exception):
-                self._grad.remove()
-        if self._loop is not None:
-            with contextlib.suppress(Exception):
-                self._loop.remove()
-        self._where.move(OUTSIDE_LOOP)
-        self._put = None  # steps after close are ignored
-        w = self._writer
-        if w is None:
-            return
-        with contextlib.suppress(Exception):  # a change not written yet: before the exit
-            config = self._config.take(None, self._last_step)
-            if config is not None:
-                w.emit(config)
-        closing_notes(w.sinks, w.emit)  # the live socket's counts not yet on record
-        exit_rec = exit_record(status, self._last_step, self._steps, w.dropped)
-        w.emit(exit_rec)
-        w.close()
-
-    def __enter__(self) -> Probe:
-        self._depth += 1
-        return self.start()
-
-    def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> Literal[False]:
-        self._depth -= 1
-        if self._depth > 0:  # a nested `with probe:` (a helper's): the outer block closes
-            return False  # an exception goes on to the outer block, which records it
-        status, on_record = exit_status(exc, self._signal)
-        if on_record and exc is not None and self._crash is not None:
-            with contextlib.suppress(Exception):
-                self._crash.record(exc)
-        self.close(status)
-        return False  # the exception, if any, goes on unchanged
-
-    def _at_exit(self) -> None:
-        self.close("signal" if self._signal else "exception" if self._crashed else "ok")
-
     # --- the hot path -----------------------------------------------------------------
     def step(
         self,
@@ -311,7 +189,7 @@ class Probe:
         now = perf_counter()
         put = self._put
         if put is None:  # closed, or never started: not recorded (said once)
-            why = _CLOSED if self._closed else "Probe.step() before start(): use `with Probe(...)`"
+            why = CLOSED if self._closed else "Probe.step() before start(): use `with Probe(...)`"
             self._error("step", RuntimeError(why))
             return
         where = self._where
@@ -394,7 +272,7 @@ class Probe:
             if tr is not None and tr.layers is not None:
                 self._queue_layers(put, step)
             if not self._steps % CONFIG_EVERY:
-                self._refresh_config()
+                refresh_config(self)
         except Exception as e:
             self._error("step", e)
 
@@ -415,51 +293,10 @@ class Probe:
                 self._writer.emit(config)
         return heartbeat(self._last_step, self._steps, where)
 
-    # --- the config event (runconfig.py) ---------------------------------------------------
-    def _learn_start(self) -> None:
-        """What the probe knows at start: the optimizer, the clip norm given, and the
-        AMP section unless a forward will tell its autocast dtype."""
-        self._learn_optimizer()
-        clip = clip_section(self.clip_norm)
-        if clip is not None:
-            self._learn("clip", clip)
-        loop = self._loop
-        if loop is None or not loop.looks_for_amp:  # no forward to look into: the scaler
-            self._learn_amp(None, looked=False)  # and the parameters' dtype, if they tell
-
-    def _refresh_config(self) -> None:
-        """Every ``CONFIG_EVERY`` steps: the optimizer read again (param groups added, weight
-        decay changed), the autocast look armed again until a dtype has been seen."""
-        self._learn_optimizer()
-        if self._loop is not None:
-            self._loop.arm_amp()
-
-    def _learn_optimizer(self) -> None:
-        opt = self._watched_optimizer
-        if opt is not None:
-            try:
-                self._learn("optimizer", optimizer_section(opt))
-            except Exception as e:
-                self._error("config (optimizer)", e)
-
-    def _learn_loader(self, iterable: Any) -> None:
-        try:
-            self._learn("loader", loader_section(iterable))
-        except Exception as e:
-            self._error("config (loader)", e)
-
+    # --- the config event (runsetup.py, runconfig.py) -----------------------------------
     def _on_amp(self, dtype: str | None) -> None:
         """The autocast look's answer (loophooks.py), in a training forward."""
-        self._learn_amp(dtype, looked=True)
-
-    def _learn_amp(self, dtype: str | None, looked: bool) -> None:
-        try:
-            params = self._grad.params if self._grad is not None else []
-            amp = amp_section(self.scaler, params, dtype, looked)
-            if looked or amp["scaler"] or "param_dtype" in amp:  # else: nothing known
-                self._learn("amp", amp)
-        except Exception as e:
-            self._error("config (amp)", e)
+        learn_amp(self, dtype, looked=True)
 
     def _learn(self, name: str, value: Any) -> None:
         """A section of the ``config`` event (an adapter's ``precision`` and ``clip`` too)."""
@@ -501,7 +338,7 @@ class Probe:
     def loader(self, iterable: Iterable[T], infer_batch_size: bool = True) -> TimedLoader[T]:
         """Wrap the data loader: the wait in each ``next()`` becomes the step's ``data_time``;
         its settings (workers, pinned memory, batch size...) go in the ``config`` event."""
-        self._learn_loader(iterable)
+        learn_loader(self, iterable)
         return TimedLoader(iterable, self, infer_batch_size)
 
     def flush(self, fsync: bool = False, timeout: float = 5.0) -> bool:
@@ -531,26 +368,6 @@ class Probe:
         if loop is not None:
             with contextlib.suppress(Exception):
                 loop.drop_forward()  # the loader marks forward from now on
-
-    def _emit(self, record: dict[str, Any]) -> None:
-        """Queue a record from any thread; events are written at once."""
-        w = self._writer
-        if w is None:
-            return
-        if record.get("kind") == EVENT:
-            kind = record.get("type")
-            if kind == EV_SIGNAL:
-                self._signal = str(record.get("signal"))
-            elif kind in (EV_EXCEPTION, EV_OOM):
-                self._crashed = True
-            w.emit(record)
-        else:
-            w.put(record)
-
-    def _flush(self, fsync: bool) -> None:
-        """The crash path's flush: bounded, and read-backs stuck on a hung device are given
-        up within the same bound (see ``Writer.flush``), so the event gets written."""
-        self.flush(fsync, timeout=3.0)
 
     def _error(self, where: str, err: BaseException) -> None:
         """The probe's own failure: reported once per place, never raised."""

@@ -5,10 +5,10 @@ anything else); this thread wakes every ~50 ms, turns what it finds into lines
 with :func:`dltop.probe.encoding.encode_record` (the only way a line is made), and
 hands each sink one batch of complete lines in one call. Events wake it at once.
 
-Failure policy: a sink that raises (disk full, file size limit, the file
-descriptor closed under us, a dead socket) is dropped, one line goes to stderr,
-and a ``warning`` event goes to the sinks that still work. Nothing here ever
-raises into the training thread.
+Failure policy (``sinkwrite.py``): a sink that raises (disk full, file size limit, the
+file descriptor closed under us, a dead socket) is dropped, one line goes to stderr,
+and a ``warning`` event goes to the sinks that still work. Nothing here ever raises
+into the training thread. The bounded queue and its ``dropped`` gaps: ``dropqueue.py``.
 
 Queue items:
 - a ``dict``: a finished record;
@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import sys
 import threading
 import time
 import weakref
@@ -40,9 +39,11 @@ from collections import deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from .dropqueue import DropQueue, Gap
 from .encoding import encode_record
 from .readback import FORCE_WAIT_S, Deadline
-from .schema import EV_DROPPED, EV_WARNING, EVENT
+from .schema import EV_WARNING, EVENT
+from .sinkwrite import fsync_sinks, say, warn, write_batch
 
 if TYPE_CHECKING:
     from .filesink import Sink
@@ -59,19 +60,6 @@ WRITE_CHUNK = 1 << 20
 # seconds close() waits for a still-draining writer to write more before giving it up
 CLOSE_PROGRESS_S = 2.0
 WRITE_MARGIN_S = 0.5  # of a flush's timeout, kept for encoding, writing and fsync after the waits
-
-
-class _Gap:
-    """Where the log lost records: queued (past the cap) at the first record dropped.
-
-    It travels in the queue like a record, so the ``dropped`` event lands exactly
-    between the last record kept before the gap and the first one kept after it.
-    """
-
-    __slots__ = ("records",)
-
-    def __init__(self) -> None:
-        self.records = 0
 
 
 _WRITERS: weakref.WeakSet[Writer] = weakref.WeakSet()
@@ -100,14 +88,6 @@ def _waits_until(timeout: float) -> float:
     return time.monotonic() + wait
 
 
-def _stderr(message: str) -> None:
-    try:
-        sys.stderr.write(message + "\n")
-        sys.stderr.flush()
-    except Exception:
-        pass
-
-
 class Writer:
     """Owns the writer thread, the queue, and the sinks."""
 
@@ -121,13 +101,10 @@ class Writer:
     ) -> None:
         self.sinks: list[Sink] = list(sinks)
         self._builders: list[Callable[[Any, Any], dict[str, Any] | None]] = []
-        self._queue: deque[Any] = deque()
         # read at construction (not bound at import), so a test can shrink it
-        self._cap = max(1, int(QUEUE_MAX if queue_max is None else queue_max))
-        self.put: Callable[[Any], None] = self._bounded_put()  # the training thread's only cost
-        self._gap: _Gap | None = None
-        self.dropped = 0  # records the full queue had no room for (the training outran us)
-        self.dropped_reported = 0  # of those, written in ``dropped`` events so far
+        self._dropq = q = DropQueue(max(1, int(QUEUE_MAX if queue_max is None else queue_max)))
+        self._queue, self._cap = q.items, q.cap
+        self.put: Callable[[Any], None] = q.put  # the training thread's only cost
         self._held: deque[Any] = deque()
         self._held_since: float | None = None
         self._heartbeat = heartbeat
@@ -149,9 +126,8 @@ class Writer:
     def _disown(self) -> None:
         """In a forked child: forget the sinks (without closing the parent's files) and the queue."""
         self.sinks = []
-        self._queue.clear()
+        self._dropq.clear()
         self._held.clear()
-        self._gap = None
         self._flush_reqs.clear()
         self._thread = None
         self._lock = threading.Lock()  # the parent's thread may have held it at the fork
@@ -162,39 +138,15 @@ class Writer:
         self._builders.append(builder)
         return len(self._builders) - 1
 
-    # --- the training thread ----------------------------------------------------------
-    def _bounded_put(self) -> Callable[[Any], None]:
-        """``put``: append while the queue has room, else count the record as dropped.
+    @property
+    def dropped(self) -> int:
+        """Records the full queue had no room for (the training outran us): ``dropqueue.py``."""
+        return self._dropq.dropped
 
-        Why drop the new record rather than block or grow: blocking would stall the
-        training on its own monitor, growing would trade a slow log for an OOM. The
-        memory is bounded by the cap, and the loss is said in the log itself.
-        """
-        queue, cap, append = self._queue, self._cap, self._queue.append
-        drop = self._drop
-
-        def put(item: Any) -> None:
-            if len(queue) < cap:
-                append(item)
-            else:
-                drop()
-
-        return put
-
-    def _drop(self) -> None:
-        # the same gap while nothing was queued after its marker; a record kept since
-        # (or the writer took the marker) means a new gap, marked where it begins
-        gap, queue = self._gap, self._queue
-        try:
-            same = gap is not None and queue[-1] is gap
-        except IndexError:  # the writer emptied the queue meanwhile
-            same = False
-        if not same:
-            gap = self._gap = _Gap()
-            queue.append(gap)  # one marker per gap, allowed past the cap
-        assert gap is not None
-        gap.records += 1
-        self.dropped += 1
+    @property
+    def dropped_reported(self) -> int:
+        """Of those, written in ``dropped`` events so far."""
+        return self._dropq.reported
 
     # --- any thread -----------------------------------------------------------------
     def start(self) -> None:
@@ -252,10 +204,10 @@ class Writer:
             before = self.records_written
             if not said:
                 said = True
-                _stderr(f"dltop: writing the log's last {self.backlog()} record(s)...")
+                say(f"dltop: writing the log's last {self.backlog()} record(s)...")
             t.join(CLOSE_PROGRESS_S)
             if t.is_alive() and self.records_written == before:
-                self._warn(f"the log writer is stuck: {self.backlog()} record(s) not written")
+                warn(self, f"the log writer is stuck: {self.backlog()} record(s) not written")
                 return
 
     def backlog(self) -> int:
@@ -282,7 +234,7 @@ class Writer:
                 with self._lock:
                     self._drain(force=force, fsync=fsync)
             except Exception as e:  # a bug here must not kill the thread and with it the log
-                self._warn(f"writer error: {e!r}")
+                warn(self, f"writer error: {e!r}")
             for done, _, _ in reqs:
                 done.set()
             if stop:
@@ -295,7 +247,7 @@ class Writer:
             self._drain(force=force, fsync=fsync)
             return True
         except Exception as e:
-            self._warn(f"writer error: {e!r}")
+            warn(self, f"writer error: {e!r}")
             return False
         finally:
             self._lock.release()
@@ -319,8 +271,8 @@ class Writer:
             item = held[0]
             if type(item) is dict:
                 rec: dict[str, Any] | None = item
-            elif type(item) is _Gap:
-                rec = self._gap_event(item)
+            elif type(item) is Gap:
+                rec = self._dropq.gap_event(item, self._said_dropped)
             else:
                 missed = force.missed if force is not None else 0
                 try:
@@ -328,7 +280,7 @@ class Writer:
                 except Exception as e:
                     self._build_errors += 1
                     if self._build_errors == 1:
-                        self._warn(f"could not build a record: {e!r}")
+                        warn(self, f"could not build a record: {e!r}")
                     held.popleft()
                     continue
                 if rec is None:  # a read-back still in flight: keep the order, wait
@@ -346,11 +298,11 @@ class Writer:
             except Exception as e:
                 self._build_errors += 1
                 if self._build_errors == 1:
-                    self._warn(f"could not encode a {rec.get('kind')!r} record: {e!r}")
+                    warn(self, f"could not encode a {rec.get('kind')!r} record: {e!r}")
                 continue
             size += len(lines[-1])
             if size >= WRITE_CHUNK and lost_at < 0:  # a backlog reaches the log as it goes
-                self._write(b"".join(lines))
+                write_batch(self, b"".join(lines))
                 self.records_written += len(lines)
                 lines, size = [], 0
         if not held:
@@ -363,37 +315,15 @@ class Writer:
             with contextlib.suppress(Exception):
                 lines.append(encode_record(self._heartbeat()))
         if lines:
-            self._write(b"".join(lines))
+            write_batch(self, b"".join(lines))
             self.records_written += len(lines)
         if fsync:
-            for sink in list(self.sinks):
-                fl = getattr(sink, "flush", None)
-                if fl is not None:
-                    try:
-                        fl(True)
-                    except Exception as e:
-                        self._sink_failed(sink, e)
+            fsync_sinks(self)
 
-    def _gap_event(self, gap: _Gap) -> dict[str, Any]:
-        """The ``dropped`` event for one gap; the first also goes to stderr once."""
-        n = gap.records
-        self.dropped_reported += n
-        message = (
-            f"the training outran the log writer: {n} record(s) were not recorded here "
-            f"(its queue of {self._cap} was full)"
-        )
-        if self.dropped_reported == n:
-            self.warnings.append(message)
-            _stderr(f"dltop: warning: {message}; the log marks each gap with a 'dropped' event")
-        return {
-            "kind": EVENT,
-            "type": EV_DROPPED,
-            "t": time.time(),
-            "scope": "log",
-            "records": n,
-            "total": self.dropped_reported,
-            "message": message,
-        }
+    def _said_dropped(self, message: str) -> None:
+        """The first ``dropped`` event's message, once on stderr too."""
+        self.warnings.append(message)
+        say(f"dltop: warning: {message}; the log marks each gap with a 'dropped' event")
 
     def _note_lost(self, lines: list[bytes], at: int, n: int) -> None:
         """A ``warning`` event right after the first record that lost its device values."""
@@ -404,39 +334,9 @@ class Writer:
         )
         if self.readbacks_lost == n:  # the first time: once on stderr too
             self.warnings.append(message)
-            _stderr(f"dltop: warning: {message}")
+            say(f"dltop: warning: {message}")
         rec = {"kind": EVENT, "type": EV_WARNING, "t": time.time(), "message": message}
         with contextlib.suppress(Exception):
             lines.insert(
                 min(max(at, 0) + 1, len(lines)), encode_record(rec | {"readbacks_lost": n})
             )
-
-    def _write(self, batch: bytes) -> None:
-        for sink in list(self.sinks):
-            try:
-                sink.write(batch)
-            except Exception as e:
-                self._sink_failed(sink, e)
-
-    def _sink_failed(self, sink: Sink, err: BaseException) -> None:
-        if sink in self.sinks:
-            self.sinks.remove(sink)
-        with contextlib.suppress(Exception):
-            sink.close()
-        self._warn(f"cannot write to {sink!r} ({err}); dropped it, the training goes on")
-
-    def _warn(self, message: str) -> None:
-        """One stderr line and one ``warning`` event to the sinks that still work."""
-        self.warnings.append(message)
-        _stderr(f"dltop: warning: {message}")
-        rec = {"kind": EVENT, "type": EV_WARNING, "t": time.time(), "message": message}
-        try:
-            line = encode_record(rec)
-        except Exception:
-            return
-        for sink in list(self.sinks):
-            try:
-                sink.write(line)
-            except Exception:
-                if sink in self.sinks:
-                    self.sinks.remove(sink)

@@ -33,3 +33,18 @@ def test_pre_commit_runs_the_checks_make_test_starts_with() -> None:
     for check in ("-m ruff check", "-m ruff format --check", "-m mypy"):
         assert check in make, f"make test no longer runs '{check}': update this test"
         assert check in config, f".pre-commit-config.yaml does not run '{check}'"
+
+
+MODULE_MAX = 400  # lines: past this a module holds more than one job (issue 32)
+
+
+def test_no_module_is_over_400_lines() -> None:
+    """A module over ~400 lines is a smell: it does more than one job. Split it by job (a
+    module docstring saying why it is apart), never by line count alone."""
+    long = []
+    for folder in ("probe", "tui", "demos"):
+        for path in sorted((ROOT / folder).rglob("*.py")):
+            n = len(path.read_text(encoding="utf-8").splitlines())
+            if n > MODULE_MAX:
+                long.append(f"{path.relative_to(ROOT)}: {n} lines")
+    assert not long, "over 400 lines: " + "; ".join(long)

@@ -1,0 +1,214 @@
+"""``Probe.start()``, ``close()`` and the ``with`` block: the order a run's parts open and close in.
+
+Mixed into ``Probe`` (``probe.py``), whose per-step code stays apart from it: none of this
+runs per step, and all of it is about order. The writer exists before anything can emit,
+the hooks and the config learnt at start are in place before its thread starts, the crash
+hooks come last; at close the parts stop in reverse, a config change not written yet and
+the sinks' closing notes go before the ``exit`` event, the last line. How the run ended
+is decided here too: the exception leaving the ``with`` block, or a signal or crash event
+seen on its way to the writer, or the interpreter's exit. What each part does when it
+cannot start is ``lifecycle.py``'s.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+from time import perf_counter
+from typing import TYPE_CHECKING, Any, Literal, Self
+
+from .lifecycle import (
+    attach_notes,
+    closing_notes,
+    exit_record,
+    exit_status,
+    hook_gradients,
+    hook_loop,
+    install_crash,
+    open_sinks,
+    start_sampler,
+)
+from .records import build_layers, build_lazy
+from .runsetup import learn_start
+from .schema import EV_EXCEPTION, EV_OOM, EV_SIGNAL, EVENT
+from .whereabouts import OUTSIDE_LOOP
+from .writer import Writer
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from .crash import CrashRecorder
+    from .filesink import Sink
+    from .gradnorm import GradNormTracker
+    from .loophooks import LoopHooks
+    from .records import StepRecords
+    from .runconfig import RunConfig
+    from .system import SystemSampler
+    from .whereabouts import Whereabouts
+
+# a Probe records one run: after close(), steps and a new `with` block record nothing
+CLOSED = "this Probe is closed and records nothing more: make a new Probe for another run"
+
+
+class StartStop:
+    """Mixed into ``Probe``: ``start()``, ``close()``, ``with``, and how the run ended."""
+
+    # what Probe sets in its __init__
+    path: str | None
+    run_id: str
+    socket: bool
+    tcp: str | None
+    model: Any
+    optimizer: Any
+    scaler: Any
+    clip_norm: float | None
+    layers_every: int
+    heartbeat_every: float
+    _extra_sinks: list[Sink]
+    _use_system: bool
+    _system_interval: float
+    _use_crash: bool
+    _last_step: int | None
+    _steps: int
+    _prev_end: float
+    _grad: GradNormTracker | None
+    _records: StepRecords
+    _where: Whereabouts
+    _config: RunConfig
+    _watched_optimizer: Any
+    _loop: LoopHooks | None
+    _step_builder: int
+    _layers_builder: int
+    _lazy_builder: int
+    _signal: str | None
+    _crashed: bool
+    _writer: Writer | None
+    _put: Callable[[Any], None] | None
+    _sampler: SystemSampler | None
+    _crash: CrashRecorder | None
+    _started: bool
+    _closed: bool
+    _depth: int
+
+    if TYPE_CHECKING:  # what Probe provides
+
+        def _heartbeat(self) -> dict[str, Any]: ...
+
+        def _on_amp(self, dtype: str | None) -> None: ...
+
+        def _learn(self, name: str, value: Any) -> None: ...
+
+        def _error(self, where: str, err: BaseException) -> None: ...
+
+        def flush(self, fsync: bool = False, timeout: float = 5.0) -> bool: ...
+
+    def start(self) -> Self:
+        """Open the sinks, write ``meta``, start the writer (and sampler) threads, hook backward."""
+        if self._started:
+            if self._closed:  # `with probe:` again, after the first block closed it
+                self._error("start", RuntimeError(CLOSED))
+            return self
+        self._started = True
+        sinks, meta = open_sinks(self.path, self.run_id, self.socket, self.tcp, self._error)
+        sinks.extend(self._extra_sinks)
+        self._writer = w = Writer(
+            sinks, heartbeat=self._heartbeat, heartbeat_every=self.heartbeat_every
+        )
+        attach_notes(sinks, w.emit)
+        self._put = w.put
+        self._step_builder = w.register(self._records.build)
+        self._layers_builder = w.register(build_layers)
+        self._lazy_builder = w.register(build_lazy)
+        if meta is not None:
+            w.emit(meta)
+        self._grad = hook_gradients(
+            self.model, self.optimizer, self.scaler, self.layers_every > 0, self._error
+        )
+        if self._grad is not None:
+            self._grad.where = self._where
+        self._loop = hook_loop(
+            self.model, self._watched_optimizer, self._where, self._on_amp, self._error
+        )
+        learn_start(self)
+        self._where.move(OUTSIDE_LOOP)
+        w.start()
+        if self._use_system:
+            self._sampler = start_sampler(self._emit, self._system_interval, self._error)
+        if self._use_crash:
+            self._crash = install_crash(
+                self._emit, self._flush, lambda: self._last_step, self._error
+            )
+        atexit.register(self._at_exit)
+        self._prev_end = perf_counter()
+        return self
+
+    def close(self, status: str = "ok") -> None:
+        """Write the ``exit`` event, stop the threads, fsync and close the log. Idempotent."""
+        if self._closed or not self._started:
+            return
+        self._closed = True
+        with contextlib.suppress(Exception):
+            atexit.unregister(self._at_exit)
+        if self._crash is not None:
+            with contextlib.suppress(Exception):
+                self._crash.uninstall()
+        if self._sampler is not None:
+            with contextlib.suppress(Exception):
+                self._sampler.stop()
+        if self._grad is not None:
+            with contextlib.suppress(Exception):
+                self._grad.remove()
+        if self._loop is not None:
+            with contextlib.suppress(Exception):
+                self._loop.remove()
+        self._where.move(OUTSIDE_LOOP)
+        self._put = None  # steps after close are ignored
+        w = self._writer
+        if w is None:
+            return
+        with contextlib.suppress(Exception):  # a change not written yet: before the exit
+            config = self._config.take(None, self._last_step)
+            if config is not None:
+                w.emit(config)
+        closing_notes(w.sinks, w.emit)  # the live socket's counts not yet on record
+        exit_rec = exit_record(status, self._last_step, self._steps, w.dropped)
+        w.emit(exit_rec)
+        w.close()
+
+    def __enter__(self) -> Self:
+        self._depth += 1
+        return self.start()
+
+    def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> Literal[False]:
+        self._depth -= 1
+        if self._depth > 0:  # a nested `with probe:` (a helper's): the outer block closes
+            return False  # an exception goes on to the outer block, which records it
+        status, on_record = exit_status(exc, self._signal)
+        if on_record and exc is not None and self._crash is not None:
+            with contextlib.suppress(Exception):
+                self._crash.record(exc)
+        self.close(status)
+        return False  # the exception, if any, goes on unchanged
+
+    def _at_exit(self) -> None:
+        self.close("signal" if self._signal else "exception" if self._crashed else "ok")
+
+    def _emit(self, record: dict[str, Any]) -> None:
+        """Queue a record from any thread; events are written at once."""
+        w = self._writer
+        if w is None:
+            return
+        if record.get("kind") == EVENT:
+            kind = record.get("type")
+            if kind == EV_SIGNAL:
+                self._signal = str(record.get("signal"))
+            elif kind in (EV_EXCEPTION, EV_OOM):
+                self._crashed = True
+            w.emit(record)
+        else:
+            w.put(record)
+
+    def _flush(self, fsync: bool) -> None:
+        """The crash path's flush: bounded, and read-backs stuck on a hung device are given
+        up within the same bound (see ``Writer.flush``), so the event gets written."""
+        self.flush(fsync, timeout=3.0)
