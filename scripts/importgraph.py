@@ -1,7 +1,7 @@
 """dltop's import graph, read from the files alone: no install, no import, stdlib only.
 
     python3 scripts/importgraph.py            # every import placed? (exit 1 if not)
-    python3 scripts/importgraph.py --cycles   # the import cycles among our modules
+    python3 scripts/importgraph.py --cycles   # ... and the import cycles (exit 1 if any)
     python3 scripts/importgraph.py --dot      # the package-level graph, for graphviz
 
 Why: inside ``probe/`` and ``tui/`` every import of our own code is relative, so it
@@ -221,19 +221,21 @@ def main() -> int:
         print(f"{i.source}:{i.line}: {i.error}")
     if args.dot:
         print(dot(imports))
+    tangled = 0
     if args.cycles:
         for kind, only in (("at import time", True), ("any import", False)):
             found = cycles(imports, at_import_only=only)
             print(f"{len(found)} cycles ({kind})")
             for group in found:
                 print("  " + " <-> ".join(group))
+            tangled = len(found)
     ours = sum(1 for i in imports if i.module)
     print(
         f"{len(python_files())} files, {len(imports)} imports, {ours} of our modules, "
         f"{len(errors)} not placed",
         file=sys.stderr,
     )
-    return 1 if errors else 0
+    return 1 if errors or tangled else 0
 
 
 if __name__ == "__main__":
