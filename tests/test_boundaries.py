@@ -73,14 +73,9 @@ def test_core_has_no_textual(path: Path) -> None:
 def _placed() -> list:
     """Every import under probe/ and tui/, resolved by file location (our modules are
     imported relatively there, so a text search for ``dltop.tui`` would miss them)."""
-    import importlib.util
+    from graphload import importgraph
 
-    spec = importlib.util.spec_from_file_location("importgraph", ROOT / "scripts/importgraph.py")
-    assert spec and spec.loader
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules["importgraph"] = mod
-    spec.loader.exec_module(mod)
-    return mod.all_imports()
+    return importgraph().all_imports()
 
 
 def test_probe_and_core_reach_only_downwards() -> None:

@@ -8,17 +8,14 @@ standard library, or a dependency pyproject.toml declares. No import cycles.
 
 from __future__ import annotations
 
-import importlib.util
 import subprocess
 import sys
 from pathlib import Path
 
+from graphload import importgraph
+
 ROOT = Path(__file__).resolve().parents[1]
-_spec = importlib.util.spec_from_file_location("importgraph", ROOT / "scripts" / "importgraph.py")
-assert _spec and _spec.loader
-ig = importlib.util.module_from_spec(_spec)
-sys.modules["importgraph"] = ig  # dataclasses look their module up while the class is made
-_spec.loader.exec_module(ig)
+ig = importgraph()
 
 # the engine's own modules: the layers that build the rules and route records to them,
 # the per-step path and the facts; every other module of rules/ is a rule or a helper

@@ -460,30 +460,41 @@ def test_a_refused_field_costs_no_column(monkeypatch: pytest.MonkeyPatch) -> Non
         sparse.append(1)
         real_sparse(self, *args)
 
+    parts: list[Any] = []  # sub-columns built out of list and dict fields
+    real_part_of = store_module.part_of
+
+    def counting_part_of(col: list[Any], at: Any) -> list[Any]:
+        if at is not None:
+            parts.append(at)
+        return real_part_of(col, at)
+
     monkeypatch.setattr(store_module, "dense", counting_dense)
     monkeypatch.setattr(Store, "_sparse", counting_sparse)
+    monkeypatch.setattr(store_module, "part_of", counting_part_of)
     store.ingest([{"kind": "step", "step": i, "loss": 0.5, f"new{i}": 1.0} for i in range(1, 501)])
     assert len(dense) == 1  # the loss column only
     store.ingest([{"kind": "step", "step": 501, "loss": 0.4, "wide": list(range(5000))}])
-    assert len(sparse) == 0 and store.series("wide.0") is None
+    assert len(sparse) == 0 and store.series("wide.0") is None and not parts
     assert store.budget.refused == refused + 501
     # a list that arrives with room for 3 of its elements: 3 columns, then the rest refused
     roomy = Store()
     roomy.ingest([{"kind": "step", "step": 0, **{f"m{j}": 1.0 for j in range(MAX_SERIES - 3)}}])
     sparse.clear()
+    parts.clear()
     roomy.ingest([{"kind": "step", "step": 1, "wide": list(range(5000))}])
     assert [roomy.series(f"wide.{i}") is not None for i in range(4)] == [True] * 3 + [False]
-    assert len(sparse) == 3
+    assert len(sparse) == 3 and parts == [0, 1, 2]
     # a dict field charted while there was room, later with 5 000 keys: its one series
     # goes on, and no column is read for the keys refused
     keyed = Store()
     keyed.ingest([{"kind": "step", "step": 0, **{f"m{j}": 1.0 for j in range(MAX_SERIES - 1)}}])
     keyed.ingest([{"kind": "step", "step": 1, "per": {"k0": 1.0}}])
     sparse.clear()
+    parts.clear()
     keyed.ingest([{"kind": "step", "step": 2, "per": {f"k{j}": 1.0 for j in range(5000)}}])
     per = keyed.series("per.k0")
     assert per is not None and len(per) == 2 and keyed.series("per.k1") is None
-    assert len(sparse) == 1
+    assert len(sparse) == 1 and parts == ["k0"]  # no sub-column for the 4 999 refused
 
 
 @pytest.mark.parametrize("batch", [1, 3, 64, 1000])

@@ -59,25 +59,32 @@ def flatten(kind: str, rec: dict[str, Any]) -> list[tuple[str, float]]:
     return out
 
 
-def sub_columns(key: str, col: list[Any]) -> Iterator[tuple[str, list[Any], bool]]:
-    """A step column split by its first value's shape: a list field (``lrs``) into
-    ``key.0``, ``key.1``... (``True``: the caller refuses the rest of a list with one
-    index), a dict field into ``key.<subkey>``, any other column as itself."""
+def sub_columns(key: str, col: list[Any]) -> Iterator[tuple[str, int | str | None, bool]]:
+    """A step column split by its first value's shape, as (series name, where in each
+    value, from a list): a list field (``lrs``) into ``key.0``, ``key.1``... (``True``:
+    the caller refuses the rest of a list with one index), a dict field into
+    ``key.<subkey>``, any other column as itself (``None``). Names only: the caller
+    builds a sub-column (``part_of``) for the series it admits, never for those it refuses."""
     first = next((x for x in col if x is not None), None)
     if isinstance(first, list):
         width = max(len(x) for x in col if isinstance(x, list))
         for i in range(width):
-            yield (
-                f"{key}.{i}",
-                [x[i] if isinstance(x, list) and len(x) > i else None for x in col],
-                True,
-            )
+            yield f"{key}.{i}", i, True
     elif isinstance(first, dict):
         subkeys: dict[str, None] = {}
         for x in col:
             if isinstance(x, dict):
                 subkeys.update(dict.fromkeys(x))
         for sk in subkeys:
-            yield f"{key}.{sk}", [x.get(sk) if isinstance(x, dict) else None for x in col], False
+            yield f"{key}.{sk}", sk, False
     else:
-        yield key, col, False
+        yield key, None, False
+
+
+def part_of(col: list[Any], at: int | str | None) -> list[Any]:
+    """The values at ``at`` (a list index or a dict key, see ``sub_columns``) of a column."""
+    if at is None:
+        return col
+    if isinstance(at, int):
+        return [x[at] if isinstance(x, list) and len(x) > at else None for x in col]
+    return [x.get(at) if isinstance(x, dict) else None for x in col]

@@ -39,7 +39,7 @@ from typing import Any
 from ...probe import schema
 from .decimate import Decimated
 from .eventlog import EventLog
-from .fieldnames import STEP_NOT_SERIES, dense, flatten, num, sub_columns
+from .fieldnames import STEP_NOT_SERIES, dense, flatten, num, part_of, sub_columns
 from .series import Series
 from .serieslimit import RESERVED, SeriesBudget
 from .smoothing import SmoothedCopies
@@ -315,15 +315,15 @@ class Store:
     def _slow_column(self, key: str, col: list[Any], steps: array, base: int, v: int) -> None:
         """A column with gaps, strings, bools, lists (``lrs``) or dicts: expand, then keep
         only the numeric points."""
-        for name, sub, listed in sub_columns(key, col):
-            if name != key:
+        for name, at, listed in sub_columns(key, col):
+            if at is not None:
                 if name not in self._series and not self._new(name):
                     if listed:
                         break  # the rest of the list is refused with it (counted as one field)
                     continue
                 # read again past the limit only as the parent of a series it has
                 self._parents.add(key)
-            self._sparse(name, [num(x) for x in sub], steps, base, v)
+            self._sparse(name, [num(x) for x in part_of(col, at)], steps, base, v)
 
     def _sparse(self, name: str, vals: list[float | None], steps: array, base: int, v: int) -> None:
         present = [i for i, x in enumerate(vals) if x is not None]

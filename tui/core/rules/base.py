@@ -98,7 +98,7 @@ class Tracker:
 
     def current(self) -> Alert | None:
         """``alert`` as a method: what another rule is handed to read this one's finding."""
-        return None if self.slot is None else self.e.sink.versions[self.slot]
+        return self.alert
 
     @property
     def active(self) -> bool:
