@@ -210,3 +210,18 @@ def test_a_run_seen_crashed_without_an_exit_record_has_its_last_steps_judged() -
     assert m.version > version  # the UI redraws the new alert
     m.status(time.time())  # judged once: no second pass over the same block
     assert len([a for a in m.alerts() if a.id == "divergence"]) == 1
+
+
+def test_the_charts_swap_in_and_the_rules_backfill_begins_in_one_step() -> None:
+    """A reader between the two saw "loading" and "diagnosing" both off and took the
+    preview's alerts for the run's (test_same_answers failed on it under load)."""
+    m = RunModel("r")
+    staged = m.staging(rules=False)
+    staged.ingest([_meta(), *_steps(20)])
+    m.set_loading(0.5)
+    m.adopt(staged, malformed=0, rules_follow=True)
+    assert m.loading is None and m.diagnosing == 0.0
+    m.ingest(_steps(3, start=20))  # live meanwhile: queued for the engine being backfilled
+    engine, err = run_mod.make_engine()
+    m.adopt_engine(engine, err)
+    assert m.diagnosing is None and engine is not None and engine.steps == 3

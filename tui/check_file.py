@@ -11,9 +11,9 @@ import os
 import time
 from collections.abc import Callable
 
-from ..probe.decoding import LineDecoder
 from .check_output import FileResult
 from .core import foreign, pipeline, ranks, rules_worker, shardnorm
+from .core.logbytes import decoder
 from .core.logread import Snapshot
 from .core.rules import Config, RuleEngine
 from .core.sourcefiles import SourceError, open_log
@@ -82,7 +82,7 @@ def check_file(
     fmt = foreign.detect(path)
     if fmt is not None:
         return check_foreign(path, fmt, config, store)
-    dec = LineDecoder()
+    dec = decoder()
     engine = RuleEngine(config)
     job: rules_worker.RulesJob | None = None
     note = ""

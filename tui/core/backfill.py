@@ -25,15 +25,16 @@ import os
 import time
 from typing import TYPE_CHECKING
 
-from ...probe.decoding import LineDecoder, decode_line
 from ...probe.schema import META
 from . import rules_worker, workers
+from .logbytes import decoder, first_record
 from .pipeline import feed_engine, make_engine
 
 if TYPE_CHECKING:
     import threading
     from collections.abc import Iterator
 
+    from ...probe.decoding import LineDecoder
     from .rules import RuleEngine
     from .run import RunModel
 
@@ -78,9 +79,7 @@ class TailFirst:
         While the backfill runs, records appended to a live log still reach the preview
         (a second cursor, store only), so a huge live run does not look frozen meanwhile.
         """
-        head = os.pread(self._fd, 1 << 16, 0)
-        nl = head.find(b"\n")
-        meta = decode_line(head[:nl]) if nl >= 0 else None
+        meta = first_record(self._fd)
         start = max(0, size - self.tail_bytes)
         blob = os.pread(self._fd, size - start, start)
         cut = blob.find(b"\n") + 1 if start else 0
@@ -88,7 +87,7 @@ class TailFirst:
         live_off = start + end  # where the live cursor picks up during the backfill
         show_meta = meta is not None and meta.get("kind") == META and start > 0
         self.model.ingest_preview([meta] if show_meta else [])  # type: ignore[list-item]
-        pdec = LineDecoder()
+        pdec = decoder()
         n = 0
         for i in range(cut, end, self.chunk_size):  # in slices: few parsed dicts alive at once
             recs = pdec.feed(blob[i : min(i + self.chunk_size, end)])
@@ -97,7 +96,7 @@ class TailFirst:
         del blob
         self._notify(n)
         self._start_rules_job(live_off)
-        live_dec = LineDecoder()
+        live_dec = decoder()
         staged = self.model.staging(rules=False)
         last = time.monotonic()
         for off, piece in self._pieces(self._fd, self.offset):  # few reads: see READ_BLOCK
@@ -119,20 +118,22 @@ class TailFirst:
             self._drop_rules_job()
             return
         self._remember_head()
-        self.model.adopt(staged, self._dec.malformed)
+        engine, error = make_engine(self.model.config)
+        rules = engine is not None or error is not None  # None, None: no rules package
+        # one step: a viewer never sees the charts done and the rules not yet begun
+        # ("loading" and "diagnosing" both off) with the preview's alerts as the run's
+        self.model.adopt(staged, self._dec.malformed, rules_follow=rules)
         self._notify(staged.records)
-        self._backfill_rules()
+        if rules:
+            self._backfill_rules(engine, error)
+        else:
+            self._drop_rules_job()
 
-    def _backfill_rules(self) -> None:
+    def _backfill_rules(self, engine: RuleEngine | None, error: str | None) -> None:
         """Bring a fresh rules engine through the whole run, in order, by re-reading the
         log up to where the charts' backfill stopped, while the follow loop keeps the charts
         live (the model queues those records for the engine until it is adopted)."""
-        engine, error = make_engine(self.model.config)
-        if engine is None and error is None:
-            self._drop_rules_job()
-            return  # no rules package: nothing to catch up
         upto = self.offset - self._dec.pending  # complete lines only; the rest comes live
-        self.model.begin_rules_backfill()
         generation = self.model.generation
         start = 0  # where this process's reading starts: after what a child did
         job, self._rules_job = self._rules_job, None
@@ -147,7 +148,7 @@ class TailFirst:
             job.kill()
         fd = os.dup(self._fd)  # the follow loop may reopen the path (rotation) meanwhile
         try:
-            dec = LineDecoder()
+            dec = decoder()
             last = time.monotonic()
             # ends early if the log was truncated under us: the follow loop restarts the run
             for off, piece in self._pieces(fd, start, upto if error is None else start):

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from ...probe import rendezvous
-from ...probe.decoding import LineDecoder
+from .logbytes import decode_blob
 from .socket_source import Address, StreamError, parse_address, peek
 from .sourcefiles import is_regular, open_log
 
@@ -169,10 +169,9 @@ def describe_log(
         blob = f.read(size - start)  # what it held when we looked: a growing log ends
     if start:
         blob = blob[blob.find(b"\n") + 1 :]
-    meta_recs = LineDecoder().feed(head if head.endswith(b"\n") else head + b"\n")
+    meta_recs, _ = decode_blob(head)
     meta = meta_recs[0] if meta_recs and meta_recs[0].get("kind") == "meta" else {}
-    dec = LineDecoder()
-    records = dec.feed(blob) + dec.finish()
+    records, _ = decode_blob(blob)
     if size and not meta_recs and not records:  # what `dltop check` calls "not a dltop log"
         raise ValueError('not a dltop log (no JSON record with a "kind")')
     run_id = meta.get("run_id")

@@ -14,11 +14,10 @@ fallback. ``tests/test_pipeline.py`` fails when a second module calls the engine
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from ...probe.decoding import LineDecoder
+from .logbytes import read_range
 from .rules import Config, RuleEngine
 
 if TYPE_CHECKING:
@@ -88,17 +87,16 @@ def judge_range(
 
     shares = GradNormJoin().primary() if join else None
     engine, error = make_engine(config)
-    dec = LineDecoder()
     off = 0
-    while off < upto and error is None:
-        piece = os.pread(fd, min(chunk_size, upto - off), off)
-        if not piece:
-            break  # the file is shorter than it was: the offset says where it stopped
-        off += len(piece)
-        recs = dec.feed(piece)
+    if error is not None:
+        return engine, error, off
+    # the file may be shorter than it was: the offset reached says where it stopped
+    for off, recs in read_range(fd, 0, upto, chunk_size, chunk_size):
         if shares is not None:
             shares.feed(recs)
         error = feed_engine(engine, recs)
         if progress is not None:
             progress(off)
+        if error is not None:
+            break
     return engine, error, off

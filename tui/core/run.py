@@ -173,9 +173,13 @@ class RunModel:
         with self.lock:
             self.loading = min(1.0, max(0.0, fraction))
 
-    def adopt(self, staged: Staging, malformed: int) -> None:
-        """Swap a finished backfill in: from now on the full run is shown and followed."""
+    def adopt(self, staged: Staging, malformed: int, rules_follow: bool = False) -> None:
+        """Swap a finished backfill in: from now on the full run is shown and followed.
+        ``rules_follow``: the rules are backfilled next (:meth:`begin_rules_backfill`, in
+        the same step, so no reader sees the charts done and the rules not yet begun)."""
         with self.lock:
+            if rules_follow:
+                self.begin_rules_backfill()
             self.version = max(self.version, staged.store.version) + 1
             staged.store.touch_all(self.version)
             self.generation += 1

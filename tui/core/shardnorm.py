@@ -31,8 +31,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ...probe.decoding import LineDecoder
 from ...probe.schema import GRAD_SQ_LOCAL, META, STEP, as_float, as_step
+from .logbytes import decoder
 from .sourcefiles import SourceError, open_log
 
 
@@ -213,7 +213,7 @@ class Peer:
         self.keep_open = keep_open
         self.fd = -1
         self.offset = 0
-        self.dec = LineDecoder()
+        self.dec = decoder()
         self.shares: deque[tuple[int, float]] = deque()
         self.top: int | None = None  # the latest step this rank logged a share for
         self.world: int | None = None  # from its meta

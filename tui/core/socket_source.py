@@ -17,8 +17,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs, urlsplit
 
-from ...probe.decoding import LineDecoder
 from ...probe.schema import EV_REFUSED, as_step
+from .logbytes import decoder
 from .reader import ReaderThread
 from .redact import redact
 
@@ -114,7 +114,7 @@ def refusal(record: dict[str, Any]) -> str | None:
 def peek(addr: Address, timeout: float = 0.5) -> list[dict[str, Any]]:
     """What a run serves a new viewer right away (meta + backlog), read for ``timeout`` s."""
     sock = connect(addr, timeout=timeout)
-    dec = LineDecoder()
+    dec = decoder()
     out: list[dict[str, Any]] = []
     deadline = time.monotonic() + timeout
     try:
@@ -224,7 +224,7 @@ class SocketSource(ReaderThread):
 
     def _stream(self, sock: socket.socket) -> bool:
         """Read until the connection ends; False when we must not reconnect (refused)."""
-        dec = LineDecoder()
+        dec = decoder()
         sock.settimeout(self.poll_interval)
         first = True
         while not self._stop.is_set():

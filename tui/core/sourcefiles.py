@@ -21,6 +21,7 @@ from dataclasses import dataclass
 
 from ...probe.decoding import decode_line
 from ...probe.schema import META
+from .logbytes import first_record
 
 _PROBE = 1 << 16  # bytes read to recognise a log
 _RANK_RE = re.compile(r"rank[_-]?(\d+)", re.IGNORECASE)
@@ -207,13 +208,11 @@ def _rank_of(path: str) -> tuple[int | None, bool | None, int | None, Family]:
     try:
         fd = open_log(path)
         try:
-            head = os.pread(fd, _PROBE, 0)
+            rec = first_record(fd)
         finally:
             os.close(fd)
     except (OSError, SourceError):
         return None, None, None, (None, None)
-    nl = head.find(b"\n")
-    rec = decode_line(head[:nl]) if nl >= 0 else None
     name = os.path.basename(path)
     meta = rec if rec is not None and rec.get("kind") == META else None
     world = meta.get("world_size") if meta is not None else None

@@ -29,9 +29,10 @@ import traceback
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from ...probe.decoding import LineDecoder, decode_line
+from ...probe.decoding import decode_line
 from ...probe.schema import META
 from .backfill import TailFirst
+from .logbytes import decoder, first_line, pieces
 from .reader import ReaderThread
 from .run import RunModel
 from .sourcefiles import (
@@ -114,7 +115,7 @@ class FileSource(ReaderThread, TailFirst):  # ReaderThread first: its _notify is
         self._ident: tuple[int, int] = (0, 0)
         self._head: bytes | None = None
         self._last_read: tuple[bytes, int] | None = None  # the last bytes read, and their end
-        self._dec = LineDecoder()
+        self._dec = decoder()
 
     # -- control: start / stop / alive / wait_caught_up (reader.ReaderThread) ------------
     def run(self) -> None:
@@ -187,14 +188,7 @@ class FileSource(ReaderThread, TailFirst):  # ReaderThread first: its _notify is
         """The file's bytes from ``off`` to ``upto`` (None: to its end, as it grows) in
         ``chunk_size`` pieces, each with the offset just past it, read ``READ_BLOCK`` bytes
         per ``os.pread`` (see READ_BLOCK)."""
-        while upto is None or off < upto:
-            data = os.pread(fd, READ_BLOCK if upto is None else min(READ_BLOCK, upto - off), off)
-            if not data:
-                return
-            for i in range(0, len(data), self.chunk_size):
-                piece = data[i : i + self.chunk_size]
-                off += len(piece)
-                yield off, piece
+        return pieces(fd, off, upto, READ_BLOCK, self.chunk_size)
 
     def _deliver(self, records: list[dict[str, Any]]) -> None:
         model = self.model
@@ -213,7 +207,7 @@ class FileSource(ReaderThread, TailFirst):  # ReaderThread first: its _notify is
             self._head = blob[: nl + 1]
 
     def _restart(self, reason: str) -> None:
-        self._dec = LineDecoder()
+        self._dec = decoder()
         self.model.reset(reason)
         self._notify(0)
 
@@ -262,13 +256,12 @@ class FileSource(ReaderThread, TailFirst):  # ReaderThread first: its _notify is
             except (OSError, SourceError):
                 return False
             try:
-                blob = os.pread(fd, 1 << 16, 0)
+                line = first_line(fd)
             finally:
                 os.close(fd)
-            nl = blob.find(b"\n")
-            if nl < 0:
+            if line is None:
                 return False  # nothing complete yet: the old file may still be written to
-            first = decode_line(blob[:nl])
+            first = decode_line(line)
             new_run = (
                 first is not None
                 and first.get("kind") == META
