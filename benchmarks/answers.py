@@ -26,9 +26,9 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from dltop.tui.core.alerts import Alert
+from dltop.tui.core.diagnosis.verdict import verdict
+from dltop.tui.core.rules.alerts import Alert
 from dltop.tui.core.rules.engine import RuleEngine
-from dltop.tui.core.verdict import verdict
 
 HERE = Path(__file__).resolve().parent
 REALRUNS = HERE.parents[1] / "shared" / "realruns"

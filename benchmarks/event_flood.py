@@ -63,7 +63,7 @@ def _tail() -> bytes:
 
 def _ingest(events: int) -> dict[str, Any]:
     from dltop.probe.decoding import LineDecoder
-    from dltop.tui.core.run import RunModel
+    from dltop.tui.core.store.run import RunModel
 
     model = RunModel("flood")
     dec = LineDecoder()

@@ -70,7 +70,7 @@ def write_jsonl(path: Path, steps: int) -> None:
 
 
 def write_tensorboard(folder: Path, steps: int) -> None:
-    from dltop.tui.core.foreign.tfrecord import frame
+    from dltop.tui.core.sources.foreign.tfrecord import frame
     from tensorboard.compat.proto.event_pb2 import Event
     from tensorboard.compat.proto.summary_pb2 import Summary
 

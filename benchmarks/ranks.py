@@ -190,8 +190,8 @@ def _spawn_writer(
 def v_follow(
     folder: str, ranks: int, rate: float, seconds: float, sharded: bool = True
 ) -> dict[str, Any]:
-    from dltop.tui.core.dirsource import DirectorySource
-    from dltop.tui.core.run import RunModel
+    from dltop.tui.core.sources.dirsource import DirectorySource
+    from dltop.tui.core.store.run import RunModel
 
     start_job(folder, ranks)
     ingested = [0]
@@ -337,7 +337,7 @@ def _rss_mb() -> float:
 def run_variant(name: str, folder: str, ranks: int, rate: float, seconds: float) -> dict[str, Any]:
     """Child process body: imports before the clock and the RSS baseline."""
     import dltop.tui.check_cmd  # noqa: F401
-    import dltop.tui.core.sources  # noqa: F401
+    import dltop.tui.core.sources.filesource  # noqa: F401
     import msgspec  # noqa: F401
 
     if name == "app":

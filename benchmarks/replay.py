@@ -32,7 +32,7 @@ that variant alone and no variant warms the page cache for the next more than th
 - ``tailfirst``   the viewer's path: tail preview -> dashboard decimated ("ready"), the
                   off-lock chart backfill adopted ("history"), then the rules brought
                   through the whole run ("complete"): with a second CPU, by a child
-                  process started with the chart backfill (tui/core/rules_worker.py)
+                  process started with the chart backfill (tui/core/sources/rules_worker.py)
 - ``tailfirst1``  the same with the rules on the reader thread after the charts (no child)
 - ``overlay``     one dashboard redraw's core work with 8 runs overlaid (``dltop A ... H``,
                   200 k steps each: every panel's signature and its line per run) next
@@ -196,7 +196,7 @@ def v_msgspec(path: str) -> dict[str, Any]:
 
 def v_decoder(path: str) -> dict[str, Any]:
     from dltop.probe.decoding import LineDecoder
-    from dltop.tui.core.sources import CHUNK as SOURCE_CHUNK
+    from dltop.tui.core.sources.filesource import CHUNK as SOURCE_CHUNK
 
     dec = LineDecoder()
     n = 0
@@ -208,8 +208,8 @@ def v_decoder(path: str) -> dict[str, Any]:
 
 def v_store(path: str) -> dict[str, Any]:
     from dltop.probe.decoding import LineDecoder
-    from dltop.tui.core.sources import CHUNK as SOURCE_CHUNK
-    from dltop.tui.core.store import Store
+    from dltop.tui.core.sources.filesource import CHUNK as SOURCE_CHUNK
+    from dltop.tui.core.store.runstore import Store
 
     dec = LineDecoder()
     store = Store()
@@ -247,8 +247,8 @@ def decimate_dashboard(model: Any) -> dict[str, Any]:
 
 
 def v_full(path: str) -> dict[str, Any]:
-    from dltop.tui.core.run import RunModel
-    from dltop.tui.core.sources import FileSource
+    from dltop.tui.core.sources.filesource import FileSource
+    from dltop.tui.core.store.run import RunModel
 
     model = RunModel("bench")
     FileSource(path, model, follow=False, tail_first=None).run()
@@ -270,8 +270,8 @@ def v_check(path: str) -> dict[str, Any]:
 
 
 def v_tailfirst(path: str, rules_child: bool = True) -> dict[str, Any]:
-    from dltop.tui.core.run import RunModel
-    from dltop.tui.core.sources import FileSource
+    from dltop.tui.core.sources.filesource import FileSource
+    from dltop.tui.core.store.run import RunModel
 
     t0 = time.perf_counter()
     model = RunModel("bench")
@@ -348,7 +348,7 @@ def resumed_records(steps: int, resumes: int, back: int = 500) -> list[dict[str,
 
 def v_resumed(path: str) -> dict[str, Any]:
     """A redraw tick's core work on a resumed run vs a straight one (same size)."""
-    from dltop.tui.core import view_model as vm
+    from dltop.tui.core.present import view_model as vm
 
     steps = min(200_000, max(10_000, _steps_of(path)))
     out: dict[str, Any] = {"steps": steps}
@@ -363,9 +363,9 @@ def v_resumed(path: str) -> dict[str, Any]:
 def v_overlay(path: str) -> dict[str, Any]:
     """One redraw's core work with 8 runs overlaid (each its own store, like the viewer's
     ``dltop A B ... H``) vs the same on one of them; ``--steps`` capped at 200 k per run."""
-    from dltop.tui.core import view_model as vm
-    from dltop.tui.core.overlay import overlay_chart, overlay_runs
-    from dltop.tui.core.rankjob import job_signature
+    from dltop.tui.core.present import view_model as vm
+    from dltop.tui.core.present.overlay import overlay_chart, overlay_runs
+    from dltop.tui.core.ranks.rankjob import job_signature
 
     steps = min(200_000, max(10_000, _steps_of(path)))
     recs = resumed_records(steps, 0)
@@ -391,7 +391,7 @@ def v_overlay(path: str) -> dict[str, Any]:
 
 def _charted(records: list[dict[str, Any]]) -> Any:
     """A RunModel whose store holds ``records`` (no rules: the store is what charts read)."""
-    from dltop.tui.core.run import RunModel
+    from dltop.tui.core.store.run import RunModel
 
     model = RunModel("bench")
     model.engine = None
@@ -425,7 +425,7 @@ def _drop_cached(models: list[Any]) -> None:
 
 def _tick(model: Any, state: Any) -> None:
     """What a redraw asks of the core: every panel's signature, then its chart."""
-    from dltop.tui.core import view_model as vm
+    from dltop.tui.core.present import view_model as vm
 
     with model.lock:
         for p in vm.PANELS:
@@ -480,7 +480,7 @@ def _peak_rss_mb() -> float:
 def run_variant(name: str, path: str) -> dict[str, Any]:
     """Child process body: import cost excluded from the timing, included in the RSS."""
     fn = VARIANTS[name]
-    import dltop.tui.core.run  # noqa: F401
+    import dltop.tui.core.store.run  # noqa: F401
     import msgspec  # noqa: F401 - every variant but `read` needs it; load it before timing
 
     if name in ("drawn", "lag"):  # Textual and the app load before the clock starts

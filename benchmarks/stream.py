@@ -48,14 +48,14 @@ VIEWER_CPUS = "DLTOP_BENCH_VIEWER_CPUS"  # where viewer processes run during (c)
 # --- viewer processes ------------------------------------------------------------------------
 def viewer_main(mode: str, address: str, count: int) -> None:
     """A viewer process: print ``ready`` once connected, then one JSON line when done."""
-    from dltop.tui.core.socket_source import SocketSource, connect, parse_address
+    from dltop.tui.core.sources.socket_source import SocketSource, connect, parse_address
 
     addr = parse_address(address)
     cpus = os.environ.get(VIEWER_CPUS)
     if cpus:
         os.sched_setaffinity(0, {int(c) for c in cpus.split(",")})
     if mode == "model":
-        from dltop.tui.core.run import RunModel
+        from dltop.tui.core.store.run import RunModel
 
         model = RunModel("bench")
         source = SocketSource(addr, model, reconnect=False, fallback_to_file=False)

@@ -9,7 +9,7 @@ it. Each one measures its local shards only (``to_local()``, no communication) a
 ``grad_norm``. A piece held by several ranks (a ``Replicate`` mesh dimension, as in HSDP;
 a plain tensor, taken as replicated on every rank) is weighted by one over its number of
 copies, so that the sum of every rank's share is the squared norm of the whole gradient;
-the viewer adds them up per step (``GradNormJoin`` in ``tui/core/shardnorm.py``). A
+the viewer adds them up per step (``GradNormJoin`` in ``tui/core/ranks/shardnorm.py``). A
 ``Partial`` gradient (not reduced yet) has no such share: the probe says so once and logs
 no norm.
 

@@ -166,11 +166,11 @@ def exercise_viewer_core(path: Path) -> None:
     """Every reader the viewer uses, over one log: store, rules, status, facts,
     checklists, header, every panel, crash banner, badges."""
     from dltop.probe.decoding import read_records
-    from dltop.tui.core import view_model as vm
-    from dltop.tui.core.chartdata import untransform, y_range
-    from dltop.tui.core.checklist_eval import evaluate
-    from dltop.tui.core.checklists import checklist_for
-    from dltop.tui.core.panels import PANELS, panel_chart
+    from dltop.tui.core.diagnosis.checklist_eval import evaluate
+    from dltop.tui.core.diagnosis.checklists import checklist_for
+    from dltop.tui.core.present import view_model as vm
+    from dltop.tui.core.present.chartdata import untransform, y_range
+    from dltop.tui.core.present.panels import PANELS, panel_chart
 
     records, dec = read_records(str(path))
     model = vm.new_model(str(path))

@@ -14,8 +14,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from dltop.tui.core.alerts import Alert
 from dltop.tui.core.rules import Config, RuleEngine
+from dltop.tui.core.rules.alerts import Alert
 
 Curve = Callable[[int], float]
 

@@ -16,8 +16,8 @@ from typing import Any
 
 from dltop.tui.check_file import check_file
 from dltop.tui.core.rules.config import Config
-from dltop.tui.core.run import RunModel
-from dltop.tui.core.sources import FileSource
+from dltop.tui.core.sources.filesource import FileSource
+from dltop.tui.core.store.run import RunModel
 from waiting import wait_for
 
 # the settle time of these models: long enough that a trickle paused by a busy machine
@@ -30,7 +30,7 @@ Answer = list[tuple[str, str, Any, Any]]
 def child_results(monkeypatch: Any) -> list[Any]:
     """What each rules child gave back (``None``: it failed), as its reader took it
     (``rules_worker.RulesJob.result``, noted on its way)."""
-    from dltop.tui.core import rules_worker
+    from dltop.tui.core.sources import rules_worker
 
     got: list[Any] = []
     real = rules_worker.RulesJob.result
@@ -107,7 +107,7 @@ def trickled(log: Path, work: Path, seed: int) -> Answer:
 
 def opened_huge(log: Path, rules_worker: bool = False) -> Answer:
     """The log opened as a huge one: the tail shown first, the run and its rules backfilled
-    (``rules_worker``: the rules in a child process, tui/core/rules_worker.py)."""
+    (``rules_worker``: the rules in a child process, tui/core/sources/rules_worker.py)."""
     size = os.path.getsize(log)
     model = RunModel("huge", Config())
     model.settle_s = SETTLE_S

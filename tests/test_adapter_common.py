@@ -134,6 +134,7 @@ def _two_ranks(tmp_path: Path, *args: str, timeout: float = 25) -> list[dict[str
     return [dict(out, stderr=err) for out, err in outs]
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(60)
 def test_ranks_agree_on_rank_0s_job_name_and_a_second_call_gets_a_fresh_one(
     tmp_path: Path,
@@ -156,6 +157,7 @@ def test_a_rank_that_never_asks_for_the_job_name_leaves_training_unharmed(
     assert "warning" not in r0["stderr"]
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(60)
 def test_a_rank_whose_rank_0_never_posts_a_name_falls_back_after_a_short_wait(
     tmp_path: Path,

@@ -231,6 +231,7 @@ def _points(n: int, seed: int = 0, features: int = 4) -> list[dict[str, torch.Te
     return [{"x": x[i], "labels": y[i]} for i in range(n)]
 
 
+@pytest.mark.slow
 def test_evaluation_and_checkpointing_are_phases_never_stalls(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -376,6 +377,7 @@ def test_keyword_arguments_are_the_probes_and_bad_ones_say_so() -> None:
         DltopCallback(optimizer=None)
 
 
+@pytest.mark.slow
 def test_without_transformers_the_import_error_names_the_extra() -> None:
     out = blocked_import("dltop.probe.hf", "transformers").stdout.splitlines()
     assert out[0].startswith("ImportError ") and "pip install 'dltop-monitor[hf]'" in out[0]

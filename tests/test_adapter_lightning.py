@@ -241,6 +241,7 @@ def _slow_eval_and_save(log: Path, tmp_path: Path) -> None:
     trainer.fit(model, DataLoader(_data(80), batch_size=8), DataLoader(_data(8), batch_size=8))
 
 
+@pytest.mark.slow
 def test_validation_and_checkpointing_are_phases_never_stalls(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -335,6 +336,7 @@ if __name__ == "__main__":
 """
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(180)
 def test_ddp_on_two_cpu_processes_writes_one_log_per_rank(tmp_path: Path) -> None:
     script = tmp_path / "ddp_run.py"

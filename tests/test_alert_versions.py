@@ -12,8 +12,8 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
-from dltop.tui.core.alerts import Alert, AlertSink
 from dltop.tui.core.rules import RuleEngine
+from dltop.tui.core.rules.alerts import Alert, AlertSink
 from rulekit import Run
 
 
@@ -95,7 +95,7 @@ def test_what_the_engine_handed_out_before_a_downgrade_still_says_warning() -> N
 def test_the_cross_rank_judgement_revises_the_judged_alert_not_the_ranks() -> None:
     """``ranks.first_failure`` words the later rank's crash as secondary: in ``dltop check``
     the engine's sink gets a new version; the version read before is untouched."""
-    from dltop.tui.core.ranks import Rank, first_failure
+    from dltop.tui.core.ranks.compare import Rank, first_failure
 
     def crashed(t: float) -> RuleEngine:
         eng = RuleEngine()

@@ -11,7 +11,7 @@ from pathlib import Path
 from dltop.probe.encoding import encode_record
 from dltop.tui.app.app import DltopApp
 from dltop.tui.app.chart import GUTTER, Chart
-from dltop.tui.core.chartdata import ChartData, Trace
+from dltop.tui.core.present.chartdata import ChartData, Trace
 from test_app_chart import ChartApp
 from test_app_keys import _notes
 from test_app_live import wait_for

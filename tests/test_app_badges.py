@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from dltop.tui.app import app as dltop_app
 from dltop.tui.app.badges import GAP, Badge, BadgeBar, fit_badges
-from dltop.tui.core.alerts import Alert
+from dltop.tui.core.rules.alerts import Alert
 from textual.app import App, ComposeResult
 from textual.widgets import Static
 

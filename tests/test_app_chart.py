@@ -6,7 +6,7 @@ import asyncio
 import math
 
 from dltop.tui.app.chart import BAD_MARK, GUTTER, Chart
-from dltop.tui.core.chartdata import (
+from dltop.tui.core.present.chartdata import (
     ChartData,
     Trace,
     column_to_step,
@@ -14,7 +14,7 @@ from dltop.tui.core.chartdata import (
     wants_log,
     y_range,
 )
-from dltop.tui.core.fmt import compact as format_value
+from dltop.tui.core.present.fmt import compact as format_value
 from textual.app import App, ComposeResult
 
 

@@ -6,6 +6,7 @@ import asyncio
 import json
 from pathlib import Path
 
+import pytest
 from dltop.tui.app.app import DltopApp
 from dltop.tui.app.badges import Badge
 from dltop.tui.app.cards import GpuPanel
@@ -14,8 +15,8 @@ from dltop.tui.app.checklist import ChecklistPane, StepList
 from dltop.tui.app.crash_banner import CrashBanner
 from dltop.tui.app.header import Header
 from dltop.tui.app.help import HelpScreen
-from dltop.tui.core import view_model as vm
-from dltop.tui.core.ticks import sidecar_path
+from dltop.tui.core.diagnosis.ticks import sidecar_path
+from dltop.tui.core.present import view_model as vm
 from test_app_live import WAIT, wait_for, writer
 from test_app_support import NAN_STEP, end_time, screen_text, write_log
 from textual.filter import Monochrome, NoColor
@@ -244,11 +245,13 @@ async def _test_no_color_is_respected(tmp_path: Path, monkeypatch: object) -> No
         assert any(isinstance(f, (NoColor, Monochrome)) for f in app._filters)
 
 
+@pytest.mark.slow
 def test_view_keys(tmp_path: Path, monkeypatch: object) -> None:
     monkeypatch.chdir(tmp_path)  # type: ignore[attr-defined]  # `e` saves into the cwd
     asyncio.run(_test_view_keys(tmp_path))
 
 
+@pytest.mark.slow
 def test_alert_selection_opens_checklist_and_ticks_go_to_a_sidecar(tmp_path: Path) -> None:
     asyncio.run(_test_alert_selection_opens_checklist_and_ticks_go_to_a_sidecar(tmp_path))
 
@@ -554,6 +557,7 @@ async def _test_keys_typed_while_the_help_closes_reach_the_dashboard(tmp_path: P
         assert app.state.window is None  # the second escape reset the view
 
 
+@pytest.mark.slow
 def test_keys_typed_while_the_help_closes_reach_the_dashboard(tmp_path: Path) -> None:
     asyncio.run(_test_keys_typed_while_the_help_closes_reach_the_dashboard(tmp_path))
 

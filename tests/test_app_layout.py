@@ -7,11 +7,12 @@ import asyncio
 from pathlib import Path
 from typing import Any
 
+import pytest
 from dltop.tui.app.app import DltopApp
 from dltop.tui.app.chart import POINT_MARK, Chart
 from dltop.tui.app.panel_set import fourth_panel
 from dltop.tui.app.picker import PanelPicker
-from dltop.tui.core.alerts import Alert
+from dltop.tui.core.rules.alerts import Alert
 from test_app_live import wait_for
 from test_app_support import end_time, extras_log, screen_text, write_log
 from textual.widgets import SelectionList
@@ -72,10 +73,12 @@ async def _test_resizes_match_a_fresh_start(tmp_path: Path, pane: bool) -> None:
             assert not diff, f"after resizing to {size}: {diff}"
 
 
+@pytest.mark.slow
 def test_the_layout_after_each_resize_is_that_of_a_fresh_start(tmp_path: Path) -> None:
     asyncio.run(_test_resizes_match_a_fresh_start(tmp_path, pane=False))
 
 
+@pytest.mark.slow
 def test_with_the_checklist_open_too(tmp_path: Path) -> None:
     asyncio.run(_test_resizes_match_a_fresh_start(tmp_path, pane=True))
 
@@ -159,6 +162,7 @@ async def _test_picker(tmp_path: Path) -> None:
         assert app._extra_widgets["+eval.f1"].border_title == "8 eval.f1"
 
 
+@pytest.mark.slow
 def test_the_panel_picker_adds_zooms_and_removes_panels_of_any_series(tmp_path: Path) -> None:
     asyncio.run(_test_picker(tmp_path))
 

@@ -14,8 +14,8 @@ from dltop.tui.app.app import DltopApp
 from dltop.tui.app.chart import Chart
 from dltop.tui.app.checklist import StepList
 from dltop.tui.app.rank_table import RankTable
-from dltop.tui.core.overlay import FAINT
-from dltop.tui.core.ticks import sidecar_path
+from dltop.tui.core.diagnosis.ticks import sidecar_path
+from dltop.tui.core.present.overlay import FAINT
 from test_app_live import wait_for, writer
 from test_app_support import NAN_STEP, end_time, screen_text, write_log
 
@@ -135,6 +135,7 @@ def test_a_live_run_is_followed_while_overlaid(tmp_path: Path) -> None:
     asyncio.run(_test_a_live_run_is_followed_while_overlaid(tmp_path))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("size", [(80, 24), (120, 40), (200, 60)], ids=lambda s: f"{s[0]}x{s[1]}")
 def test_two_runs_snapshot(tmp_path: Path, snap_compare: object, size: tuple[int, int]) -> None:
     paths = [
@@ -208,8 +209,9 @@ async def _test_report_of_a_focused_run(tmp_path: Path) -> tuple[str, Path]:
     return app.state.selected or "", nan
 
 
+@pytest.mark.slow
 def test_r_on_a_focused_run_reports_that_run_with_its_ticks(tmp_path: Path) -> None:
-    from dltop.tui.core.report import default_path
+    from dltop.tui.core.present.report import default_path
 
     _, nan = asyncio.run(_test_report_of_a_focused_run(tmp_path))
     text = Path(default_path(str(nan))).read_text()

@@ -126,6 +126,7 @@ async def _test_focus_key_on_a_straggler_job(folder: Path) -> None:
         assert not any(r.focused for r in table.rows)
 
 
+@pytest.mark.slow
 def test_the_focus_key_on_a_straggler_job(slow_data: Path) -> None:
     asyncio.run(_test_focus_key_on_a_straggler_job(slow_data))
 
@@ -150,6 +151,7 @@ async def _test_a_crashed_job_tells_the_first_failure(folder: Path) -> None:
         assert alerts and alerts[0].message.startswith("secondary: rank 2 failed first")
 
 
+@pytest.mark.slow
 def test_a_crashed_job_tells_the_first_failure(crashed: Path) -> None:
     asyncio.run(_test_a_crashed_job_tells_the_first_failure(crashed))
 

@@ -64,6 +64,7 @@ async def _attach_and_follow(tmp_path: Path) -> None:
         proc.wait(10)
 
 
+@pytest.mark.slow
 def test_bare_dltop_attaches_to_a_live_training_socket(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -104,7 +104,7 @@ def test_options() -> None:
         parser.parse_args(["--refresh", "10"])  # outside 2-4 Hz
     picked = parser.parse_args(["--smooth", "0.9", "--panel", "acc", "--panel", "eval.f1,lr2"])
     assert picked.smooth == 0.9 and picked.panel == ["acc", "eval.f1,lr2"]
-    from dltop.tui.core.extra_panels import parse_panels
+    from dltop.tui.core.present.extra_panels import parse_panels
 
     assert parse_panels(picked.panel) == ("+acc", "+eval.f1", "+lr2")
     assert defaults.smooth is None and defaults.panel == []

@@ -1,4 +1,4 @@
-"""The dashboard's display data, computed without a UI (tui/core/view_model.py, panels.py,
+"""The dashboard's display data, computed without a UI (tui/core/present/view_model.py, panels.py,
 ticks.py): what the header, panels, banner and badges would show for a real log."""
 
 from __future__ import annotations
@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pytest
 from dltop.probe.decoding import read_records
-from dltop.tui.core import fmt
-from dltop.tui.core import view_model as vm
-from dltop.tui.core.alerts import Alert
-from dltop.tui.core.run import RunModel
-from dltop.tui.core.ticks import Ticks, sidecar_path
+from dltop.tui.core.diagnosis.ticks import Ticks, sidecar_path
+from dltop.tui.core.present import fmt
+from dltop.tui.core.present import view_model as vm
+from dltop.tui.core.rules.alerts import Alert
+from dltop.tui.core.store.run import RunModel
 from test_app_support import NAN_STEP, T0, end_time, write_log
 
 
@@ -220,7 +220,7 @@ def test_goto_steps_are_clamped_to_the_run(tmp_path: Path) -> None:
 
 
 def test_the_checklist_that_opens_by_itself_is_the_first_critical_alert() -> None:
-    from dltop.tui.core.alerts import Alert
+    from dltop.tui.core.rules.alerts import Alert
 
     def alert(aid: str, step: int | None, severity: str) -> Alert:
         return Alert(id=aid, severity=severity, step=step, title=aid, message=aid)
@@ -241,7 +241,7 @@ def test_checklist_title_is_not_said_twice() -> None:
     """A crash alert and its checklist can share a title; the pane says it once."""
     import tempfile
 
-    from dltop.tui.core.run import RunModel
+    from dltop.tui.core.store.run import RunModel
     from test_app_support import write_log
 
     with tempfile.TemporaryDirectory() as tmp:

@@ -1,4 +1,4 @@
-"""Axes people read without thinking (``tui/core/axis.py``, ``timeaxis.py``): round ticks,
+"""Axes people read without thinking (``tui/core/present/axis.py``, ``timeaxis.py``): round ticks,
 as many as the height allows, powers of ten on a log axis, one format per axis that
 fits the gutter, and columns uniform in wall time."""
 
@@ -9,14 +9,14 @@ import re
 from array import array
 
 import pytest
-from dltop.tui.core import axis
-from dltop.tui.core.chartdata import FLOOR_MARK, ChartData, Trace, floor_note
-from dltop.tui.core.decimate import NonFinite, decimate_between, decimate_rows
-from dltop.tui.core.panels import store_chart
-from dltop.tui.core.store import Store
-from dltop.tui.core.svgchart import render
-from dltop.tui.core.timeaxis import column_of, move_cursor, time_columns
-from dltop.tui.core.view_model import ViewState
+from dltop.tui.core.present import axis
+from dltop.tui.core.present.chartdata import FLOOR_MARK, ChartData, Trace, floor_note
+from dltop.tui.core.present.panels import store_chart
+from dltop.tui.core.present.svgchart import render
+from dltop.tui.core.present.timeaxis import column_of, move_cursor, time_columns
+from dltop.tui.core.present.view_model import ViewState
+from dltop.tui.core.store.decimate import NonFinite, decimate_between, decimate_rows
+from dltop.tui.core.store.runstore import Store
 
 # (lo, hi, unit): linear ranges as the charts meet them, padded edges and all
 RANGES = [
@@ -220,7 +220,7 @@ def test_decimation_between_boundaries_matches_uniform_buckets() -> None:
     nf = NonFinite()
     nf.scan(ys, 0)
     blo, bhi = array("d"), array("d")
-    from dltop.tui.core.decimate import summarize
+    from dltop.tui.core.store.decimate import summarize
 
     summarize(ys, blo, bhi, nf)
     uniform = decimate_rows("y", xs, 0, ys, blo, bhi, nf, 0, 999, 40)
@@ -266,8 +266,8 @@ def _stalled_records(stall: float = 60.0) -> list[dict[str, object]]:
 
 
 def test_time_mode_reaches_every_panel_and_redraws_on_toggle() -> None:
-    from dltop.tui.core.panels import panel_signature
-    from dltop.tui.core.run import RunModel
+    from dltop.tui.core.present.panels import panel_signature
+    from dltop.tui.core.store.run import RunModel
 
     model = RunModel("run")
     model.ingest(_stalled_records())
@@ -287,9 +287,9 @@ def test_time_mode_reaches_every_panel_and_redraws_on_toggle() -> None:
 
 
 def test_a_job_follows_its_first_ranks_clock_and_overlays_stay_on_steps() -> None:
-    from dltop.tui.core.overlay import CLOCKS_DIFFER, overlay_chart, overlay_runs
-    from dltop.tui.core.rankjob import RankLog, job_chart, job_signature
-    from dltop.tui.core.run import RunModel
+    from dltop.tui.core.present.overlay import CLOCKS_DIFFER, overlay_chart, overlay_runs
+    from dltop.tui.core.ranks.rankjob import RankLog, job_chart, job_signature
+    from dltop.tui.core.store.run import RunModel
 
     models = []
     for _ in range(2):

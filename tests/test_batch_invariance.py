@@ -19,8 +19,8 @@ from typing import Any
 
 import pytest
 from dltop.probe.decoding import read_records
-from dltop.tui.core import foreign
 from dltop.tui.core.rules import Config, RuleEngine
+from dltop.tui.core.sources import foreign
 from rulekit import Run
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
@@ -82,6 +82,7 @@ def test_synthetic_runs_answer_the_same_in_any_batches(name: str) -> None:
     _same_everywhere(name, list(SYNTHETIC[name]().records()))
 
 
+@pytest.mark.slow
 def test_public_logs_answer_the_same_in_any_batches() -> None:
     files = _public(every=6)
     if not files:

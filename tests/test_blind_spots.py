@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
 from checkkit import check_run
 from dltop.tui.core.rules import Config, RuleEngine
 from dltop.tui.core.rules.figures import start_level
@@ -38,6 +39,7 @@ with Probe(path=sys.argv[1], model=model, optimizer=opt, socket=False, system=Fa
 """
 
 
+@pytest.mark.slow
 def test_adam_at_a_too_high_lr_kills_every_relu(tmp_path: Path) -> None:
     """The blow-up is named on its step, the dead network is critical in its own words,
     and the plateau is measured from before the blow-up (not "97 % better")."""
@@ -55,6 +57,7 @@ def test_adam_at_a_too_high_lr_kills_every_relu(tmp_path: Path) -> None:
     assert progress["mark"] == "yes", progress  # measured from before the blow-up
 
 
+@pytest.mark.slow
 def test_the_same_network_at_a_sane_lr_is_quiet(tmp_path: Path) -> None:
     log = tmp_path / "ok.jsonl"
     subprocess.run([sys.executable, "-c", DEAD_NET, str(log), "1e-3"], check=True, timeout=300)
@@ -166,6 +169,7 @@ def _overfitting_warned(seeds: int, eval_sigma: float, **run: Any) -> list[int]:
     return warned
 
 
+@pytest.mark.slow
 def test_noisy_evaluations_of_an_improving_run_rarely_warn() -> None:
     """A run still improving, evaluated every 25 steps with 30 % log-normal eval noise,
     on 20 seeds: the best evaluation is a lucky low, and a line fitted from it rises by
@@ -220,7 +224,7 @@ def test_the_early_watch_closes_when_the_step_never_advances() -> None:
 
 
 def test_a_rank_block_keeps_a_bounded_sample() -> None:
-    from dltop.tui.core.ranks import BUCKET_RECORDS, RankTimes
+    from dltop.tui.core.ranks.compare import BUCKET_RECORDS, RankTimes
 
     times = RankTimes()
     times.feed({"kind": "step", "step": 3, "step_time": 0.1} for _ in range(10 * BUCKET_RECORDS))

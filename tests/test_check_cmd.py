@@ -246,6 +246,7 @@ def train(tmp_path: Path, lr: float) -> Path:
     return log
 
 
+@pytest.mark.slow
 def test_real_healthy_training_passes_clean(tmp_path: Path) -> None:
     p = check(str(train(tmp_path, 0.05)), "--json")
     out = json.loads(p.stdout)
@@ -253,6 +254,7 @@ def test_real_healthy_training_passes_clean(tmp_path: Path) -> None:
     assert out["status"] == "finished" and out["steps"] == 300
 
 
+@pytest.mark.slow
 def test_real_training_with_lr_50_blows_up(tmp_path: Path) -> None:
     p = check(str(train(tmp_path, 50.0)), "--json")
     out = json.loads(p.stdout)

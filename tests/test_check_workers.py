@@ -1,6 +1,6 @@
 """`dltop check` of a job's ranks in worker processes: the same answers as one process.
 
-Real parts: real rank files on disk, real forked workers (``tui/core/workers.py``), and
+Real parts: real rank files on disk, real forked workers (``tui/core/sources/workers.py``), and
 the whole ``check_cmd.collect`` compared field by field with a check in one process: a
 sharded job whose grad norm is joined across ranks (the same floats only if the ranks'
 shares are summed in the same order), a NaN on one rank, a straggler, a crash, and a
@@ -19,8 +19,8 @@ import pytest
 from dltop.probe.encoding import encode_record
 from dltop.tui import check_cmd
 from dltop.tui.check_output import as_json, verdict_of
-from dltop.tui.core import workers
 from dltop.tui.core.rules import Config
+from dltop.tui.core.sources import workers
 from test_check_cmd import ctrl_c
 
 ROOT = Path(__file__).resolve().parents[1]

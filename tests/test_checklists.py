@@ -14,10 +14,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from dltop.tui.core import checklists as cl
-from dltop.tui.core.alerts import ALERT_IDS, Alert
-from dltop.tui.core.checklist_eval import evaluate
-from dltop.tui.core.checklists import (
+from dltop.tui.core.diagnosis import checklists as cl
+from dltop.tui.core.diagnosis.checklist_eval import evaluate
+from dltop.tui.core.diagnosis.checklists import (
     OPS,
     Checklist,
     ChecklistDataError,
@@ -27,7 +26,8 @@ from dltop.tui.core.checklists import (
     data_root,
     load_checklist,
 )
-from dltop.tui.core.facts import FACT_NAMES, Fact
+from dltop.tui.core.diagnosis.facts import FACT_NAMES, Fact
+from dltop.tui.core.rules.alerts import ALERT_IDS, Alert
 
 DATA = Path(str(data_root()))
 EN = DATA / "checklists" / "en"
@@ -395,10 +395,10 @@ def test_stall_checklist_judges_the_stall_itself_not_the_end_of_the_log() -> Non
     from the alert's own evidence (the gap it saw against its threshold)."""
     from dataclasses import replace
 
-    from dltop.tui.core.alerts import Alert
-    from dltop.tui.core.checklist_eval import evaluate
-    from dltop.tui.core.checklists import checklist_for
-    from dltop.tui.core.facts import Fact
+    from dltop.tui.core.diagnosis.checklist_eval import evaluate
+    from dltop.tui.core.diagnosis.checklists import checklist_for
+    from dltop.tui.core.diagnosis.facts import Fact
+    from dltop.tui.core.rules.alerts import Alert
 
     alert = Alert(
         "stall", "critical", 120, "Training stalled", "no step for 375 s",
@@ -429,8 +429,8 @@ def test_high_lr_steps_read_the_lr_at_the_alert_not_at_the_end_of_the_log(checkl
 
 def _marks(records: list[dict[str, Any]], alert_id: str) -> dict[str, str | None]:
     """Each step of the first ``alert_id`` alert's checklist: its automatic mark."""
-    from dltop.tui.core.checklist_eval import evaluate
-    from dltop.tui.core.checklists import checklist_for
+    from dltop.tui.core.diagnosis.checklist_eval import evaluate
+    from dltop.tui.core.diagnosis.checklists import checklist_for
     from dltop.tui.core.rules import RuleEngine
 
     eng = RuleEngine()

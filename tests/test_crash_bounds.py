@@ -19,9 +19,9 @@ from re import _parser as sre_parse  # type: ignore[attr-defined]
 from typing import Any
 
 import pytest
-from dltop.tui.core import crashcatalogue
-from dltop.tui.core.crashcatalogue import load_catalogue
-from dltop.tui.core.crashdiag import TEXT_HEAD, TEXT_TAIL, diagnose
+from dltop.tui.core.diagnosis import crashcatalogue
+from dltop.tui.core.diagnosis.crashcatalogue import load_catalogue
+from dltop.tui.core.diagnosis.crashdiag import TEXT_HEAD, TEXT_TAIL, diagnose
 
 _REPEATS = (sre_c.MAX_REPEAT, sre_c.MIN_REPEAT, sre_c.POSSESSIVE_REPEAT)
 
@@ -107,8 +107,8 @@ def test_the_shape_checks_catch_the_old_quadratic_pattern():
 _CHILD = r"""
 import base64, random, sys
 from re import _constants as C, _parser as P
-from dltop.tui.core.crashcatalogue import load_catalogue
-from dltop.tui.core.crashdiag import diagnose, last_user_frame
+from dltop.tui.core.diagnosis.crashcatalogue import load_catalogue
+from dltop.tui.core.diagnosis.crashdiag import diagnose, last_user_frame
 
 def prefix(rx):
     # the literal text a pattern starts with: repeated, it is a near miss for that pattern

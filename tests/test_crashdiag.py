@@ -15,10 +15,10 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from dltop.tui.core import crashcatalogue
-from dltop.tui.core.checklists import load_checklist
-from dltop.tui.core.crashcatalogue import CatalogueError, load_catalogue
-from dltop.tui.core.crashdiag import diagnose, last_user_frame, parse_bytes
+from dltop.tui.core.diagnosis import crashcatalogue
+from dltop.tui.core.diagnosis.checklists import load_checklist
+from dltop.tui.core.diagnosis.crashcatalogue import CatalogueError, load_catalogue
+from dltop.tui.core.diagnosis.crashdiag import diagnose, last_user_frame, parse_bytes
 
 torch = pytest.importorskip("torch")
 nn = torch.nn
@@ -233,7 +233,7 @@ def test_conv_tensor_types_with_exactly_one_cuda_side_are_a_device_mismatch(mess
 
 
 def test_dtype_names_are_canonical():
-    from dltop.tui.core.crashdiag import canonical_dtype
+    from dltop.tui.core.diagnosis.crashdiag import canonical_dtype
 
     spellings = ["Double", "double", "torch.float64", "torch.DoubleTensor", "c10::Double"]
     assert {canonical_dtype(x) for x in spellings + ["torch.cuda.DoubleTensor"]} == {"float64"}
@@ -875,8 +875,8 @@ def test_a_chain_of_causes_is_followed_and_the_top_message_wins_when_it_matches(
 def _marks(event: dict, steps: int = 5) -> dict[str, str | None]:
     """Feed a run of ``steps`` steps and the crash event through the real engine; the
     crash alert's checklist steps, marked from its evidence and the run's facts."""
-    from dltop.tui.core.checklist_eval import evaluate
-    from dltop.tui.core.checklists import checklist_for
+    from dltop.tui.core.diagnosis.checklist_eval import evaluate
+    from dltop.tui.core.diagnosis.checklists import checklist_for
     from dltop.tui.core.rules import RuleEngine
 
     eng = RuleEngine()

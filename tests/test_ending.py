@@ -1,4 +1,4 @@
-"""How a run ended, decided once (tui/core/ending.py) and read the same way by every
+"""How a run ended, decided once (tui/core/diagnosis/ending.py) and read the same way by every
 surface: the run status, the crash banner, the crash catalogue, `dltop check` (text and
 JSON, its verdict), `dltop report`, `dltop ls` and the viewer's header."""
 
@@ -12,12 +12,12 @@ from typing import Any
 
 import pytest
 from dltop.tui import cli
-from dltop.tui.core.crashdiag import diagnose
-from dltop.tui.core.discover import describe_log
-from dltop.tui.core.ending import Ending, event_ending, is_fatal
+from dltop.tui.core.diagnosis.crashdiag import diagnose
+from dltop.tui.core.diagnosis.ending import Ending, event_ending, is_fatal
+from dltop.tui.core.present.view_model import ViewState, crash_info, header_info
 from dltop.tui.core.rules import RuleEngine
-from dltop.tui.core.run import RunModel
-from dltop.tui.core.view_model import ViewState, crash_info, header_info
+from dltop.tui.core.sources.discover import describe_log
+from dltop.tui.core.store.run import RunModel
 
 T = 1_700_000_000.0
 EXC = {"kind": "event", "type": "exception", "exc_type": "ValueError", "message": "bad", "t": T}

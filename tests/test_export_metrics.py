@@ -23,10 +23,10 @@ from pathlib import Path
 
 import pytest
 from dltop.probe.encoding import encode_record
-from dltop.tui.core import metrics
-from dltop.tui.core.rankjob import JobView
-from dltop.tui.core.ranklog import RankLog
-from dltop.tui.core.run import RunModel
+from dltop.tui.core.present import metrics
+from dltop.tui.core.ranks.rankjob import JobView
+from dltop.tui.core.ranks.ranklog import RankLog
+from dltop.tui.core.store.run import RunModel
 from test_app_support import records, write_log
 
 needs_client = pytest.mark.skipif(

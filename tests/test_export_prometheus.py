@@ -113,6 +113,7 @@ def test_promtool_accepts_the_shipped_rules() -> None:
     assert "SUCCESS: 5 rules found" in out.stdout
 
 
+@pytest.mark.slow
 @needs_client
 @pytest.mark.skipif(PROMETHEUS is None, reason="needs prometheus (apt-get install prometheus)")
 def test_prometheus_scrapes_the_loss_and_fires_the_nan_rule(tmp_path: Path) -> None:

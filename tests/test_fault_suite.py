@@ -40,6 +40,7 @@ def test_quick_subset_covers_faults_and_healthy_runs() -> None:
     assert len(healthy) >= 2 and len(faults) >= 5, QUICK
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(900)
 @pytest.mark.parametrize("name", QUICK)
 def test_scenario_diagnosed(name: str, quick_results: dict[str, RunResult]) -> None:

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from dltop.tui.core import foreign
+from dltop.tui.core.sources import foreign
 from foreignkit import check_json, check_text, dltop, one_line_error
 
 transformers = pytest.importorskip("transformers")
@@ -193,7 +193,7 @@ def test_bad_values_are_dropped_and_counted(tmp_path: Path, capsys: Any) -> None
 
 
 def test_too_many_entries_are_bounded(tmp_path: Path, monkeypatch: Any) -> None:
-    from dltop.tui.core.foreign import hf
+    from dltop.tui.core.sources.foreign import hf
 
     monkeypatch.setattr(hf, "MAX_ENTRIES", 10)
     p = tmp_path / "trainer_state.json"
@@ -287,7 +287,7 @@ def test_an_entry_named_like_our_own_fields_is_kept_apart(tmp_path: Path) -> Non
     ``mem_allocated`` or ``compute_time`` is not our measurement of them."""
     import json as _json
 
-    from dltop.tui.core import foreign
+    from dltop.tui.core.sources import foreign
 
     hist = [
         {"step": i, "loss": 1.0, "mem_allocated": 5.0, "compute_time": 0.5, "acc": 0.9}

@@ -11,8 +11,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from dltop.tui.core import foreign
-from dltop.tui.core.foreign import hf
+from dltop.tui.core.sources import foreign
+from dltop.tui.core.sources.foreign import hf
 from foreignkit import check_json
 
 
@@ -166,7 +166,7 @@ def test_one_wild_step_does_not_drop_the_rest(tmp_path: Path, wild: int) -> None
 def test_a_value_later_than_the_window_is_still_a_repeat() -> None:
     """What the window promises (docs/foreign-logs.md) holds: a value for a step handed on
     long before is left out and counted, in order or not."""
-    from dltop.tui.core.foreign.common import Merger  # noqa: PLC0415
+    from dltop.tui.core.sources.foreign.common import Merger  # noqa: PLC0415
 
     m = Merger(window=64)
     out = []
@@ -180,7 +180,7 @@ def test_a_value_later_than_the_window_is_still_a_repeat() -> None:
 
 
 def _record(data: bytes) -> bytes:
-    from dltop.tui.core.foreign.tfrecord import frame  # noqa: PLC0415
+    from dltop.tui.core.sources.foreign.tfrecord import frame  # noqa: PLC0415
 
     return frame(data)
 
@@ -210,7 +210,7 @@ def test_a_zero_length_record_is_read_through(tmp_path: Path) -> None:
 
 def test_a_record_too_long_is_said_as_such(tmp_path: Path) -> None:
     """A header whose checksum holds around a length of 2**60 was "a bad checksum"."""
-    from dltop.tui.core.foreign.tfrecord import masked_crc32c  # noqa: PLC0415
+    from dltop.tui.core.sources.foreign.tfrecord import masked_crc32c  # noqa: PLC0415
 
     head = struct.pack("<Q", 1 << 60)
     events = _events(range(5))
@@ -229,7 +229,7 @@ def test_tags_first_seen_after_the_preview_are_counted_and_said(
     left out (tboard.py) and was to be counted: it was neither counted nor said (an eval
     loss first logged after 200 000 values vanished without a word), and every such tag
     was kept in the counts to the end (memory grew with the tags, not the batch)."""
-    from dltop.tui.core.foreign import tboard  # noqa: PLC0415
+    from dltop.tui.core.sources.foreign import tboard  # noqa: PLC0415
 
     event_pb2 = pytest.importorskip("tensorboard.compat.proto.event_pb2")
     monkeypatch.setattr(tboard, "PREVIEW", 50)
@@ -253,7 +253,7 @@ def test_the_end_of_training_after_the_preview_still_ends_the_run(
     """train/train_runtime is logged once, at the very end: in a run of more than PREVIEW
     values it was first seen after the preview, had no role, and the run never read as
     finished."""
-    from dltop.tui.core.foreign import tboard  # noqa: PLC0415
+    from dltop.tui.core.sources.foreign import tboard  # noqa: PLC0415
 
     event_pb2 = pytest.importorskip("tensorboard.compat.proto.event_pb2")
     monkeypatch.setattr(tboard, "PREVIEW", 50)
@@ -343,7 +343,7 @@ def test_a_state_cut_short_while_read_is_no_crash(tmp_path: Path) -> None:
         + "]}",
     )
     code = (
-        "import os, sys\nfrom dltop.tui.core import foreign\n"
+        "import os, sys\nfrom dltop.tui.core.sources import foreign\n"
         "log = foreign.load(sys.argv[1])\nos.truncate(sys.argv[1], 10)\n"
         "print(sum(len(b) for b in log.batches()))"
     )

@@ -10,11 +10,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from dltop.tui.core import foreign
-from dltop.tui.core.foreign import names
-from dltop.tui.core.panels import PANEL_BY_KEY, store_chart
-from dltop.tui.core.store import Store
-from dltop.tui.core.view_model import ViewState
+from dltop.tui.core.present.panels import PANEL_BY_KEY, store_chart
+from dltop.tui.core.present.view_model import ViewState
+from dltop.tui.core.sources import foreign
+from dltop.tui.core.sources.foreign import names
+from dltop.tui.core.store.runstore import Store
 from foreignkit import check_json, dltop, one_line_error
 
 torch = pytest.importorskip("torch")

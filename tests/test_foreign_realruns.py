@@ -22,6 +22,7 @@ def _files(kind: str) -> list[Path]:
     return sorted((REALRUNS / kind).iterdir())
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", KINDS)
 def test_every_real_log_opens(kind: str, capsys: Any) -> None:
     files = _files(kind)

@@ -21,7 +21,7 @@ pytestmark = pytest.mark.skipif(
 
 CHILD = """
 import json, sys
-from dltop.tui.core import foreign
+from dltop.tui.core.sources import foreign
 log = foreign.load(sys.argv[1])
 kinds = {}
 for batch in log.batches():
@@ -42,6 +42,7 @@ def _read(path: Path) -> dict[str, object]:
     return out
 
 
+@pytest.mark.slow
 def test_a_trainer_state_over_64_mib_streams_in_bounded_memory(tmp_path: Path) -> None:
     n = 480_000
     path = tmp_path / "trainer_state.json"
@@ -63,6 +64,7 @@ def test_a_trainer_state_over_64_mib_streams_in_bounded_memory(tmp_path: Path) -
     assert float(got["rss_mb"]) < size_mb + 90, got  # type: ignore[arg-type]
 
 
+@pytest.mark.slow
 def test_a_long_metrics_csv_streams_in_bounded_memory(tmp_path: Path) -> None:
     n = 600_000
     path = tmp_path / "metrics.csv"

@@ -12,8 +12,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from dltop.tui.core import foreign
-from dltop.tui.core.foreign import tboard
+from dltop.tui.core.sources import foreign
+from dltop.tui.core.sources.foreign import tboard
 from foreignkit import check_json, dltop, one_line_error
 
 pytest.importorskip("tensorboard")

@@ -25,7 +25,7 @@ from checkkit import check_run
 from dltop.probe.decoding import read_records
 from dltop.probe.encoding import encode_record
 from dltop.tui.check_cmd import collect
-from dltop.tui.core import shardnorm
+from dltop.tui.core.ranks import shardnorm
 from dltop.tui.core.rules import Config
 from test_probe_ranks import CLEAN_ENV, gloo_startup_race
 
@@ -65,6 +65,7 @@ def job(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return out / "logs"
 
 
+@pytest.mark.slow
 def test_fsdp2_ranks_log_their_share_and_no_collective_runs_in_backward(job: Path) -> None:
     r0, r1 = _steps(job / "fsdp" / "rank0.jsonl"), _steps(job / "fsdp" / "rank1.jsonl")
     assert len(r0) == len(r1) == 20
@@ -252,8 +253,8 @@ def _series(model: Any, name: str) -> list[float]:
 
 
 def test_the_viewer_joins_a_sharded_folder_into_the_first_ranks_norm(job: Path) -> None:
-    from dltop.tui.core.dirsource import DirectorySource
-    from dltop.tui.core.run import RunModel
+    from dltop.tui.core.sources.dirsource import DirectorySource
+    from dltop.tui.core.store.run import RunModel
 
     model = RunModel("job")
     src = DirectorySource(str(job / "fsdp"), model, follow=False)
@@ -276,8 +277,8 @@ def test_a_live_step_waits_for_the_other_ranks_share_then_goes_on(
     it), joined when rank 1's line lands; a step rank 1 never logs goes out without a
     norm once its wait is over, never with part of one. The same with the peer file
     opened for each read (a job with more ranks than ``MAX_OPEN``)."""
-    from dltop.tui.core import shardnorm as peers
-    from dltop.tui.core.shardnorm import PeerJoin
+    from dltop.tui.core.ranks import shardnorm as peers
+    from dltop.tui.core.ranks.shardnorm import PeerJoin
 
     monkeypatch.setattr(peers, "MAX_OPEN", 1 if kept_open else 0)
 
@@ -308,7 +309,7 @@ def test_a_live_step_waits_for_the_other_ranks_share_then_goes_on(
 
 
 def test_an_unsharded_folder_passes_through_without_opening_a_peer(tmp_path: Path) -> None:
-    from dltop.tui.core.shardnorm import PeerJoin
+    from dltop.tui.core.ranks.shardnorm import PeerJoin
 
     join = PeerJoin()
     join.set_peers([str(tmp_path / "rank1.jsonl")])  # not even there

@@ -24,7 +24,7 @@ from dltop.probe.encoding import encode_record
 from dltop.probe.schema import as_float, as_step
 from dltop.tui.check_file import check_file
 from dltop.tui.check_output import as_json, text_report, verdict_of
-from dltop.tui.core import view_model as vm
+from dltop.tui.core.present import view_model as vm
 from dltop.tui.core.rules import Config
 from fuzzkit import exercise_viewer_core, hostile_run, write_jsonl
 from test_app_support import screen_text
@@ -50,6 +50,7 @@ def _failures(tmp_path: Path, seeds: range) -> list[str]:
     return out
 
 
+@pytest.mark.slow
 def test_fuzzed_logs_never_raise_in_the_viewer_core_or_check(tmp_path: Path) -> None:
     # ~400 runs of ~200 records, ~50 hostile fields each: about 20 000 mutated fields
     failures = _failures(tmp_path, range(400))

@@ -63,6 +63,7 @@ def _lines(done: subprocess.CompletedProcess[str]) -> dict[str, str]:
     return out
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(420)
 def test_the_script_runs_its_cpu_fallbacks_and_writes_json_and_markdown(tmp_path: Path) -> None:
     out = tmp_path / "out"
@@ -127,6 +128,7 @@ def test_the_script_runs_its_cpu_fallbacks_and_writes_json_and_markdown(tmp_path
     assert all(f"==== {part}: exit 0" in log for part in FAST_PARTS.split())
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(120)
 def test_a_part_past_its_limit_fails_and_the_next_one_still_runs(tmp_path: Path) -> None:
     out = tmp_path / "out"
@@ -143,6 +145,7 @@ def test_a_part_past_its_limit_fails_and_the_next_one_still_runs(tmp_path: Path)
     assert "killed at its 2 s limit" in doc["parts"]["nosync"]["summary"]
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(60)
 def test_a_spent_budget_is_a_failure_not_a_pass(tmp_path: Path) -> None:
     out = tmp_path / "out"

@@ -116,6 +116,7 @@ def _run_while_growing(
         )
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("command", ["check", "report"])
 def test_a_log_growing_faster_than_we_read_is_read_as_it_was_and_said(
     tmp_path: Path, command: str

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 from dltop.probe.encoding import encode_record
-from dltop.tui.core.safetext import is_safe, visible, visible_lines
+from dltop.tui.core.present.safetext import is_safe, visible, visible_lines
 from test_app_support import screen_text
 
 OSC52 = "\x1b]52;c;cm0gLXJmIH4=\x07"
@@ -184,7 +184,7 @@ def test_a_token_in_an_address_never_reaches_what_we_print(
 
 
 def test_a_masked_token_shows_at_most_two_characters() -> None:
-    from dltop.tui.core.socket_source import redact
+    from dltop.tui.core.sources.socket_source import redact
 
     masked = redact(f"tcp://gpu-box:7007?token={SECRET}")
     assert masked == f"tcp://gpu-box:7007?token={SECRET[:2]}…({len(SECRET)} chars)"

@@ -14,9 +14,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from dltop.tui.core.rankjob import JobView, RankLog
+from dltop.tui.core.ranks.rankjob import JobView, RankLog
 from dltop.tui.core.rules import Config
-from dltop.tui.core.run import RunModel
+from dltop.tui.core.store.run import RunModel
 from hangkit import RANKS, hung_job, rank_records
 from test_probe_ranks import _gloo
 
@@ -47,6 +47,7 @@ def _wait(cond: Any, timeout: float = 60.0) -> bool:
     return cond()
 
 
+@pytest.mark.slow
 def test_a_hung_job_names_its_rank_and_phase_in_check_and_live(tmp_path: Path) -> None:
     out = tmp_path / "job"
     with hung_job(out) as job:

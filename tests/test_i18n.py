@@ -12,10 +12,10 @@ import pytest
 from dltop.tui.app.app import DltopApp
 from dltop.tui.app.chart import Chart
 from dltop.tui.app.help import KEYS, HelpScreen
-from dltop.tui.core import i18n
-from dltop.tui.core.alerts import ALERT_IDS, Alert
-from dltop.tui.core.checklists import checklist_for, load_checklist
-from dltop.tui.core.panels import PANELS
+from dltop.tui.core.diagnosis.checklists import checklist_for, load_checklist
+from dltop.tui.core.present import i18n
+from dltop.tui.core.present.panels import PANELS
+from dltop.tui.core.rules.alerts import ALERT_IDS, Alert
 from test_app_support import NAN_STEP, end_time, screen_text, write_log
 
 DATA = Path(__file__).resolve().parents[1] / "tui" / "data"
@@ -67,7 +67,7 @@ def test_untranslated_text_and_unknown_languages_fall_back_to_english() -> None:
 
 
 def test_the_verdict_in_chinese() -> None:
-    from dltop.tui.core.verdict import fault_line
+    from dltop.tui.core.diagnosis.verdict import fault_line
 
     alert = Alert("nan_loss", "critical", 240, "Loss is NaN", "", {"nonfinite_steps": 80})
     line = fault_line(alert, {}, 320, "zh")

@@ -21,7 +21,7 @@ from dltop.probe import Probe, rendezvous
 from dltop.probe.decoding import LineDecoder, read_records
 from dltop.probe.encoding import encode_record
 from dltop.probe.socket_server import SocketServer
-from dltop.tui.core.socket_source import parse_address, peek
+from dltop.tui.core.sources.socket_source import parse_address, peek
 from waiting import wait_for
 
 META = encode_record({"kind": "meta", "v": 1, "run_id": "r1", "t": 1.0})

@@ -20,7 +20,7 @@ from dltop.probe import rendezvous
 from dltop.probe.encoding import encode_record
 from dltop.probe.socket_server import SocketServer
 from dltop.tui import view_cmd
-from dltop.tui.core import discover
+from dltop.tui.core.sources import discover
 
 
 @pytest.fixture

@@ -15,8 +15,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from dltop.tui.core.alerts import Alert
 from dltop.tui.core.rules import Config, RuleEngine
+from dltop.tui.core.rules.alerts import Alert
 from dltop.tui.core.rules.window import falling_z
 from foreignkit import REALRUNS, check_json
 

@@ -167,6 +167,7 @@ with Probe(path=sys.argv[1], socket=False, system=False) as probe:
 """
 
 
+@pytest.mark.slow
 def test_two_runs_writing_the_same_steps_in_lockstep_are_mixed_runs(tmp_path: Path) -> None:
     """Issue 29 (10): two trainings at different loss levels, stepping at the same pace
     on one path, write step 0, step 0, step 1, step 1... Their steps never go back, so
@@ -219,9 +220,9 @@ with Probe(path=sys.argv[1], socket=False, system=False, heartbeat_every=0.2) as
 
 
 def test_a_log_deleted_mid_run_is_said_and_still_read(tmp_path: Path) -> None:
-    from dltop.tui.core import view_model as vm
-    from dltop.tui.core.run import RunModel
-    from dltop.tui.core.source_open import open_source
+    from dltop.tui.core.present import view_model as vm
+    from dltop.tui.core.sources.source_open import open_source
+    from dltop.tui.core.store.run import RunModel
     from waiting import wait_for
 
     log = tmp_path / "run.jsonl"
@@ -346,7 +347,7 @@ def test_a_folder_made_read_only_mid_run(freezable_dir) -> None:
     assert len(steps) == 1500 and records[-1]["kind"] == "event", "every record kept"
     assert records[-1]["type"] == "exit"
 
-    from dltop.tui.core.ticks import Ticks
+    from dltop.tui.core.diagnosis.ticks import Ticks
 
     ticks = Ticks(log)
     assert ticks.toggle("divergence@10", "lr") is True  # kept in memory...
@@ -390,7 +391,7 @@ def test_a_crash_before_a_restart_is_history_not_a_critical_now() -> None:
 def test_a_resumed_run_that_hits_the_same_nan_again_has_two_keys_stable_across_replays() -> None:
     """Resumed from a checkpoint, the run meets the same NaN at the same step: two alerts,
     each with its own key (selected and ticked on its own), the same at every replay."""
-    from dltop.tui.core.view_model import alert_key
+    from dltop.tui.core.present.view_model import alert_key
 
     records: list[dict[str, Any]] = [{"kind": "meta", "v": 1, "pid": 1, "t": 0.0}]
     t = 0.0

@@ -13,9 +13,9 @@ from typing import Any
 
 import pytest
 from dltop.tui import view_cmd
-from dltop.tui.core import overlay, overlay_scale
-from dltop.tui.core.chartdata import Trace, off_scale_marks, y_range
-from dltop.tui.core.overlay import (
+from dltop.tui.core.present import overlay, overlay_scale
+from dltop.tui.core.present.chartdata import Trace, off_scale_marks, y_range
+from dltop.tui.core.present.overlay import (
     FAINT,
     MAX_RUNS,
     RUN_STYLES,
@@ -24,10 +24,10 @@ from dltop.tui.core.overlay import (
     overlay_chart,
     overlay_runs,
 )
-from dltop.tui.core.overlay_source import OverlaySource
-from dltop.tui.core.run import RunModel
-from dltop.tui.core.sources import SourceError
-from dltop.tui.core.view_model import ViewState, alert_key
+from dltop.tui.core.present.view_model import ViewState, alert_key
+from dltop.tui.core.sources.filesource import SourceError
+from dltop.tui.core.sources.overlay_source import OverlaySource
+from dltop.tui.core.store.run import RunModel
 from test_app_support import NAN_STEP, records, write_log
 
 
@@ -224,8 +224,8 @@ def test_one_scale_decision_for_a_run_a_job_and_an_overlay() -> None:
     choice wins everywhere (panels.log_scale). Overlaid, the runs that agree decide:
     two blown-up runs are on a log axis, one beside a healthy run is off-scale instead
     (test_a_run_that_blows_up_is_drawn_off_scale...)."""
-    from dltop.tui.core.jobcharts import job_chart
-    from dltop.tui.core.panels import panel_chart
+    from dltop.tui.core.present.panels import panel_chart
+    from dltop.tui.core.ranks.jobcharts import job_chart
 
     runs = _runs("healthy", "blowup")
     both = _runs("blowup", "blowup")

@@ -29,9 +29,9 @@ from dltop.probe.decoding import read_records
 from dltop.probe.filesink import FileSink
 from dltop.probe.writer import Writer
 from dltop.tui.check_file import check_file
+from dltop.tui.core.present.view_model import ViewState, header_info
 from dltop.tui.core.rules.config import Config
 from dltop.tui.core.rules.engine import RuleEngine
-from dltop.tui.core.view_model import ViewState, header_info
 from waiting import wait_for
 
 
@@ -114,6 +114,7 @@ def _overflowed(log: Path) -> int:
         return w.dropped
 
 
+@pytest.mark.slow
 def test_check_and_the_viewer_report_the_missing_records(tmp_path: Path) -> None:
     log = tmp_path / "r.jsonl"
     lost = _overflowed(log)
@@ -128,7 +129,7 @@ def test_check_and_the_viewer_report_the_missing_records(tmp_path: Path) -> None
     assert f"{lost} records" in alert.title
     assert alert.evidence["first_gap_after_step"] == 262_143
     # the viewer's header says so (not as a viewer-side drop)
-    from dltop.tui.core.run import RunModel
+    from dltop.tui.core.store.run import RunModel
 
     model = RunModel("r")
     model.ingest(recs)
@@ -136,11 +137,12 @@ def test_check_and_the_viewer_report_the_missing_records(tmp_path: Path) -> None
     assert info.lost == lost and info.dropped == 0
 
 
+@pytest.mark.slow
 def test_the_status_counts_the_steps_the_log_lacks(tmp_path: Path) -> None:
     """Issue 29 (12): after dropped records the status said "finished after 262144 steps"
     while the exit record said 300000: the run's step count is the exit record's, and the
     status says how many of them the log lacks, in `check` and in the viewer."""
-    from dltop.tui.core.run import RunModel
+    from dltop.tui.core.store.run import RunModel
 
     log = tmp_path / "r.jsonl"
     _overflowed(log)
@@ -209,8 +211,8 @@ def test_full_speed_with_a_stuck_client_and_a_live_viewer(tmp_path: Path, runtim
     """A real process steps as fast as it can for 3 s with its socket on; one client connects
     and never reads, a real viewer follows the socket. Every call is in the log or counted
     in its dropped events, check warns with the count, training never waited long."""
-    from dltop.tui.core.run import RunModel
-    from dltop.tui.core.socket_source import SocketSource
+    from dltop.tui.core.sources.socket_source import SocketSource
+    from dltop.tui.core.store.run import RunModel
 
     log = tmp_path / "fast.jsonl"
     proc = subprocess.Popen(
@@ -279,6 +281,7 @@ KILLED = textwrap.dedent(
 )
 
 
+@pytest.mark.slow
 def test_sigkill_at_random_moments_always_leaves_a_log_that_parses(
     tmp_path: Path, runtime: Path
 ) -> None:
@@ -363,7 +366,7 @@ def test_a_flood_of_note_events_keeps_the_ends_counts_the_rest_and_says_so(
     """A real probe writes 30 000 notes between its steps. The viewer's core keeps the
     first and last 100 notes, every event that says how the run went (phases, exit),
     counts all of them, and its header and the report say what was kept."""
-    from dltop.tui.core.run import RunModel
+    from dltop.tui.core.store.run import RunModel
 
     log = tmp_path / "notes.jsonl"
     subprocess.run(
@@ -394,8 +397,8 @@ def test_a_flood_of_note_events_keeps_the_ends_counts_the_rest_and_says_so(
 def test_events_kept_are_capped_in_bytes_whatever_their_size() -> None:
     """A line may be 8 MiB: counts alone bound nothing. 60 notes of 1 MiB each keep at
     most MAX_BYTES of them, the newest, and the note says the cap bit."""
-    from dltop.tui.core import eventlog
-    from dltop.tui.core.store import Store
+    from dltop.tui.core.store import eventlog
+    from dltop.tui.core.store.runstore import Store
 
     store = Store()
     big = "x" * (1 << 20)  # one string shared: the test holds 1 MiB, the store counts 60
@@ -424,8 +427,8 @@ def test_a_note_flood_over_a_live_socket_keeps_the_viewer_bounded(
 ) -> None:
     """The symptom as filed: a live run sends notes over its socket as fast as it can;
     the viewer that follows it keeps the first and last 100 of them, whatever it got."""
-    from dltop.tui.core.run import RunModel
-    from dltop.tui.core.socket_source import SocketSource
+    from dltop.tui.core.sources.socket_source import SocketSource
+    from dltop.tui.core.store.run import RunModel
 
     log = tmp_path / "live.jsonl"
     proc = subprocess.Popen(

@@ -1,4 +1,4 @@
-"""One path from records to the rules (tui/core/pipeline.py): no second module feeds the
+"""One path from records to the rules (tui/core/sources/pipeline.py): no second module feeds the
 engine, and the order (shares, rules, timings, store) holds for every consumer."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ import os
 from pathlib import Path
 from typing import Any
 
-from dltop.tui.core import pipeline
 from dltop.tui.core.rules import Config
+from dltop.tui.core.sources import pipeline
 
 ROOT = Path(__file__).resolve().parents[1]
 PRODUCT = [ROOT / "probe", ROOT / "tui", ROOT / "demos"]
@@ -31,7 +31,7 @@ def _calls(attr: str) -> list[str]:
 
 def test_only_the_pipeline_feeds_the_rules_engine() -> None:
     calls = _calls("feed_many")
-    assert calls and all(c.startswith("tui/core/pipeline.py:") for c in calls), calls
+    assert calls and all(c.startswith("tui/core/sources/pipeline.py:") for c in calls), calls
 
 
 class _Seen:

@@ -357,7 +357,7 @@ def test_path_none_without_socket_is_an_error() -> None:
 def test_path_none_with_the_default_socket_serves_a_viewer() -> None:
     """The contract: the socket is on by default, so a file-less probe is valid."""
     from dltop.probe import rendezvous
-    from dltop.tui.core.socket_source import parse_address, peek
+    from dltop.tui.core.sources.socket_source import parse_address, peek
 
     with Probe(path=None, system=False) as probe:
         for i in range(5):

@@ -601,6 +601,7 @@ def test_sigterm_is_recorded_and_the_process_dies_by_sigterm(tmp_path: Path) -> 
     assert records[-1] == ev  # flushed last; nothing ran after it (no exit event)
 
 
+@pytest.mark.slow
 def test_sigint_is_recorded_and_still_raises_keyboard_interrupt(tmp_path: Path) -> None:
     log = tmp_path / "run.jsonl"
     res = _kill_after_steps(log, signal.SIGINT)
@@ -617,6 +618,7 @@ def test_sigint_is_recorded_and_still_raises_keyboard_interrupt(tmp_path: Path) 
         assert crash["interrupted"] is True and crash["exc_type"] == "KeyboardInterrupt"
 
 
+@pytest.mark.slow
 def test_cpu_oom_under_rlimit_as_is_recorded_with_memory_state(tmp_path: Path) -> None:
     log = tmp_path / "run.jsonl"
     res = _run("oom", log)

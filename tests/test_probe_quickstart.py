@@ -13,6 +13,7 @@ from dltop.probe.decoding import read_records
 ROOT = Path(__file__).resolve().parents[1]
 
 
+@pytest.mark.slow
 def test_quickstart_writes_a_log_and_prints_its_path(tmp_path: Path) -> None:
     out = subprocess.run(
         [sys.executable, str(ROOT / "demos" / "quickstart.py"), "--epochs", "1"],

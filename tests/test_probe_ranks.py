@@ -258,6 +258,7 @@ def _job_folder(tmp_path: Path, stdout: str) -> Path:
     return job
 
 
+@pytest.mark.slow
 @needs_gloo
 def test_torchrun_writes_one_folder_with_a_file_per_rank(tmp_path: Path) -> None:
     job = _job_folder(tmp_path, _torchrun(tmp_path))
@@ -274,6 +275,7 @@ def test_torchrun_writes_one_folder_with_a_file_per_rank(tmp_path: Path) -> None
         assert recs[-1]["kind"] == "event" and recs[-1]["status"] == "ok"
 
 
+@pytest.mark.slow
 @needs_gloo
 def test_an_elastic_restart_appends_a_new_segment_to_each_rank_file(tmp_path: Path) -> None:
     out = _torchrun(tmp_path, "--max-restarts=1", env={"FAIL_FIRST_ATTEMPT": "1"})

@@ -288,6 +288,7 @@ print(len(out) - len(gpu), len(errors), s._thread.is_alive())
     assert res.stdout.split() == ["0", "0", "False"]
 
 
+@pytest.mark.slow
 def test_real_training_log_has_sys_records_and_one_no_gpu_note(tmp_path: Path) -> None:
     log = tmp_path / "run.jsonl"
     script = Path(__file__).parent / "crash_scripts" / "tiny_train.py"

@@ -296,6 +296,7 @@ def test_the_hooks_are_removed_on_close(tmp_path: Path) -> None:
 
 
 # --- a real hung job -----------------------------------------------------------------------
+@pytest.mark.slow
 @needs_gloo
 @pytest.mark.timeout(300)
 def test_a_hung_torchrun_job_names_the_rank_the_others_wait_for(tmp_path: Path) -> None:

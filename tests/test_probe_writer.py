@@ -45,6 +45,7 @@ class ListSink:
         return out
 
 
+@pytest.mark.slow
 def test_file_size_limit_warns_once_and_training_completes(tmp_path: Path) -> None:
     log = tmp_path / "run.jsonl"
     limit = 16 * 1024

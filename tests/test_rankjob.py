@@ -16,11 +16,11 @@ from typing import Any
 
 import pytest
 from dltop.probe.encoding import encode_record
-from dltop.tui.core import crossrank
-from dltop.tui.core.dirsource import DirectorySource
-from dltop.tui.core.rankjob import BAND, CrossRank, JobView, RankLog, job_chart, job_signature
-from dltop.tui.core.run import RunModel
-from dltop.tui.core.view_model import ViewState
+from dltop.tui.core.present.view_model import ViewState
+from dltop.tui.core.ranks import crossrank
+from dltop.tui.core.ranks.rankjob import BAND, CrossRank, JobView, RankLog, job_chart, job_signature
+from dltop.tui.core.sources.dirsource import DirectorySource
+from dltop.tui.core.store.run import RunModel
 
 T0 = 1_700_000_000.0
 
@@ -289,7 +289,7 @@ def test_two_files_claiming_one_rank_are_told_apart_by_their_names(tmp_path: Pat
 
 
 def test_a_big_job_table_shows_the_ranks_that_matter_and_counts_the_rest() -> None:
-    from dltop.tui.core.rankrows import RankRow, pick_rows
+    from dltop.tui.core.ranks.rankrows import RankRow, pick_rows
 
     def row(i: int, **kw: Any) -> RankRow:
         base = dict(name=f"r{i}", host="h", step="9", step_time="1ms", data_wait="0", memory="",
@@ -317,7 +317,7 @@ def _sharded(step: int) -> dict[str, Any]:
 
 
 def _peer_job(tmp_path: Path, *recs: dict[str, Any]) -> Any:
-    from dltop.tui.core.shardnorm import PeerJoin
+    from dltop.tui.core.ranks.shardnorm import PeerJoin
 
     _write(tmp_path / "rank1.jsonl", [{"kind": "meta", "rank": 1, "world_size": 2}, *recs])
     join = PeerJoin(hold_s=60.0)
@@ -330,7 +330,7 @@ def test_a_peer_that_stopped_early_holds_back_a_bounded_number_of_records(
 ) -> None:
     """Rank 1 crashed before step 0: every step of rank 0 would wait ``hold_s``; a
     backlog read at full speed must not pile up in memory meanwhile."""
-    from dltop.tui.core import shardnorm as peers
+    from dltop.tui.core.ranks import shardnorm as peers
 
     monkeypatch.setattr(peers, "MAX_HELD", 3)
     join = _peer_job(tmp_path)
@@ -345,7 +345,7 @@ def test_an_io_error_on_a_peer_file_leaves_the_step_without_a_norm(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The followed rank's reader goes on: its step goes out without a norm."""
-    from dltop.tui.core import shardnorm as peers
+    from dltop.tui.core.ranks import shardnorm as peers
 
     def broken(*_: Any) -> bytes:
         raise OSError(5, "Input/output error")
@@ -361,7 +361,7 @@ def test_an_io_error_on_a_peer_file_leaves_the_step_without_a_norm(
 def test_a_peer_beyond_the_open_files_is_not_reopened_for_a_step_it_has_read(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from dltop.tui.core import shardnorm as peers
+    from dltop.tui.core.ranks import shardnorm as peers
 
     monkeypatch.setattr(peers, "MAX_OPEN", 0)
     opened: list[str] = []

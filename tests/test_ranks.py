@@ -16,9 +16,9 @@ from typing import Any
 
 import pytest
 from checkkit import check_run
-from dltop.tui.core import ranks
-from dltop.tui.core.alerts import Alert
+from dltop.tui.core.ranks import compare as ranks
 from dltop.tui.core.rules import Config, RuleEngine
+from dltop.tui.core.rules.alerts import Alert
 from test_probe_ranks import gloo_startup_race
 
 JOB = Path(__file__).with_name("rank_job.py")
@@ -46,6 +46,7 @@ def _torchrun(tmp_path: Path, mode: str) -> dict[str, Any]:
     return check_run(out)
 
 
+@pytest.mark.slow
 def test_a_healthy_job_raises_nothing(tmp_path: Path) -> None:
     out = _torchrun(tmp_path, "healthy")
     assert [f["rank"] for f in out["files"]] == [0, 1, 2]
@@ -53,6 +54,7 @@ def test_a_healthy_job_raises_nothing(tmp_path: Path) -> None:
     assert loud == [], loud
 
 
+@pytest.mark.slow
 def test_a_slow_data_rank_is_named_with_its_phase(tmp_path: Path) -> None:
     out = _torchrun(tmp_path, "slow_data")
     (s,) = [a for a in out["alerts"] if a["id"] == "straggler"]
@@ -61,6 +63,7 @@ def test_a_slow_data_rank_is_named_with_its_phase(tmp_path: Path) -> None:
     assert s["severity"] in ("warning", "critical")
 
 
+@pytest.mark.slow
 def test_a_slow_forward_rank_is_named_with_its_phase(tmp_path: Path) -> None:
     """Rank 1 computes 30 ms longer: every rank's step takes as long (the others wait in
     the all-reduce, inside their backward), but rank 1's batch-to-first-gradient time
@@ -71,6 +74,7 @@ def test_a_slow_forward_rank_is_named_with_its_phase(tmp_path: Path) -> None:
     assert s["evidence"]["extra_s"] > 0.02
 
 
+@pytest.mark.slow
 def test_the_first_failure_is_named_on_every_rank(tmp_path: Path) -> None:
     out = _torchrun(tmp_path, "raise")
     crashes = [a for a in out["alerts"] if a["id"] == "crash"]

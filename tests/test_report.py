@@ -23,13 +23,13 @@ from urllib.parse import unquote
 import pytest
 from dltop.demos._common import DEMOS
 from dltop.probe.encoding import encode_record
-from dltop.tui.core import mdtext as md
-from dltop.tui.core import report, svgchart
-from dltop.tui.core.chartdata import EVAL, RAW, ChartData, Trace
-from dltop.tui.core.checklists import load_checklist
-from dltop.tui.core.report_sections import HEADINGS
-from dltop.tui.core.safetext import visible
-from dltop.tui.core.ticks import sidecar_path
+from dltop.tui.core.diagnosis.checklists import load_checklist
+from dltop.tui.core.diagnosis.ticks import sidecar_path
+from dltop.tui.core.present import mdtext as md
+from dltop.tui.core.present import report, svgchart
+from dltop.tui.core.present.chartdata import EVAL, RAW, ChartData, Trace
+from dltop.tui.core.present.report_sections import HEADINGS
+from dltop.tui.core.present.safetext import visible
 from markdown_it import MarkdownIt
 from rulekit import Run
 from test_app_support import records as support_records
@@ -296,6 +296,7 @@ def test_bad_input_is_one_line_with_a_hint_and_exit_3(
 # --------------------------------------------------------------------------- the viewer
 
 
+@pytest.mark.slow
 def test_r_in_the_viewer_writes_the_same_charts_and_says_where(tmp_path: Path) -> None:
     """The key reports the run as the viewer holds it: the same charts as the command
     (the store's own decimation), the ticks made on screen."""
@@ -366,9 +367,9 @@ def test_report_of_every_demo_log(name: str, tmp_path: Path) -> None:
 def test_last_values_say_what_is_not_listed_and_what_was_not_read() -> None:
     """A log naming a new field each step: the report counted the store's kept series as
     "more metrics in the log" and said nothing of the thousands refused past its limit."""
-    from dltop.tui.core.report_sections import MAX_VALUES, last_values
-    from dltop.tui.core.serieslimit import MAX_SERIES
-    from dltop.tui.core.store import Store
+    from dltop.tui.core.present.report_sections import MAX_VALUES, last_values
+    from dltop.tui.core.store.runstore import Store
+    from dltop.tui.core.store.serieslimit import MAX_SERIES
 
     store = Store()
     n = MAX_SERIES + 500
@@ -445,7 +446,7 @@ def test_a_symlink_planted_as_a_file_of_the_report_is_refused(tmp_path: Path, pl
 
 
 def test_the_viewers_r_refuses_a_planted_charts_folder_too(tmp_path: Path) -> None:
-    from dltop.tui.core.run import RunModel
+    from dltop.tui.core.store.run import RunModel
 
     log, elsewhere = _planted(tmp_path)
     model = RunModel(str(log))

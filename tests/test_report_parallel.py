@@ -18,8 +18,8 @@ from typing import Any
 import pytest
 from dltop.probe.encoding import encode_record
 from dltop.tui import check_cmd
-from dltop.tui.core import rules_worker, workers
 from dltop.tui.core.rules import Config
+from dltop.tui.core.sources import rules_worker, workers
 from rulekit import Run
 from samepaths import child_results, failing_python
 

@@ -63,7 +63,7 @@ def test_sigterm_is_a_crash_warning() -> None:
 
 
 def test_a_broken_catalogue_still_reports_the_crash(monkeypatch: pytest.MonkeyPatch) -> None:
-    import dltop.tui.core.crashdiag as crashdiag
+    import dltop.tui.core.diagnosis.crashdiag as crashdiag
 
     def boom(event: dict[str, Any]) -> None:
         raise RuntimeError("catalogue exploded")

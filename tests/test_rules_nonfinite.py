@@ -83,8 +83,8 @@ def test_nan_grad_with_nan_loss_is_critical_at_once() -> None:
 
 
 def _nan_loss_checklist(eng) -> dict[str, tuple[str | None, str | None]]:  # type: ignore[no-untyped-def]
-    from dltop.tui.core.checklist_eval import evaluate
-    from dltop.tui.core.checklists import checklist_for
+    from dltop.tui.core.diagnosis.checklist_eval import evaluate
+    from dltop.tui.core.diagnosis.checklists import checklist_for
 
     (a,) = alerts_of(eng, "nan_loss")
     return {c.step.id: (c.mark, c.evidence) for c in evaluate(checklist_for(a), eng.facts(), a)}

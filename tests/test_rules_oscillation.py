@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 
+import pytest
 from dltop.tui.core.rules import RuleEngine
 from rulekit import Run, alerts_of, lr_constant, lr_warmup_cosine, noisy, run_engine
 
@@ -125,6 +126,7 @@ def test_an_evaluation_set_name_from_the_log_is_cut() -> None:
     assert len(name) == MAX_SET_NAME and value == 0.5
 
 
+@pytest.mark.slow
 def test_the_overfitting_rules_centred_medians_are_the_slices_medians() -> None:
     """Written out for speed (an eval every step paid a sort per evaluation), they must
     be the floats ``median_of`` of each slice gives, signed zeros included."""

@@ -216,8 +216,8 @@ def test_windows_below_min_samples_do_not_switch_the_rules_off() -> None:
 
 
 def test_lr_checklist_step_reads_the_lr_at_the_alert_not_at_the_end() -> None:
-    from dltop.tui.core.checklist_eval import evaluate
-    from dltop.tui.core.checklists import checklist_for
+    from dltop.tui.core.diagnosis.checklist_eval import evaluate
+    from dltop.tui.core.diagnosis.checklists import checklist_for
 
     # lr 0.1 when the gradients explode at step 600, decayed to 1e-4 by the end of the log
     eng = run_engine(
@@ -232,8 +232,8 @@ def test_lr_checklist_step_reads_the_lr_at_the_alert_not_at_the_end() -> None:
 def test_divergence_checklist_judges_the_rise_at_the_alert_not_the_last_finite_losses() -> None:
     """A run that diverges and ends in NaN: the last *finite* losses may be low again, but
     the rise the alert measured is what the first step must answer."""
-    from dltop.tui.core.checklist_eval import evaluate
-    from dltop.tui.core.checklists import checklist_for
+    from dltop.tui.core.diagnosis.checklist_eval import evaluate
+    from dltop.tui.core.diagnosis.checklists import checklist_for
 
     def blow_up(i: int, x: float) -> float:
         if i >= 700:

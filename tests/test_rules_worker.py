@@ -1,4 +1,4 @@
-"""A huge log's rules backfilled in a child process (``tui/core/rules_worker.py``): the same
+"""A huge log's rules backfilled in a child process (``tui/core/sources/rules_worker.py``): the same
 alerts and facts as the rules run by the viewer itself, also while the log grows; a child
 that fails leaves the work to the viewer; a viewer that stops takes its child with it.
 
@@ -19,10 +19,10 @@ from typing import Any
 
 import pytest
 from dltop.probe.encoding import encode_record
-from dltop.tui.core import rules_worker, workers
 from dltop.tui.core.rules.config import Config
-from dltop.tui.core.run import RunModel
-from dltop.tui.core.sources import FileSource
+from dltop.tui.core.sources import rules_worker, workers
+from dltop.tui.core.sources.filesource import FileSource
+from dltop.tui.core.store.run import RunModel
 from rulekit import Run
 from samepaths import child_results, failing_python, replayed
 from waiting import wait_for

@@ -19,13 +19,13 @@ from pathlib import Path
 from dltop.tui.app.app import DltopApp
 from dltop.tui.app.header import Header
 from dltop.tui.app.rank_table import RankTable
-from dltop.tui.core import view_model as vm
-from dltop.tui.core.header_view import ERROR_NOTE, error_note
-from dltop.tui.core.overlay import OverlayView
-from dltop.tui.core.rankjob import JobView, RankLog
-from dltop.tui.core.rankrows import pick_rows
-from dltop.tui.core.run import RunModel
-from dltop.tui.core.safetext import is_safe
+from dltop.tui.core.present import view_model as vm
+from dltop.tui.core.present.header_view import ERROR_NOTE, error_note
+from dltop.tui.core.present.overlay import OverlayView
+from dltop.tui.core.present.safetext import is_safe
+from dltop.tui.core.ranks.rankjob import JobView, RankLog
+from dltop.tui.core.ranks.rankrows import pick_rows
+from dltop.tui.core.store.run import RunModel
 from test_app_live import wait_for
 from test_app_support import screen_text
 from test_overlay import _runs
@@ -168,8 +168,8 @@ def test_a_rank_whose_log_is_deleted_while_followed_is_named(tmp_path: Path) -> 
     reader goes on from its open descriptor (no error), so nothing said it before: with
     rank 0 in view, the header's job note now names it; with rank 1 in view, its own
     header says it once (the job note does not repeat it)."""
-    from dltop.tui.core.run import DELETED_NOTE
-    from dltop.tui.core.source_open import open_source
+    from dltop.tui.core.sources.source_open import open_source
+    from dltop.tui.core.store.run import DELETED_NOTE
     from waiting import wait_for
 
     ranks, sources = [], []

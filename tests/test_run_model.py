@@ -11,8 +11,8 @@ import sys
 import time
 
 import pytest
-from dltop.tui.core import run as run_mod
-from dltop.tui.core.run import RunModel
+from dltop.tui.core.store import run as run_mod
+from dltop.tui.core.store.run import RunModel
 
 
 def _meta(**kw: object) -> dict:
@@ -153,7 +153,7 @@ def test_every_engine_of_the_model_uses_its_config(tmp_path) -> None:
     """`--config`/`--set` thresholds reach the first engine, the one after a reset, the
     staged and the backfilled engines of a huge log, and the app's model."""
     from dltop.tui.core.rules import Config
-    from dltop.tui.core.sources import FileSource
+    from dltop.tui.core.sources.filesource import FileSource
 
     cfg = Config.load(overrides={"stall.silent_s": 1234})
     m = RunModel("r", config=cfg)

@@ -11,9 +11,9 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from dltop.tui.core.alerts import AlertSink
 from dltop.tui.core.rules import Config, RuleEngine
 from dltop.tui.core.rules import segments as segments_mod
+from dltop.tui.core.rules.alerts import AlertSink
 
 
 class _CountingList(list):  # type: ignore[type-arg]

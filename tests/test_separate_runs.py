@@ -17,8 +17,8 @@ from typing import Any
 
 from dltop.probe.encoding import encode_record
 from dltop.tui.core.rules.config import Config
-from dltop.tui.core.run import RunModel
-from dltop.tui.core.source_open import open_source
+from dltop.tui.core.sources.source_open import open_source
+from dltop.tui.core.store.run import RunModel
 from rulekit import Run
 
 

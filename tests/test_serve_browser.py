@@ -53,6 +53,7 @@ def serving(log: Path, *flags: str) -> Iterator[tuple[subprocess.Popen[str], str
             proc.wait()
 
 
+@pytest.mark.slow
 def test_the_viewer_in_chromium_shows_the_run_and_takes_its_keys(tmp_path: Path) -> None:
     log = tmp_path / "run.jsonl"
     writer = subprocess.Popen(

@@ -9,8 +9,8 @@ import math
 from typing import Any
 
 import pytest
-from dltop.tui.core.alerts import SEVERITY_RANK
 from dltop.tui.core.rules import Config, RuleEngine
+from dltop.tui.core.rules.alerts import SEVERITY_RANK
 from rulekit import Run, run_engine
 
 

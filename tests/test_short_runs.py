@@ -9,8 +9,8 @@ import random
 from typing import Any
 
 import pytest
-from dltop.tui.core.alerts import Alert
 from dltop.tui.core.rules import Config, RuleEngine
+from dltop.tui.core.rules.alerts import Alert
 from dltop.tui.core.rules.metric_mismatch import direction
 from foreignkit import REALRUNS, check_json
 

@@ -1,5 +1,5 @@
 """The smoothed line: TensorBoard's weight, per step of the x-axis, debiased, broken at
-NaN, and never further from the raw series than the bound ``dltop.tui.core.smoothing``
+NaN, and never further from the raw series than the bound ``dltop.tui.core.store.smoothing``
 states: on a real 38-point Hugging Face log, on the NaN demo, on synthetic series."""
 
 from __future__ import annotations
@@ -12,12 +12,12 @@ from pathlib import Path
 
 import pytest
 from dltop.probe.decoding import read_records
-from dltop.tui.core import smoothing
-from dltop.tui.core.foreign import load
-from dltop.tui.core.panels import store_chart
-from dltop.tui.core.smoothing import WEIGHTS, lag_bound, memory_steps, smooth, step_weight
-from dltop.tui.core.store import Store
-from dltop.tui.core.view_model import ViewState
+from dltop.tui.core.present.panels import store_chart
+from dltop.tui.core.present.view_model import ViewState
+from dltop.tui.core.sources.foreign import load
+from dltop.tui.core.store import smoothing
+from dltop.tui.core.store.runstore import Store
+from dltop.tui.core.store.smoothing import WEIGHTS, lag_bound, memory_steps, smooth, step_weight
 
 from tests.foreignkit import REALRUNS
 
@@ -127,6 +127,7 @@ def nan_demo(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return log
 
 
+@pytest.mark.slow
 def test_no_smoothed_line_across_the_nan_demo_and_the_bound_holds(nan_demo: Path) -> None:
     store = Store()
     records, _ = read_records(str(nan_demo))

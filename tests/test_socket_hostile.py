@@ -23,7 +23,7 @@ from dltop.probe.decoding import LineDecoder
 from dltop.probe.encoding import encode_record
 from dltop.probe.socket_server import SocketServer
 from dltop.probe.viewerauth import HELLO_TIMEOUT, mask_secret, parse_hello
-from dltop.tui.core.socket_source import StreamError, parse_address, redact
+from dltop.tui.core.sources.socket_source import StreamError, parse_address, redact
 
 TOKEN = "s3cret-token-for-tests"
 META = encode_record({"kind": "meta", "v": 1, "run_id": "r1"})
@@ -281,8 +281,8 @@ def test_a_hostile_server_cannot_crash_or_hang_the_viewer() -> None:
     """The viewer side: a 'run' that answers with deep nesting, junk and a 20 MB line."""
     import threading
 
-    from dltop.tui.core.run import RunModel
-    from dltop.tui.core.socket_source import SocketSource
+    from dltop.tui.core.sources.socket_source import SocketSource
+    from dltop.tui.core.store.run import RunModel
 
     listener = socket.create_server(("127.0.0.1", 0))
     port = listener.getsockname()[1]

@@ -115,6 +115,7 @@ def test_three_viewers_each_get_everything(sock_path: str) -> None:
         server.close()
 
 
+@pytest.mark.slow
 def test_stuck_viewer_never_blocks_and_is_told_what_it_lost(sock_path: str) -> None:
     server = SocketServer(sock_path, backlog_bytes=256 << 10, client_max_bytes=1 << 20)
     server.start(META)

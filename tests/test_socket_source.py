@@ -25,8 +25,8 @@ from dltop.probe import rendezvous
 from dltop.probe.encoding import encode_record
 from dltop.probe.socket_server import SocketServer
 from dltop.tui import view_cmd
-from dltop.tui.core.run import RunModel
-from dltop.tui.core.socket_source import SocketSource, StreamError, parse_address, peek
+from dltop.tui.core.sources.socket_source import SocketSource, StreamError, parse_address, peek
+from dltop.tui.core.store.run import RunModel
 from waiting import wait_for
 
 REPO = Path(__file__).resolve().parents[1]
@@ -228,6 +228,10 @@ def test_socket_gone_follows_the_log_file_with_full_history(
     stack.append(server)
     for line in lines:
         server.write(line)
+    # connect once the server holds every batch and has cut its backlog to the bound: a
+    # viewer connected before that (a busy machine) is sent the rest live, as it should be
+    shared = server._log
+    assert wait_for(lambda: not server._queue and 0 < shared.end - shared.backlog_start < 200)
     source, model = follow(f"unix:{short_dir / 'r.sock'}", stack)
     assert source.wait_caught_up(10)
     assert wait_for(lambda: len(steps_of(model)) > 0)
@@ -238,7 +242,7 @@ def test_socket_gone_follows_the_log_file_with_full_history(
     assert steps_of(model) == list(range(200))
     assert not model.restarted, "the same run with fuller history is not a restart"
     assert model.resets == 0, "nor counted as one (the header said 'restarted x1')"
-    from dltop.tui.core import view_model as vm
+    from dltop.tui.core.present import view_model as vm
 
     info = vm.header_info(model, time.time(), vm.ViewState(), follow=True)
     assert "restarted" not in info.mode

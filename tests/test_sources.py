@@ -13,15 +13,16 @@ from pathlib import Path
 import pytest
 from dltop.probe.decoding import LineDecoder
 from dltop.probe.encoding import encode_record
-from dltop.tui.core import backfill, sources
-from dltop.tui.core.dirsource import DirectorySource
-from dltop.tui.core.run import RunModel
-from dltop.tui.core.source_open import open_source
-from dltop.tui.core.sources import (
+from dltop.tui.core.sources import backfill
+from dltop.tui.core.sources import filesource as sources
+from dltop.tui.core.sources.dirsource import DirectorySource
+from dltop.tui.core.sources.filesource import (
     FileSource,
     SourceError,
     list_rank_files,
 )
+from dltop.tui.core.sources.source_open import open_source
+from dltop.tui.core.store.run import RunModel
 from waiting import wait_for
 
 POLL = 0.02

@@ -19,10 +19,10 @@ from pathlib import Path
 import pytest
 from dltop.probe.encoding import encode_record
 from dltop.tui.app.app import DltopApp
-from dltop.tui.core import sourcefiles
-from dltop.tui.core.dirsource import DirectorySource
-from dltop.tui.core.run import RunModel
-from dltop.tui.core.sources import FileSource, SourceError, check_log_file
+from dltop.tui.core.sources import sourcefiles
+from dltop.tui.core.sources.dirsource import DirectorySource
+from dltop.tui.core.sources.filesource import FileSource, SourceError, check_log_file
+from dltop.tui.core.store.run import RunModel
 from test_app_support import write_log
 
 
@@ -193,7 +193,7 @@ def test_a_folder_holding_only_a_fifo_is_one_line_before_the_viewer_starts(tmp_p
 LIST_FIFO = """
 import sys
 from pathlib import Path
-from dltop.tui.core.discover import describe_log
+from dltop.tui.core.sources.discover import describe_log
 try:
     describe_log(Path(sys.argv[1]))
 except Exception as exc:

@@ -20,6 +20,7 @@ SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "ssh_check.sh"
 SKIPPED = 77
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(720)
 def test_dltop_over_ssh_shows_the_live_step_count() -> None:
     if shutil.which("bash") is None:

@@ -77,7 +77,7 @@ def test_the_check_finds_what_it_cannot_place(tmp_path: Path) -> None:
         "import os\nimport pynvml\nimport rich.text\n"
         "from .store import X\n"  # ours: placed
         "from .nowhere import Y\n"  # no such file
-        "from dltop.tui.core.store import X\n"  # absolute: not by file location
+        "from dltop.tui.core.store.runstore import X\n"  # absolute: not by file location
         "def f():\n    import requests\n"  # undeclared, even inside a function
         "from ....too_far import Z\n"
     )

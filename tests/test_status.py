@@ -8,8 +8,8 @@ import subprocess
 import sys
 import time
 
+from dltop.tui.core.diagnosis.status import local_pid_alive
 from dltop.tui.core.rules import RuleEngine
-from dltop.tui.core.status import local_pid_alive
 from rulekit import Run
 
 T0 = 1_700_000_000.0

@@ -149,6 +149,7 @@ def test_a_zero_lr_written_as_minus_zero_is_taken_as_written() -> None:
     assert many == one
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(900)
 def test_fault_suite_logs_take_the_fast_path_to_the_same_state(
     quick_fault_logs: list[Path],

@@ -11,9 +11,9 @@ import textwrap
 from typing import Any
 
 import pytest
-from dltop.tui.core.decimate import BLOCK, NAN, NEGINF, POSINF
-from dltop.tui.core.smoothing import smooth
-from dltop.tui.core.store import Store
+from dltop.tui.core.store.decimate import BLOCK, NAN, NEGINF, POSINF
+from dltop.tui.core.store.runstore import Store
+from dltop.tui.core.store.smoothing import smooth
 
 NONFINITE = (math.nan, math.inf, -math.inf)
 
@@ -154,6 +154,7 @@ def test_decimate_matches_reference_at_every_width(n: int, clean: bool) -> None:
         _check(store, "loss", points, a, b, rng.choice((1, 13, 120, 400)))
 
 
+@pytest.mark.slow
 def test_decimate_never_hides_a_spike_or_nan_in_a_million_points() -> None:
     n = 1_000_000
     batch = 50_000
@@ -241,8 +242,8 @@ def test_after_many_resumes_decimation_still_reads_the_block_summaries(monkeypat
     """Ten resumes in 200 k steps: every chart still decimates from the block summaries,
     touching O(width * BLOCK) raw values, never all of them (the cost of a redraw must not
     grow with the log's history)."""
-    import dltop.tui.core.decimate as dec
-    import dltop.tui.core.series as ser
+    import dltop.tui.core.store.decimate as dec
+    import dltop.tui.core.store.series as ser
 
     n, per = 200_000, 20_000
     store = Store()
@@ -331,12 +332,13 @@ def test_the_smoothed_loss_breaks_at_a_nonfinite_value_and_starts_again_debiased
     assert store.smoothed("loss", 0.0) is None and store.smoothed("nope", 0.6) is None
 
 
+@pytest.mark.slow
 def test_store_memory_stays_bounded_for_a_million_steps() -> None:
     """RSS growth of 1 M steps x 10 metrics, measured in a fresh interpreter."""
     code = textwrap.dedent(
         """
         import json, resource
-        from dltop.tui.core.store import Store
+        from dltop.tui.core.store.runstore import Store
         def rss():
             return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
         store = Store()
@@ -364,7 +366,7 @@ def test_a_log_naming_a_new_field_every_step_keeps_a_bounded_number_of_series() 
     counted, the fields already charted keep every value, and the work per batch stays
     that of the fields kept (20 k steps of this shape took 7 s to ingest before the
     limit, 0.6 s with it, on the development machine)."""
-    from dltop.tui.core.serieslimit import MAX_SERIES
+    from dltop.tui.core.store.serieslimit import MAX_SERIES
 
     store = Store()
     n = 3 * MAX_SERIES
@@ -392,7 +394,7 @@ def test_a_log_naming_a_new_field_every_step_keeps_a_bounded_number_of_series() 
 
 
 def test_refused_names_are_counted_up_to_a_bound_then_said_with_a_plus() -> None:
-    from dltop.tui.core.serieslimit import SeriesBudget
+    from dltop.tui.core.store.serieslimit import SeriesBudget
 
     b = SeriesBudget(limit=2)
     assert b.note() == "" and b.admits(1) and not b.admits(2)
@@ -403,9 +405,9 @@ def test_refused_names_are_counted_up_to_a_bound_then_said_with_a_plus() -> None
 
 
 def test_the_header_says_how_many_fields_are_not_charted() -> None:
-    from dltop.tui.core import view_model as vm
-    from dltop.tui.core.run import RunModel
-    from dltop.tui.core.serieslimit import MAX_SERIES
+    from dltop.tui.core.present import view_model as vm
+    from dltop.tui.core.store.run import RunModel
+    from dltop.tui.core.store.serieslimit import MAX_SERIES
 
     model = RunModel("wide.jsonl")
     model.ingest([{"kind": "step", "step": i, f"m{i}": 1.0} for i in range(MAX_SERIES + 50)])
@@ -418,8 +420,8 @@ def test_the_dashboard_series_are_charted_whatever_fills_the_limit_first() -> No
     """5 000 fields in the first batch (set order is hash order) and the limit full before
     the first sys sample: the loss, its EMA, the timings, the memory and the GPU still
     get their series, and every series a panel draws is one the store always admits."""
-    from dltop.tui.core.panels import CPU_MEMORY, PANELS
-    from dltop.tui.core.serieslimit import MAX_SERIES, RESERVED
+    from dltop.tui.core.present.panels import CPU_MEMORY, PANELS
+    from dltop.tui.core.store.serieslimit import MAX_SERIES, RESERVED
 
     drawn = {s.metric for p in (*PANELS, CPU_MEMORY) for s in p.series}
     assert drawn <= RESERVED
@@ -440,8 +442,8 @@ def test_a_refused_field_costs_no_column(monkeypatch: pytest.MonkeyPatch) -> Non
     naming a new field reads the columns of the fields kept, not 500 more, and a list of
     5 000 numbers past the limit builds no column per element (the work per batch is
     that of the fields kept, whatever the log names)."""
-    from dltop.tui.core import store as store_module
-    from dltop.tui.core.serieslimit import MAX_SERIES
+    from dltop.tui.core.store import runstore as store_module
+    from dltop.tui.core.store.serieslimit import MAX_SERIES
 
     store = Store()
     store.ingest(
@@ -518,8 +520,8 @@ def test_a_list_field_refused_whole_is_not_read_again(monkeypatch: pytest.Monkey
     """A batch that fills the limit as it goes: the list fields that got no series at all
     are refused like any other new name from then on, so a later batch reads the column of
     the one that got a series, not 300 (the work per batch stays that of the fields kept)."""
-    from dltop.tui.core import store as store_module
-    from dltop.tui.core.serieslimit import MAX_SERIES
+    from dltop.tui.core.store import runstore as store_module
+    from dltop.tui.core.store.serieslimit import MAX_SERIES
 
     store = Store()
     store.ingest([{"kind": "step", "step": 0, **{f"m{j}": 1.0 for j in range(MAX_SERIES - 1)}}])

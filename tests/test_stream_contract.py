@@ -30,8 +30,8 @@ from dltop.probe import Probe, rendezvous
 from dltop.probe.decoding import LineDecoder, read_records
 from dltop.probe.encoding import encode_record
 from dltop.probe.socket_server import SocketServer
-from dltop.tui.core.run import RunModel
-from dltop.tui.core.socket_source import SocketSource
+from dltop.tui.core.sources.socket_source import SocketSource
+from dltop.tui.core.store.run import RunModel
 from waiting import wait_for
 
 
@@ -117,8 +117,8 @@ def test_a_burst_bigger_than_a_viewer_queue_reaches_a_viewer_that_keeps_up(
 VIEWER = textwrap.dedent(
     """
     import sys, time
-    from dltop.tui.core.run import RunModel
-    from dltop.tui.core.socket_source import SocketSource
+    from dltop.tui.core.store.run import RunModel
+    from dltop.tui.core.sources.socket_source import SocketSource
 
     model = RunModel("killed")
     SocketSource(sys.argv[1], model, fallback_to_file=False).start()

@@ -18,8 +18,14 @@ from pathlib import Path
 
 import pytest
 from dltop.tui.app.app import DltopApp
-from dltop.tui.core.fmt import nbytes
-from dltop.tui.core.ticks import MAX_BYTES, MAX_DEPTH, Ticks, nested_too_deep, sidecar_path
+from dltop.tui.core.diagnosis.ticks import (
+    MAX_BYTES,
+    MAX_DEPTH,
+    Ticks,
+    nested_too_deep,
+    sidecar_path,
+)
+from dltop.tui.core.present.fmt import nbytes
 from test_app_live import wait_for
 from test_app_support import end_time, screen_text, write_log
 
@@ -204,6 +210,7 @@ async def _viewer_starts(tmp_path: Path, plants: dict[str, Callable[[Path], None
         assert app.return_code == 0, name
 
 
+@pytest.mark.slow
 def test_the_viewer_starts_with_a_hostile_sidecar_and_warns_once(tmp_path: Path) -> None:
     plants = {k: v[0] for k, v in HOSTILE.items()}
     if os.geteuid() == 0:

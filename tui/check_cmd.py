@@ -28,18 +28,15 @@ from .check_output import (  # FileResult: re-exported, what check_file() return
     verdict_of,
 )
 from .check_progress import Progress
-from .core import foreign, jobsplit, ranks, rules_worker, shardnorm, workers
-from .core.alerts import SEVERITY_RANK
+from .core.present.safetext import visible, visible_lines
+from .core.ranks import compare as ranks
+from .core.ranks import jobsplit, shardnorm
 from .core.rules import Config, ConfigError
-from .core.safetext import visible, visible_lines
-from .core.socket_source import is_stream_spec, redact
-from .core.sourcefiles import (
-    SourceError,
-    is_missing,
-    list_rank_files,
-    total_size,
-)
-from .core.store import Store
+from .core.rules.alerts import SEVERITY_RANK
+from .core.sources import foreign, rules_worker, workers
+from .core.sources.socket_source import is_stream_spec, redact
+from .core.sources.sourcefiles import SourceError, is_missing, list_rank_files, total_size
+from .core.store.runstore import Store
 
 EXIT_OK, EXIT_WARN, EXIT_CRIT, EXIT_UNREADABLE = 0, 1, 2, 3
 SOURCE_HINT = "pass a .jsonl log written by dltop.probe, or a directory of them"
@@ -162,7 +159,7 @@ def collect(
     results: list[FileResult] = []
     timings: dict[str, ranks.RankTimes] = {}
     # sharded gradients: the other ranks' grad_sq_local first, then the first rank's file
-    # takes the whole model's grad_norm as it is read (tui/core/shardnorm.py, GradNormJoin).
+    # takes the whole model's grad_norm as it is read (tui/core/ranks/shardnorm.py, GradNormJoin).
     # The other ranks go through worker processes when the job is big enough to pay for
     # them; their shares join in rank order, so the norms are the same floats either way.
     join = shardnorm.GradNormJoin()
@@ -192,7 +189,7 @@ def collect(
     results.sort(key=lambda r: order[r.path])  # back to rank order
     if join.summary is not None and results[0].path == files[0]:
         results[0].notes.append(join.summary)
-    # the ranks of one job side by side: the first failure, a straggler (tui/core/ranks.py)
+    # the ranks of one job side by side: the first failure, a straggler (tui/core/ranks/compare.py)
     ranks.judge([ranks.Rank(r.rank, r.engine, timings.get(r.path)) for r in results])
     return results, skipped
 

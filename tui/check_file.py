@@ -12,13 +12,15 @@ import time
 from collections.abc import Callable
 
 from .check_output import FileResult
-from .core import foreign, pipeline, ranks, rules_worker, shardnorm
-from .core.logbytes import decoder
-from .core.logread import Snapshot
+from .core.diagnosis.status import explain_unrecorded_end, local_pid_alive
+from .core.ranks import compare as ranks
+from .core.ranks import shardnorm
 from .core.rules import Config, RuleEngine
-from .core.sourcefiles import SourceError, open_log
-from .core.status import explain_unrecorded_end, local_pid_alive
-from .core.store import Store
+from .core.sources import foreign, pipeline, rules_worker
+from .core.sources.logbytes import decoder
+from .core.sources.logread import Snapshot
+from .core.sources.sourcefiles import SourceError, open_log
+from .core.store.runstore import Store
 from .report_parallel import store_then_engine
 
 # bytes read and decoded at a time: the viewer's parse size (sources.CHUNK). The records of
@@ -89,7 +91,7 @@ def check_file(
     try:
         with os.fdopen(_open_log(path), "rb") as f:
             # the log as it is now; a live run's log grows meanwhile: read on only with
-            # ``follow_until`` (--follow), and at most until then (tui/core/logread.py)
+            # ``follow_until`` (--follow), and at most until then (tui/core/sources/logread.py)
             snap = Snapshot(f, READ_CHUNK, follow_until)
             done = 0
             if beside is not None and store is not None:  # dltop report: rules in a child

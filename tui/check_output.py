@@ -16,14 +16,14 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ..probe.encoding import sanitize
-from .core.alerts import SEVERITY_RANK, Alert
-from .core.fmt import number as format_number
-from .core.verdict import job_verdict, verdict
+from .core.diagnosis.verdict import job_verdict, verdict
+from .core.present.fmt import number as format_number
+from .core.rules.alerts import SEVERITY_RANK, Alert
 
 if TYPE_CHECKING:
+    from .core.diagnosis.status import RunState
     from .core.rules import RuleEngine
-    from .core.status import RunState
-    from .core.store import Store
+    from .core.store.runstore import Store
 
 
 @dataclass
@@ -45,7 +45,7 @@ _MARKS = {"yes": "[yes]", "no": "[no] ", None: "[ ? ]"}
 
 
 def _first_failure(r: FileResult) -> bool:
-    """This rank failed first among several (tui/core/ranks.py named it)."""
+    """This rank failed first among several (tui/core/ranks/compare.py named it)."""
     return any(a.evidence.get("secondary") is False for a in r.engine.alerts())
 
 
@@ -59,7 +59,7 @@ def _combined_status(results: list[FileResult]) -> RunState:
 
 
 def verdict_of(results: list[FileResult], lang: str = "en") -> str:
-    """The one verdict line of what was checked (``dltop.tui.core.verdict`` words it):
+    """The one verdict line of what was checked (``dltop.tui.core.diagnosis.verdict`` words it):
     the first fault across the ranks, or how the rank the job's status comes from stands."""
     first = primary(results)
     ordered = [first] + [r for r in results if r is not first]
@@ -192,8 +192,8 @@ def checklists(r: FileResult, lang: str) -> dict[int, list[dict[str, Any]]]:
     """Checklist steps with automatic marks, per alert (by id()): the ``checklist`` of each
     alert in ``--json``; empty without the checklist module."""
     try:
-        from .core.checklist_eval import evaluate  # noqa: PLC0415
-        from .core.checklists import checklist_for  # noqa: PLC0415
+        from .core.diagnosis.checklist_eval import evaluate  # noqa: PLC0415
+        from .core.diagnosis.checklists import checklist_for  # noqa: PLC0415
     except ImportError:
         return {}
     facts = r.engine.facts()

@@ -14,9 +14,9 @@ import sys
 import time
 from typing import TextIO
 
-from .core.fmt import nbytes
-from .core.safetext import visible
-from .core.sourcefiles import total_size
+from .core.present.fmt import nbytes
+from .core.present.safetext import visible
+from .core.sources.sourcefiles import total_size
 
 AFTER_S = 1.0  # seconds of checking before the line first shows
 EVERY_S = 0.2  # seconds between two updates of the line

@@ -5,7 +5,7 @@ time; a cluster's dashboards and alerting already scrape Prometheus. One exporte
 node follows that node's rank files (a run folder is one SOURCE) with the viewer's own
 readers and rules (``open_source``, ``RunModel``, ``JobView``: the same alerts, the same
 verdict as ``dltop check``), and serves, at each scrape, the latest values per rank, the
-alerts as 0/1 and the verdict (``tui/core/metrics.py``; the exposition is
+alerts as 0/1 and the verdict (``tui/core/present/metrics.py``; the exposition is
 ``prometheus_client``'s, OpenMetrics when Prometheus asks for it). Prometheus scrapes the
 nodes; docs/architecture.md has the 1 000-rank picture, docs/live.md the details.
 
@@ -25,7 +25,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from . import thresholds_args
-from .core.safetext import visible
+from .core.present.safetext import visible
 from .serve_auth import BindError, parse_bind, url_host
 
 EXIT_CANNOT = 3
@@ -68,13 +68,13 @@ def _fail(message: object) -> int:
 
 def open_watch(spec: str, config: Any, job: str | None) -> Any:
     """One SOURCE followed live: its reader started, its ranks in a ``JobView``."""
-    from .core import metrics
-    from .core.rankjob import JobView
-    from .core.ranklog import RankLog
-    from .core.run import RunModel
-    from .core.socket_source import SocketSource, StreamError, is_stream_spec, redact
-    from .core.source_open import open_source
-    from .core.sources import SourceError
+    from .core.present import metrics
+    from .core.ranks.rankjob import JobView
+    from .core.ranks.ranklog import RankLog
+    from .core.sources.filesource import SourceError
+    from .core.sources.socket_source import SocketSource, StreamError, is_stream_spec, redact
+    from .core.sources.source_open import open_source
+    from .core.store.run import RunModel
 
     model = RunModel(redact(spec), config)
     try:
@@ -94,12 +94,12 @@ def open_watch(spec: str, config: Any, job: str | None) -> Any:
 def open_rank_files(paths: list[str], config: Any, job: str | None) -> Any:
     """Rank files of one folder named one by one (a node's share of a shared folder,
     ``rank{8..15}.jsonl``): one job, judged side by side like a folder."""
-    from .core import metrics
-    from .core.jobs import RANK_FILE
-    from .core.rankjob import JobView
-    from .core.ranklog import RankLog
-    from .core.run import RunModel
-    from .core.sources import FileSource, SourceError
+    from .core.present import metrics
+    from .core.ranks.jobs import RANK_FILE
+    from .core.ranks.rankjob import JobView
+    from .core.ranks.ranklog import RankLog
+    from .core.sources.filesource import FileSource, SourceError
+    from .core.store.run import RunModel
 
     ranks = []
     for path in paths:
@@ -121,8 +121,8 @@ def open_rank_files(paths: list[str], config: Any, job: str | None) -> Any:
 
 def group_sources(specs: list[str]) -> list[str | list[str]]:
     """Each SOURCE alone, except rank files of one folder: together, as one job."""
-    from .core.jobs import is_rank_file
-    from .core.socket_source import is_stream_spec
+    from .core.ranks.jobs import is_rank_file
+    from .core.sources.socket_source import is_stream_spec
 
     out: list[str | list[str]] = []
     folders: dict[str, list[str]] = {}
@@ -155,7 +155,7 @@ class Collector:
             StateSetMetricFamily,
         )
 
-        from .core import metrics
+        from .core.present import metrics
 
         for fam in metrics.collect(self.watched):
             if not fam.samples and fam.kind != "gauge":

@@ -18,7 +18,9 @@ import sys
 import time
 from pathlib import Path
 
-from .core.discover import (
+from .core.present.safetext import visible
+from .core.ranks.jobs import group_live, group_sources, is_rank_file, job_dir, merge_job
+from .core.sources.discover import (
     DEFAULT_LOG_DIR,
     RunInfo,
     describe_live,
@@ -26,9 +28,7 @@ from .core.discover import (
     live_runs,
     recent_logs,
 )
-from .core.jobs import group_live, group_sources, is_rank_file, job_dir, merge_job
-from .core.safetext import visible
-from .core.sourcefiles import is_regular
+from .core.sources.sourcefiles import is_regular
 
 RANKS_READ = 256  # rank files of one job read for its line (the first by name)
 

@@ -2,7 +2,7 @@
 
 The source is read and diagnosed exactly as ``dltop check`` reads it (``check_cmd.collect``:
 the same files, rules, thresholds and ranks judged side by side), and charted as the viewer
-charts it; ``tui/core/report.py`` writes the files. Default output: ``<log>.report.md``
+charts it; ``tui/core/present/report.py`` writes the files. Default output: ``<log>.report.md``
 next to the log, images in ``<log>.report/``. Exit codes: 0 written, 3 the source could
 not be read, the report could not be written, or a bad argument (as ``check``'s 3);
 errors are one line on stderr with a hint, never a traceback.
@@ -16,12 +16,12 @@ import sys
 
 from . import check_cmd, thresholds_args
 from .check_output import primary, verdict_of
-from .core import foreign
-from .core.redact import redact
+from .core.diagnosis.ticks import Ticks
+from .core.present.redact import redact
+from .core.present.safetext import visible
+from .core.present.view_model import alert_key
 from .core.rules import ConfigError
-from .core.safetext import visible
-from .core.ticks import Ticks
-from .core.view_model import alert_key
+from .core.sources import foreign
 
 EXIT_OK, EXIT_FAILED = 0, check_cmd.EXIT_UNREADABLE
 USAGE_EXIT = EXIT_FAILED
@@ -57,8 +57,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from .core import report  # noqa: PLC0415 - `dltop --help` stays instant
-    from .core.extra_panels import parse_panels  # noqa: PLC0415
+    from .core.present import report  # noqa: PLC0415 - `dltop --help` stays instant
+    from .core.present.extra_panels import parse_panels  # noqa: PLC0415
 
     try:
         config = thresholds_args.load(args)

@@ -1,5 +1,5 @@
 """``dltop report`` on one big log: the charts' store built here while a child process
-runs the rules over the same lines (``tui/core/rules_worker.py``).
+runs the rules over the same lines (``tui/core/sources/rules_worker.py``).
 
 Why: a report needs both the rules and the store of every record, and in one process
 they come one after the other (a 1 M-step log: ~7 s of rules, then ~3 s of store). They
@@ -16,10 +16,12 @@ from collections.abc import Callable
 from typing import IO
 
 from ..probe.decoding import LineDecoder
-from .core import pipeline, ranks, rules_worker, shardnorm
-from .core.pipeline import judge_range
+from .core.ranks import compare as ranks
+from .core.ranks import shardnorm
 from .core.rules import Config, RuleEngine
-from .core.store import Store
+from .core.sources import pipeline, rules_worker
+from .core.sources.pipeline import judge_range
+from .core.store.runstore import Store
 
 
 def store_then_engine(

@@ -20,7 +20,7 @@ import sys
 from pathlib import Path
 
 from . import thresholds_args
-from .core.safetext import visible
+from .core.present.safetext import visible
 from .serve_auth import (
     BindError,
     Token,
@@ -145,7 +145,7 @@ def run(args: argparse.Namespace) -> int:
             f"{e.name} is not installed (hint: pip install 'dltop-monitor[web]' brings "
             "textual-serve)"
         )
-    from .core.socket_source import redact
+    from .core.sources.socket_source import redact
 
     title = "dltop " + " ".join(redact(s) for s in args.source) if args.source else "dltop"
     server = DltopServer(

@@ -34,7 +34,7 @@ def add_lang(parser: argparse.ArgumentParser, default: str = "en") -> None:
 
 def _lang(text: str) -> str:
     """A language the checklists ship in: any other was English with no word of it."""
-    from .core.checklists import languages  # noqa: PLC0415 - `--help` stays instant
+    from .core.diagnosis.checklists import languages  # noqa: PLC0415 - `--help` stays instant
 
     known = languages()
     if text not in known:

@@ -15,8 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from . import thresholds_args
-from .core.redact import redact
-from .core.safetext import visible
+from .core.present.redact import redact
+from .core.present.safetext import visible
 
 EXIT_NO_SOURCE = 3
 RUNS_DIR = "dltop-runs"
@@ -42,7 +42,7 @@ def _refresh_hz(text: str) -> float:
 
 
 def _smooth(text: str) -> float:
-    from .core.smoothing import parse_weight
+    from .core.store.smoothing import parse_weight
 
     try:
         return parse_weight(text)
@@ -102,7 +102,7 @@ class SourceError(Exception):
 
 def newest_log(root: Path) -> Path | None:
     """The most recently modified ``*.jsonl`` under ``root`` (any depth, as `dltop ls`)."""
-    from .core.discover import recent_logs
+    from .core.sources.discover import recent_logs
 
     found = recent_logs(root, limit=1)
     return found[0] if found else None
@@ -115,9 +115,9 @@ def newest_live_run() -> Path | str | None:
     A registered run whose socket refuses (its process hung up its server, or the pid
     was recycled) is passed over for the next one; none at all gives ``None``.
     """
-    from .core.discover import live_runs
-    from .core.jobs import job_dir
-    from .core.socket_source import StreamError, connect, parse_address
+    from .core.ranks.jobs import job_dir
+    from .core.sources.discover import live_runs
+    from .core.sources.socket_source import StreamError, connect, parse_address
 
     for run in live_runs():
         address = f"unix:{run['socket']}"
@@ -147,7 +147,7 @@ def resolve_source(source: str | None, cwd: Path | None = None) -> Path | str:
         found = newest_log(cwd / RUNS_DIR)
         if found is None:
             raise SourceError(START_HINT)
-        from .core.jobs import job_dir
+        from .core.ranks.jobs import job_dir
 
         return job_dir(str(found)) or found  # one rank of a job: the whole job
     if not source.strip():  # `dltop "$LOG"` with the variable unset: not the current folder
@@ -155,7 +155,7 @@ def resolve_source(source: str | None, cwd: Path | None = None) -> Path | str:
             "an empty SOURCE (hint: pass the log file, or nothing for the newest run)"
         )
     if source.startswith(("unix:", "tcp://")):
-        from .core.socket_source import StreamError, connect, parse_address
+        from .core.sources.socket_source import StreamError, connect, parse_address
 
         try:
             connect(parse_address(source), timeout=2.0).close()  # alive now, or a hint
@@ -165,7 +165,7 @@ def resolve_source(source: str | None, cwd: Path | None = None) -> Path | str:
     path = Path(source).expanduser()
     if not path.is_absolute():
         path = cwd / path
-    from .core import foreign
+    from .core.sources import foreign
 
     fmt = foreign.detect(str(path))
     if fmt is not None:  # another tool's log: trainer_state.json, metrics.csv, tfevents
@@ -177,8 +177,8 @@ def resolve_source(source: str | None, cwd: Path | None = None) -> Path | str:
             raise SourceError(str(e)) from None
         return path
     if path.is_dir():
-        from .core.sourcefiles import SourceError as CoreError
-        from .core.sourcefiles import list_rank_files
+        from .core.sources.sourcefiles import SourceError as CoreError
+        from .core.sources.sourcefiles import list_rank_files
 
         skipped: list[str] = []  # a FIFO or device named *.jsonl: left out, never opened
         try:
@@ -192,7 +192,7 @@ def resolve_source(source: str | None, cwd: Path | None = None) -> Path | str:
         if not logs:
             raise SourceError(f"{source}: directory has no *.jsonl logs (hint: pass the log file)")
         return path
-    from .core.sourcefiles import is_missing
+    from .core.sources.sourcefiles import is_missing
 
     if is_missing(str(path)):  # a symlink loop or no permission: named by check_log_file
         hint = ""
@@ -203,8 +203,8 @@ def resolve_source(source: str | None, cwd: Path | None = None) -> Path | str:
         else:
             hint = " (hint: `dltop ls` lists the live runs and the logs under ./dltop-runs)"
         raise SourceError(f"{source}: no such file{hint}")
-    from .core.sources import SourceError as CoreSourceError
-    from .core.sources import check_log_file
+    from .core.sources.filesource import SourceError as CoreSourceError
+    from .core.sources.filesource import check_log_file
 
     try:
         check_log_file(str(path))  # readable, and looks like a log (the core's verdict)
@@ -255,8 +255,8 @@ def run(args: argparse.Namespace) -> int:
         print(f"dltop: {NOT_A_TERMINAL}", file=sys.stderr)
         return EXIT_NO_SOURCE
     from .app.app import DltopApp  # Textual loads only when the UI starts
-    from .core import foreign
-    from .core.extra_panels import parse_panels
+    from .core.present.extra_panels import parse_panels
+    from .core.sources import foreign
 
     # another tool's log is a finished replay: read once, never followed
     replay = args.replay or all(

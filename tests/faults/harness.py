@@ -208,7 +208,7 @@ def run_engine(sc: Scenario, log: str) -> tuple[int, dict[str, Any] | None, str]
     engine's, the exit code is derived the contract's way.
     """
     from dltop.probe.decoding import read_records
-    from dltop.tui.core.alerts import SEVERITY_RANK
+    from dltop.tui.core.rules.alerts import SEVERITY_RANK
 
     try:
         engine = _engine(sc)

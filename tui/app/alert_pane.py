@@ -12,17 +12,17 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from ..core import view_model as vm
-from ..core.safetext import visible
+from ..core.present import view_model as vm
+from ..core.present.safetext import visible
 from .checklist import ChecklistPane, StepList
 from .mixin_base import AppMixin
 from .toast import notify_wrapped
 
 if TYPE_CHECKING:
-    from ..core.alerts import Alert
-    from ..core.checklist_eval import CheckedStep
-    from ..core.run import RunModel
-    from ..core.ticks import Ticks
+    from ..core.diagnosis.checklist_eval import CheckedStep
+    from ..core.diagnosis.ticks import Ticks
+    from ..core.rules.alerts import Alert
+    from ..core.store.run import RunModel
 
 
 class AlertPane(AppMixin):

@@ -4,7 +4,7 @@ Data flow (docs/architecture.md): the source's reader thread ingests chunks into
 RunModel and posts ONE ``Ingested`` message per chunk; nothing is drawn then. A timer at
 ``refresh_hz`` (2-4 Hz) compares the model's version with what was last drawn and asks
 only the panels whose data (or view) changed to pull fresh decimated data. Every number
-shown comes from ``dltop.tui.core.view_model``; the widgets only draw it.
+shown comes from ``dltop.tui.core.present.view_model``; the widgets only draw it.
 
 This module wires the source, the model and the screen together (layout, reader, timer);
 the keys live in mixins, one concern each: ``view_keys.py`` (zoom, scale, pause, cursor,
@@ -27,15 +27,15 @@ from textual.css.query import NoMatches
 from textual.geometry import Size
 from textual.widgets import Input, Static
 
-from ..core import rankjob
-from ..core import view_model as vm
-from ..core.foreign_source import ForeignSource
-from ..core.i18n import tr
-from ..core.overlay import OverlayView
-from ..core.overlay_source import OverlaySource
-from ..core.safetext import visible
-from ..core.socket_source import SocketSource, redact
-from ..core.sources import FileSource
+from ..core.present import view_model as vm
+from ..core.present.i18n import tr
+from ..core.present.overlay import OverlayView
+from ..core.present.safetext import visible
+from ..core.ranks import rankjob
+from ..core.sources.filesource import FileSource
+from ..core.sources.foreign_source import ForeignSource
+from ..core.sources.overlay_source import OverlaySource
+from ..core.sources.socket_source import SocketSource, redact
 from .alert_pane import AlertPane
 from .badges import Badge, BadgeBar
 from .cards import GpuPanel
@@ -57,7 +57,7 @@ from .view_keys import ViewKeys
 
 if TYPE_CHECKING:
     from ..core.rules.config import Config
-    from ..core.run import RunModel
+    from ..core.store.run import RunModel
 
 COMPACT_WIDTH, COMPACT_HEIGHT = 110, 32
 # fits 80 columns (the smallest supported terminal); the rest (e: svg) is in the help

@@ -32,8 +32,8 @@ from textual.message import Message
 from textual.strip import Strip
 from textual.widget import Widget
 
-from ..core.axis import row_of, step_ticks, time_ticks, y_ticks
-from ..core.chartdata import (
+from ..core.present.axis import row_of, step_ticks, time_ticks, y_ticks
+from ..core.present.chartdata import (
     FLOOR_MARK,
     LEGEND,
     OFF_DOWN,
@@ -42,9 +42,9 @@ from ..core.chartdata import (
     off_scale_marks,
     y_range,
 )
-from ..core.overlay import FAINT, RUN_COLOURS, RUN_STYLES
-from ..core.raster import rasterise
-from ..core.textfit import fit_spans
+from ..core.present.overlay import FAINT, RUN_COLOURS, RUN_STYLES
+from ..core.present.raster import rasterise
+from ..core.present.textfit import fit_spans
 from .chart_thread import ChartThread
 
 GUTTER = 9  # y-axis label width, including the separator

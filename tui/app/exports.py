@@ -11,14 +11,14 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ..core.safetext import visible
+from ..core.present.safetext import visible
 from .mixin_base import AppMixin
 from .toast import notify_wrapped
 
 if TYPE_CHECKING:
-    from ..core.run import RunModel
-    from ..core.ticks import Ticks
-    from ..core.view_model import Clock, ViewState
+    from ..core.diagnosis.ticks import Ticks
+    from ..core.present.view_model import Clock, ViewState
+    from ..core.store.run import RunModel
 
 
 class Exports(AppMixin):
@@ -50,8 +50,8 @@ class Exports(AppMixin):
         notify_wrapped(self, f"screenshot saved to {visible(path)}", timeout=6)
 
     def action_report(self) -> None:
-        """Write ``dltop report`` of the run as shown (tui/core/report.py) and say where."""
-        from ..core.report import write_from_model
+        """Write ``dltop report`` of the run as shown (tui/core/present/report.py) and say where."""
+        from ..core.present.report import write_from_model
 
         try:
             source = self._shown_source(self.source)

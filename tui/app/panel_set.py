@@ -14,10 +14,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from ..core import view_model as vm
-from ..core.alerts import CRITICAL, WARNING
-from ..core.extra_panels import pickable
-from ..core.panels import spec_for
+from ..core.present import view_model as vm
+from ..core.present.extra_panels import pickable
+from ..core.present.panels import spec_for
+from ..core.rules.alerts import CRITICAL, WARNING
 from .cards import GpuPanel
 from .chart import Chart
 from .mixin_base import AppMixin
@@ -26,8 +26,8 @@ from .picker import PanelPicker
 if TYPE_CHECKING:
     from textual.widget import Widget
 
-    from ..core.alerts import Alert
-    from ..core.run import RunModel
+    from ..core.rules.alerts import Alert
+    from ..core.store.run import RunModel
 
 ALWAYS = ("loss", "grad_norm", "lr")  # kept on the smallest terminal
 # the panel an alert is about, for the fourth place on a small terminal

@@ -16,7 +16,7 @@ from textual.screen import ModalScreen
 from textual.widgets import SelectionList, Static
 from textual.widgets.selection_list import Selection
 
-from ..core.extra_panels import MAX_EXTRA, Pickable
+from ..core.present.extra_panels import MAX_EXTRA, Pickable
 
 
 class PanelPicker(ModalScreen[None]):

@@ -16,24 +16,24 @@ from typing import TYPE_CHECKING, Any
 from textual.css.query import NoMatches
 from textual.widgets import Static
 
-from ..core import rankjob
-from ..core import view_model as vm
-from ..core.i18n import tr
-from ..core.rankrows import pick_rows
-from ..core.safetext import visible
-from ..core.ticks import Ticks
+from ..core.diagnosis.ticks import Ticks
+from ..core.present import view_model as vm
+from ..core.present.i18n import tr
+from ..core.present.safetext import visible
+from ..core.ranks import rankjob
+from ..core.ranks.rankrows import pick_rows
 from .mixin_base import AppMixin
 from .rank_table import RankTable
 
 if TYPE_CHECKING:
-    from ..core.alerts import Alert
-    from ..core.crash_view import CrashInfo
-    from ..core.foreign_source import ForeignSource
-    from ..core.overlay_source import OverlaySource
-    from ..core.run import RunModel
-    from ..core.socket_source import SocketSource
-    from ..core.sources import FileSource
-    from ..core.status import RunState
+    from ..core.diagnosis.crash_view import CrashInfo
+    from ..core.diagnosis.status import RunState
+    from ..core.rules.alerts import Alert
+    from ..core.sources.filesource import FileSource
+    from ..core.sources.foreign_source import ForeignSource
+    from ..core.sources.overlay_source import OverlaySource
+    from ..core.sources.socket_source import SocketSource
+    from ..core.store.run import RunModel
 
 HINT_RANKS = "q quit ? help 1-9 zoom m more l log s smooth g goto a alerts c list f rank"
 

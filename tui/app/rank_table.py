@@ -16,8 +16,8 @@ from rich.table import Table
 from rich.text import Text
 from textual.widgets import Static
 
-from ..core.overlay import LETTERS, RUN_COLOURS
-from ..core.rankjob import RankRow
+from ..core.present.overlay import LETTERS, RUN_COLOURS
+from ..core.ranks.rankjob import RankRow
 
 COLUMNS = ("rank", "host", "step", "step time", "data wait", "memory", "status", "alerts", "")
 

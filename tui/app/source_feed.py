@@ -9,21 +9,21 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from ..core import view_model as vm
-from ..core.overlay_source import OverlaySource
-from ..core.safetext import visible
-from ..core.socket_source import SocketSource, StreamError, is_stream_spec
-from ..core.source_open import open_source
-from ..core.sources import FileSource, SourceError
+from ..core.present import view_model as vm
+from ..core.present.safetext import visible
+from ..core.sources.filesource import FileSource, SourceError
+from ..core.sources.overlay_source import OverlaySource
+from ..core.sources.socket_source import SocketSource, StreamError, is_stream_spec
+from ..core.sources.source_open import open_source
 from .messages import Ingested, SourceEnded, SourceFailed
 from .mixin_base import AppMixin
 from .toast import notify_wrapped
 
 if TYPE_CHECKING:
-    from ..core.foreign_source import ForeignSource
-    from ..core.run import RunModel
-    from ..core.ticks import Ticks
-    from ..core.view_model import ViewState
+    from ..core.diagnosis.ticks import Ticks
+    from ..core.present.view_model import ViewState
+    from ..core.sources.foreign_source import ForeignSource
+    from ..core.store.run import RunModel
 
 
 class SourceFeed(AppMixin):

@@ -13,9 +13,9 @@ from typing import TYPE_CHECKING, Any
 
 from textual.widgets import Input
 
-from ..core import view_model as vm
-from ..core.smoothing import lag_bound, step_weight
-from ..core.timeaxis import STEP, TIME, has_wall_clock, move_cursor
+from ..core.present import view_model as vm
+from ..core.present.timeaxis import STEP, TIME, has_wall_clock, move_cursor
+from ..core.store.smoothing import lag_bound, step_weight
 from .cards import GpuPanel
 from .chart import Chart
 from .mixin_base import AppMixin
@@ -23,8 +23,8 @@ from .mixin_base import AppMixin
 if TYPE_CHECKING:
     from textual.widget import Widget
 
-    from ..core.rankjob import JobView
-    from ..core.run import RunModel
+    from ..core.ranks.rankjob import JobView
+    from ..core.store.run import RunModel
 
 
 class ViewKeys(AppMixin):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from ..alerts import SEVERITY_RANK, Alert, Severity
+from .alerts import SEVERITY_RANK, Alert, Severity
 
 if TYPE_CHECKING:
     from .state import EngineState

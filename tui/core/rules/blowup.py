@@ -14,8 +14,8 @@ from collections import deque
 from operator import sub
 from typing import Any
 
-from ..alerts import CRITICAL, WARNING, Severity
-from ..fmt import number as fmt
+from ..present.fmt import number as fmt
+from .alerts import CRITICAL, WARNING, Severity
 from .window import median_of
 
 TINY_LOG = math.log(1e-6)  # below this a loss is float noise: no early blow-up from there

@@ -23,8 +23,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from ..alerts import WARNING
-from ..fmt import number as fmt
+from ..present.fmt import number as fmt
+from .alerts import WARNING
 from .base import Rule, Tracker
 from .window import finite_losses, median_of
 

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from ..alerts import CRITICAL, INFO, WARNING, Severity
-from ..ending import Ending, RunEnding, event_ending, is_clean_exit, is_interrupt
+from ..diagnosis.ending import Ending, RunEnding, event_ending, is_clean_exit, is_interrupt
+from .alerts import CRITICAL, INFO, WARNING, Severity
 from .base import Rule, Tracker
 
 if TYPE_CHECKING:
@@ -24,7 +24,7 @@ _OOM_TEXT = ("out of memory", "can't allocate memory", "cannot allocate memory")
 def _diagnose(event: dict[str, Any]) -> Any:
     """crashdiag.diagnose, or None when it is missing or fails: a crash must still be reported."""
     try:
-        from ..crashdiag import diagnose  # noqa: PLC0415 - optional at import time
+        from ..diagnosis.crashdiag import diagnose  # noqa: PLC0415 - optional at import time
     except ImportError:
         return None
     try:
@@ -47,7 +47,7 @@ class Crashes(Rule):
         self.interrupted = False
         self.signal: str | None = None
         self.system_exit_ok = False
-        self.run_ending = RunEnding()  # how the run ended so far (dltop.tui.core.ending)
+        self.run_ending = RunEnding()  # how the run ended so far (dltop.tui.core.diagnosis.ending)
 
     def alert_trackers(self) -> list[Tracker]:
         return list(self.trackers.values())

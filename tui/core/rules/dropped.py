@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from ....probe.schema import MAX_STEP, as_step
-from ..alerts import WARNING
+from .alerts import WARNING
 from .base import Rule, Tracker
 
 if TYPE_CHECKING:

@@ -18,14 +18,14 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 from ....probe.schema import as_float
-from ..alerts import Alert
-from ..facts import Fact
+from ..diagnosis.facts import Fact
+from .alerts import Alert
 from .evals import eval_losses, eval_step
 from .ruleset import RuleSet
 from .steploop import feed_steps, on_step
 
 if TYPE_CHECKING:
-    from ..status import RunState
+    from ..diagnosis.status import RunState
 
 
 class RuleEngine(RuleSet):
@@ -151,6 +151,6 @@ class RuleEngine(RuleSet):
         return collect_facts(self)
 
     def status(self, now: float | None = None, pid_alive: bool | None = None) -> RunState:
-        from ..status import run_state  # noqa: PLC0415
+        from ..diagnosis.status import run_state  # noqa: PLC0415
 
         return run_state(self, now=now, pid_alive=pid_alive)

@@ -13,8 +13,8 @@ from itertools import repeat
 from typing import TYPE_CHECKING, Any
 
 from ....probe.schema import as_float
-from ..alerts import CRITICAL, INFO, WARNING, Severity
-from ..fmt import number as fmt
+from ..present.fmt import number as fmt
+from .alerts import CRITICAL, INFO, WARNING, Severity
 from .base import Rule, Tracker
 
 if TYPE_CHECKING:

@@ -18,9 +18,9 @@ from collections import deque
 from typing import TYPE_CHECKING, Any
 
 from ....probe.schema import as_float
-from ..alerts import CRITICAL, WARNING, Severity
-from ..fmt import mib
-from ..fmt import number as fmt
+from ..present.fmt import mib
+from ..present.fmt import number as fmt
+from .alerts import CRITICAL, WARNING, Severity
 from .base import Rule, Tracker
 from .window import linear_fit
 

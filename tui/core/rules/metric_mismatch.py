@@ -16,8 +16,8 @@ import re
 from typing import TYPE_CHECKING, Any
 
 from ....probe.schema import as_float
-from ..alerts import WARNING
-from ..fmt import number as fmt
+from ..present.fmt import number as fmt
+from .alerts import WARNING
 from .base import Rule, Tracker
 from .evals import MAX_EVAL_SETS, MAX_SET_NAME, eval_step
 

@@ -15,8 +15,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ..alerts import CRITICAL, INFO, WARNING, Severity
-from ..fmt import number as fmt
+from ..present.fmt import number as fmt
+from .alerts import CRITICAL, INFO, WARNING, Severity
 from .base import Rule, Tracker, held_steps
 from .window import median_of
 

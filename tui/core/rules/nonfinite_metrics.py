@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from ..alerts import INFO, WARNING, Severity
+from .alerts import INFO, WARNING, Severity
 from .base import Rule, Tracker
 
 if TYPE_CHECKING:

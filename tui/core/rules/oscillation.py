@@ -10,8 +10,8 @@ from collections import deque
 from operator import mul, sub
 from typing import TYPE_CHECKING
 
-from ..alerts import WARNING
-from ..fmt import number as fmt
+from ..present.fmt import number as fmt
+from .alerts import WARNING
 from .base import Rule, Tracker
 from .window import finite_losses
 

@@ -24,8 +24,8 @@ import math
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from ..alerts import INFO, WARNING, Alert
-from ..fmt import number as fmt
+from ..present.fmt import number as fmt
+from .alerts import INFO, WARNING, Alert
 from .base import Rule, Tracker
 from .evals import MAX_EVAL_SETS, eval_losses, eval_step
 from .evalseries import (

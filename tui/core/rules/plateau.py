@@ -32,9 +32,9 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from ....probe.schema import EV_EXIT
-from ..alerts import INFO, WARNING, Alert, Severity
-from ..ending import Ending, RunEnding
-from ..fmt import number as fmt
+from ..diagnosis.ending import Ending, RunEnding
+from ..present.fmt import number as fmt
+from .alerts import INFO, WARNING, Alert, Severity
 from .base import Rule, Tracker
 from .window import falling_z, finite_losses, median_of
 

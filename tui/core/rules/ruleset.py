@@ -11,7 +11,6 @@ the engine.
 
 from __future__ import annotations
 
-from ..alerts import CRITICAL, WARNING
 from . import (
     collapse,
     crashes,
@@ -29,6 +28,7 @@ from . import (
     spikes,
     stall,
 )
+from .alerts import CRITICAL, WARNING
 from .base import Rule
 from .config import Config
 from .state import EngineState

@@ -18,10 +18,10 @@ import hashlib
 from collections import deque
 from typing import TYPE_CHECKING, Any
 
-from ..alerts import WARNING, Alert
+from .alerts import WARNING, Alert
 
 if TYPE_CHECKING:
-    from ..alerts import AlertSink
+    from .alerts import AlertSink
 
 
 MAX_RUNS_KEPT = 16  # metas kept to name the writers in a mixed_runs alert; the rest are counted

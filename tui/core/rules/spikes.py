@@ -13,8 +13,8 @@ import math
 from collections import deque
 from typing import TYPE_CHECKING
 
-from ..alerts import CRITICAL, INFO, WARNING, Alert, Severity
-from ..fmt import number as fmt
+from ..present.fmt import number as fmt
+from .alerts import CRITICAL, INFO, WARNING, Alert, Severity
 from .base import Rule, Tracker
 from .window import median_of
 

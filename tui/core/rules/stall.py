@@ -13,8 +13,8 @@ from operator import sub
 from typing import TYPE_CHECKING, Any, cast
 
 from ....probe.schema import as_float
-from ..alerts import CRITICAL, INFO, WARNING, Alert, Severity
-from ..fmt import number as fmt
+from ..present.fmt import number as fmt
+from .alerts import CRITICAL, INFO, WARNING, Alert, Severity
 from .base import Rule, Tracker
 from .window import Rolling
 

@@ -15,7 +15,7 @@ import math
 from collections import deque
 from typing import Any
 
-from ..alerts import AlertSink
+from .alerts import AlertSink
 from .config import Config
 from .figures import Figures
 from .segments import Segments

@@ -1,0 +1,223 @@
+"""The charts across a job's ranks: per column the median over the ranks, with the
+ranks' min–max band under the panel's main series.
+
+Each rank's series is decimated to the chart's buckets by its own store (block summaries:
+O(width) per rank, not O(steps)), then combined per bucket at draw time: O(ranks x
+width) per series, only for the panels whose series changed (:func:`job_signature`).
+No Textual here (``tests/test_boundaries.py``).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from ..present import panels
+from ..present.chartdata import EMA, ChartData, Trace
+from ..present.fmt import compact
+from ..present.timeaxis import TIME, TimeColumns, has_wall_clock
+from ..rules.window import median_of
+from ..store import smoothing
+from .ranklog import RankLog
+
+if TYPE_CHECKING:
+    from ..present.view_model import ViewState
+    from ..store.run import RunModel
+
+BAND = "band"  # the chart style of the min–max band across ranks
+
+
+def job_window(ranks: Sequence[RankLog], state: ViewState) -> tuple[int, int]:
+    """The steps the charts span: the chosen window, else every rank's steps."""
+    if state.window is not None:
+        return state.window
+    lo: int | None = None
+    hi: int | None = None
+    for r in ranks:
+        with r.model.lock:
+            b = panels.bounds(r.model.store)
+        if b is not None:
+            lo = b[0] if lo is None else min(lo, b[0])
+            hi = b[1] if hi is None else max(hi, b[1])
+    return (lo, hi) if lo is not None and hi is not None else (0, 0)
+
+
+def job_signature(
+    ranks: Sequence[RankLog],
+    key: str,
+    state: ViewState,
+    window: tuple[int, int] | None = None,
+) -> tuple[Any, ...]:
+    """Changes whenever the panel across ranks would draw something different: one version
+    number per rank (a rank's new records redraw every panel across ranks, as they would
+    anyway while the job runs; a signature per rank and panel cost 64 x 7 lookups a tick)."""
+    versions = tuple(int(r.model.version) for r in ranks)
+    span = window if window is not None else job_window(ranks, state)
+    return (key, versions, span, state.cursor, state.log_loss, state.smoothing, state.x_axis)
+
+
+def job_x(
+    ranks: Sequence[RankLog], state: ViewState, span: tuple[int, int], buckets: int
+) -> TimeColumns | None:
+    """A wall-time axis across ranks, on the clock of the first rank that has one: the
+    ranks of a data-parallel job take each step together (the all-reduce waits for the
+    slowest), so a step's moment is the same on every rank to within that step."""
+    if state.x_axis != TIME:
+        return None
+    for r in ranks:
+        with r.model.lock:
+            store = r.model.store
+            if has_wall_clock(store):
+                return panels.x_columns(store, state, span[0], span[1], buckets)
+    return None
+
+
+@dataclass
+class _Column:
+    """One rank's series in the chart's buckets (transformed: scaled or inverted)."""
+
+    lo: list[float | None]
+    hi: list[float | None]
+    bad: list[bool]
+    at: float | None  # the value at the cursor (else the latest)
+
+
+def column(
+    model: RunModel,
+    metric: str,
+    span: tuple[int, int],
+    buckets: int,
+    at: int | None,
+    invert: bool,
+    smooth: float = 0.0,
+    x: TimeColumns | None = None,
+) -> _Column | None:
+    """One rank's (or run's) ``metric`` in the chart's buckets; with ``smooth``, its
+    smoothed copy at that weight (``Store.smoothed``)."""
+    with model.lock:
+        store = model.store
+        series = store.smoothed(metric, smooth) if smooth else store.series(metric)
+        if series is None or not len(series):
+            return None
+        d = panels.decimate(series, span[0], span[1], buckets, x)
+        point = series.at_step(at) if at is not None else series.last()
+        scale = panels.scale_of(store, metric)  # GPU memory in % of the device
+    value = point[1] if point is not None else None
+    lo, hi = d.lo, d.hi
+    if invert:  # steps/s from step time: 1/x swaps min and max
+        lo = [1.0 / v if v else None for v in d.hi]
+        hi = [1.0 / v if v else None for v in d.lo]
+        value = 1.0 / value if value else None
+    elif scale is not None:
+        lo = [None if v is None else v * scale for v in lo]
+        hi = [None if v is None else v * scale for v in hi]
+        value = None if value is None else value * scale
+    return _Column(lo, hi, d.bad, value)
+
+
+def _combine(
+    columns: list[_Column], width: int
+) -> tuple[list[float | None], list[float | None], list[float | None], list[bool]]:
+    """Per bucket: the median across ranks (of each rank's bucket mid-point), the lowest
+    minimum and highest maximum of any rank, and whether any rank had a NaN/Inf there."""
+    med: list[float | None] = []
+    lows: list[float | None] = []
+    highs: list[float | None] = []
+    bad: list[bool] = []
+    for i in range(width):
+        mids: list[float] = []
+        lo: float | None = None
+        hi: float | None = None
+        flag = False
+        for c in columns:
+            if i < len(c.bad) and c.bad[i]:
+                flag = True
+            a, b = c.lo[i], c.hi[i]
+            if a is None or b is None:
+                continue
+            mids.append(0.5 * (a + b))
+            lo = a if lo is None or a < lo else lo
+            hi = b if hi is None or b > hi else hi
+        med.append(median_of(mids))
+        lows.append(lo)
+        highs.append(hi)
+        bad.append(flag)
+    return med, lows, highs, bad
+
+
+def _has(model: RunModel, metric: str) -> bool:
+    with model.lock:
+        return model.store.series(metric) is not None
+
+
+def _band_series(spec: panels.PanelSpec) -> panels.Series:
+    """The series whose spread across ranks the band shows: the one named first."""
+    return next((s for s in spec.series if s.lead), spec.series[0])
+
+
+def _spec(ranks: Sequence[RankLog], key: str) -> panels.PanelSpec:
+    for r in ranks:
+        with r.model.lock:
+            spec = panels.panel_spec(r.model.store, key)
+            if any(r.model.store.series(s.metric) is not None for s in spec.series):
+                return spec
+    with ranks[0].model.lock:
+        return panels.panel_spec(ranks[0].model.store, key)
+
+
+def job_chart(
+    ranks: Sequence[RankLog],
+    key: str,
+    state: ViewState,
+    buckets: int,
+    window: tuple[int, int] | None = None,
+) -> ChartData:
+    """One panel across ranks: per series the median line over the ranks, the main
+    series' min–max band under it, and in the legend the rank with the highest value."""
+    spec = _spec(ranks, key)
+    start, end = window if window is not None else job_window(ranks, state)
+    span = (start, end)
+    width = max(1, buckets)
+    at = state.cursor
+    x = job_x(ranks, state, span, width)
+    band_of = _band_series(spec)
+    traces: list[Trace] = []
+    bands: list[Trace] = []
+    legend: list[str] = []
+    weight = state.smoothing
+    wanted = [
+        (s.metric, smoothing.label(weight) if s.style == EMA else s.label, s.style, s.connect,
+         s is band_of, False, weight if s.style == EMA else 0.0, s.markers)
+        for s in spec.series
+        if s.style != EMA or weight
+    ]  # fmt: skip
+    if key == "throughput" and not any(_has(r.model, "samples_per_s") for r in ranks):
+        wanted = [("step_time", "steps/s", "raw", True, True, True, 0.0, False)]
+    unit = "" if wanted and wanted[0][5] else spec.unit
+    for metric, label, style, connect, banded, invert, smooth, markers in wanted:
+        named = [
+            (r, c)
+            for r in ranks
+            if (c := column(r.model, metric, span, width, at, invert, smooth, x))
+        ]
+        if not named:
+            continue
+        med, lows, highs, bad = _combine([c for _, c in named], width)
+        if banded and len(named) > 1:
+            bands.append(Trace(f"{label} min–max", lows, highs, (), BAND, connect))
+        traces.append(Trace(label, med, med, bad, style, connect, markers))
+        values = [(r, c.at) for r, c in named if c.at is not None and math.isfinite(c.at)]
+        if values:
+            mid = compact(median_of(v for _, v in values), unit)
+            text = f"{label} {mid}"
+            top, v = max(values, key=lambda rv: rv[1])
+            if banded and compact(v, unit) != mid:  # ranks that agree name no one
+                text += f" max {top.name} {compact(v, unit)}"
+            if banded:
+                legend.insert(0, text)
+            else:
+                legend.append(text)
+    # the band first: the median lines are drawn over it
+    return panels.assemble(spec, state, start, end, bands + traces, legend, at, unit, x=x)

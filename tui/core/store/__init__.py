@@ -1,0 +1,4 @@
+"""One run held in memory: its columns (``runstore``), series, smoothing and
+decimation, its events, and ``RunModel`` (store + rules engine) that a source feeds
+and the UI reads.
+"""
