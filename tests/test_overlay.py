@@ -225,7 +225,7 @@ def test_one_scale_decision_for_a_run_a_job_and_an_overlay() -> None:
     two blown-up runs are on a log axis, one beside a healthy run is off-scale instead
     (test_a_run_that_blows_up_is_drawn_off_scale...)."""
     from dltop.tui.core.present.panels import panel_chart
-    from dltop.tui.core.ranks.jobcharts import job_chart
+    from dltop.tui.core.ranks.jobview import job_chart
 
     runs = _runs("healthy", "blowup")
     both = _runs("blowup", "blowup")

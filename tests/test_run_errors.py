@@ -23,8 +23,8 @@ from dltop.tui.core.present import view_model as vm
 from dltop.tui.core.present.header_view import ERROR_NOTE, error_note
 from dltop.tui.core.present.overlay import OverlayView
 from dltop.tui.core.present.safetext import is_safe
+from dltop.tui.core.ranks.jobview import pick_rows
 from dltop.tui.core.ranks.rankjob import JobView, RankLog
-from dltop.tui.core.ranks.rankrows import pick_rows
 from dltop.tui.core.store.run import RunModel
 from test_app_live import wait_for
 from test_app_support import screen_text

@@ -30,7 +30,8 @@ from .check_output import (  # FileResult: re-exported, what check_file() return
 from .check_progress import Progress
 from .core.present.safetext import visible, visible_lines
 from .core.ranks import compare as ranks
-from .core.ranks import jobsplit, shardnorm
+from .core.ranks import shardnorm
+from .core.ranks.jobs import choose as choose_job
 from .core.rules import Config, ConfigError
 from .core.rules.alerts import SEVERITY_RANK
 from .core.sources import foreign, rules_worker, workers
@@ -283,7 +284,7 @@ def _log_files(source: str, skipped: list[str], aside: list[str]) -> list[str]:
     """The log, or a directory's rank files in rank order (the viewer's own list:
     ``sourcefiles.list_rank_files``); special files there are left out with a note. A
     folder of separate runs, or of several jobs' ranks, gives its newest run or job, and
-    ``aside`` says so (``jobsplit.choose``, as the viewer chooses)."""
+    ``aside`` says so (``jobs.choose``, as the viewer chooses)."""
     if is_stream_spec(source):
         raise CheckError(f"{source} is a live socket; `dltop check` reads log files")
     if foreign.detect(source) is not None:  # another tool's log (a file or a folder)
@@ -298,7 +299,7 @@ def _log_files(source: str, skipped: list[str], aside: list[str]) -> list[str]:
         if not found:
             raise CheckError(skipped[0] if skipped else f"directory {source} holds no .jsonl log")
         # separate runs, or several jobs' ranks: the newest alone, as the viewer opens it
-        chosen = jobsplit.choose(source, found)
+        chosen = choose_job(source, found)
         if chosen.note:
             aside.append(chosen.note)
         return [r.path for r in chosen.files]

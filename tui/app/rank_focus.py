@@ -21,7 +21,7 @@ from ..core.present import view_model as vm
 from ..core.present.i18n import tr
 from ..core.present.safetext import visible
 from ..core.ranks import rankjob
-from ..core.ranks.rankrows import pick_rows
+from ..core.ranks.jobview import pick_rows
 from .mixin_base import AppMixin
 from .rank_table import RankTable
 

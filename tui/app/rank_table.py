@@ -53,7 +53,7 @@ class RankTable(Static):
     def show(self, rows: list[RankRow], unit: str = "rank", more: str = "") -> None:
         """Lay the rows out again only when one changed; ``unit``: "rank", or "run" for
         overlaid runs (the first column's name); ``more``: a line on the rows left out
-        (``rankrows.pick_rows``)."""
+        (``jobview.pick_rows``)."""
         if rows == self.rows and unit == self.unit and more == self.more:
             return
         self.rows, self.unit, self.more = list(rows), unit, more

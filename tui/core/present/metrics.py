@@ -27,8 +27,8 @@ from ..rules.alerts import SEVERITY_RANK, Alert
 from .safetext import visible
 
 if TYPE_CHECKING:
+    from ..ranks.jobs import RankLog
     from ..ranks.rankjob import JobView
-    from ..ranks.ranklog import RankLog
     from ..store.runstore import Store
 
 MAX_LABEL = 128  # characters of a label value taken from a log

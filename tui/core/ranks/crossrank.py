@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 from ..rules.alerts import Alert, AlertSink
 from .compare import FAILURES, Rank, RankTimes, judge
-from .ranklog import RankLog
+from .jobs import RankLog
 
 JUDGED = FAILURES + ("stall",)  # the alerts the cross-rank judgement may annotate
 

@@ -7,12 +7,12 @@ own reader thread (``dirsource.DirectorySource``). What only the ranks side by s
 is computed from those models at the UI's fixed rate, never per record; :class:`JobView`
 here ties it together for the app, the parts live beside it:
 
-- **charts across ranks** (``jobcharts.job_chart``): each rank's series is decimated to the
+- **charts across ranks** (``jobview.job_chart``): each rank's series is decimated to the
   chart's buckets by its own store (block summaries: O(width) per rank, not O(steps)),
   then per bucket the median across ranks is drawn as the line, with the min–max of
   the ranks as a band under the panel's main series. Cost per redraw: O(ranks × width)
   per series, only for the panels whose series changed (:func:`job_signature`);
-- **the rank table** (``rankrows``): per rank its step, step time, data wait,
+- **the rank table** (``jobview``): per rank its step, step time, data wait,
   memory, status and alert count, from the last 50 points of its series;
 - **the cross-rank rules** (``crossrank.CrossRank``, on the view's own thread): the straggler and the first failure of
   ``ranks.py``, the same code ``dltop check`` runs, judged again from scratch at most once
@@ -43,9 +43,19 @@ from ..present.view_model import ViewState, alert_key, alerts_of, locked
 from ..rules.alerts import INFO, SEVERITY_RANK, Alert
 from ..store.run import DELETED_NOTE
 from .crossrank import JUDGE_EVERY, CrossRank
-from .jobcharts import BAND, column, job_chart, job_signature, job_window
-from .ranklog import RankLog
-from .rankrows import RankRow, memory_text, recent, seconds_text, slowest_rank
+from .jobs import RankLog
+from .jobview import (
+    BAND,
+    RankRow,
+    column,
+    job_chart,
+    job_signature,
+    job_window,
+    memory_text,
+    recent,
+    seconds_text,
+    slowest_rank,
+)
 
 if TYPE_CHECKING:
     from ..store.run import RunModel
@@ -359,7 +369,7 @@ class JobView:
         return out
 
     def slowest(self, ranks: Sequence[RankLog]) -> RankLog | None:
-        """The rank the table marks ``slowest`` (``rankrows.slowest_rank``)."""
+        """The rank the table marks ``slowest`` (``jobview.slowest_rank``)."""
         return slowest_rank(ranks, self.cross)
 
     def note(self) -> str:

@@ -13,8 +13,8 @@ import os
 import time
 from typing import Any
 
-from ..ranks import jobsplit
-from ..ranks.ranklog import RankLog
+from ..ranks import jobs
+from ..ranks.jobs import RankLog
 from ..ranks.shardnorm import PeerJoin, has_shares
 from ..store.run import RunModel
 from .filesource import FileSource, OnUpdate
@@ -34,7 +34,7 @@ class DirectorySource(FileSource):
     given, so everything that shows one run keeps working on it; every other rank gets
     its own :class:`RunModel` (its own store and rules: NaN, OOM, memory growth and crashes
     are per process) and its own :class:`FileSource` thread, started with this one.
-    ``ranks`` lists them all in rank order (``ranklog.RankLog``), replaced as a whole when
+    ``ranks`` lists them all in rank order (``jobs.RankLog``), replaced as a whole when
     a rank's file appears later (ranks start seconds apart), so a reader of it never sees
     it half-built. At most ``MAX_RANKS`` are followed: beyond that a note says so.
     """
@@ -55,8 +55,8 @@ class DirectorySource(FileSource):
         if not self.files:
             raise SourceError(f"no .jsonl logs in {self.directory}")
         # a folder of separate runs (./dltop-runs) is no job: its newest run alone; a folder
-        # of several jobs' ranks: its newest job alone (jobsplit.py, as `dltop check DIR`)
-        choice = jobsplit.choose(self.directory, self.files)
+        # of several jobs' ranks: its newest job alone (jobs.py, as `dltop check DIR`)
+        choice = jobs.choose(self.directory, self.files)
         self.separate = separate_runs(self.files)
         self.job = choice.job  # files appearing later join only if they are this job's
         if choice.note:
@@ -171,7 +171,7 @@ class DirectorySource(FileSource):
             with contextlib.suppress(SourceError):  # the directory went away: keep the old list
                 files = list_rank_files(self.directory)
                 job = self.job
-                self.files = files if job is None else [f for f in files if jobsplit.in_job(f, job)]
+                self.files = files if job is None else [f for f in files if jobs.in_job(f, job)]
                 self._add_ranks(self.files)
                 self.join.set_peers([f.path for f in self.files if f.path != self.chosen.path])
 

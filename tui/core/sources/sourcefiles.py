@@ -179,7 +179,7 @@ class RankFile:
     is a run of one process, None when it cannot tell (no meta yet: a rank that has just
     opened its file). ``world`` (its meta's world size) and ``family`` (its name and run
     id with the rank number taken out, each when it holds one: ``rank#.jsonl``,
-    ``exp.rank#``) say which job it belongs to (``jobsplit.py``: a folder holding
+    ``exp.rank#``) say which job it belongs to (``jobs.py``: a folder holding
     several jobs' ranks)."""
 
     path: str
