@@ -11,58 +11,13 @@ crashed training.
 dltop shows the ``crash`` alert with the exception, the step it happened at, and a
 checklist for shape errors. Fix: ``x.flatten(1)`` (or ``x.view(x.size(0), -1)``).
 
-    python -m dltop.demos.crash [--out PATH] [--device cpu|cuda]
+    python -m dltop.demos.crash [--out PATH] [--device cpu|cuda] [--fast]
+
+The training is the loop all these demos share (``runner.py``); what this one
+changes, the fault included (marked ``# BUG``), is its entry in ``scenarios.py``.
 """
 
-import torch
-from dltop.demos._common import pacer, parse_args, setup
-from dltop.probe import Probe
-from torch import nn
-from torch.utils.data import DataLoader, TensorDataset
-
-BATCH_SIZE = 64
-
-
-class Net(nn.Module):
-    def __init__(self) -> None:
-        super().__init__()
-        self.fc1 = nn.Linear(28 * 28, 128)
-        self.fc2 = nn.Linear(128, 10)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x = x.view(BATCH_SIZE, -1)  # BUG: assumes every batch is full; x.flatten(1) is right
-        return self.fc2(torch.relu(self.fc1(x)))
-
-
-def main() -> None:
-    args = parse_args("crash")
-    device = setup(args)
-    pace = pacer(args)  # --fast: full speed
-    print(
-        "crash: the model reshapes with a hard-coded batch size, so the epoch's last, smaller batch crashes."
-    )
-
-    # Synthetic 28x28 "images": 2000 of them, labelled by a random linear teacher.
-    x = torch.randn(2000, 1, 28, 28)
-    y = (x.flatten(1) @ torch.randn(28 * 28, 10)).argmax(dim=1)
-    loader = DataLoader(TensorDataset(x, y), batch_size=BATCH_SIZE, shuffle=True)
-
-    model = Net().to(device)
-    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
-    criterion = nn.CrossEntropyLoss()
-
-    with Probe(path=args.out, model=model, optimizer=opt) as probe:
-        for _epoch in range(3):
-            for xb, yb in probe.loader(loader):
-                xb, yb = xb.to(device), yb.to(device)
-                loss = criterion(model(xb), yb)
-                loss.backward()
-                opt.step()
-                opt.zero_grad()
-                probe.step(loss=loss)
-                pace()
-    print(f"crash: done, log in {args.out}")  # never reached
-
+from dltop.demos.runner import main_for
 
 if __name__ == "__main__":
-    main()
+    main_for("crash")

@@ -12,50 +12,13 @@ elements (above 70 % for several checks while the loss is not improving); its
 checklist suggests a lower learning rate or a warm-up, LeakyReLU/GELU, and checking the
 initialization and input scaling.
 
-    python -m dltop.demos.dead_units [--out PATH] [--device cpu|cuda]
+    python -m dltop.demos.dead_units [--out PATH] [--device cpu|cuda] [--fast]
+
+The training is the loop all these demos share (``runner.py``); what this one
+changes, the fault included (marked ``# BUG``), is its entry in ``scenarios.py``.
 """
 
-import torch
-from dltop.demos._common import pacer, parse_args, setup
-from dltop.probe import Probe
-from torch import nn
-from torch.utils.data import DataLoader, TensorDataset
-
-
-def main() -> None:
-    args = parse_args("dead_units")
-    device = setup(args)
-    pace = pacer(args)  # --fast: full speed
-    print(
-        "dead_units: SGD at lr 0.5, momentum 0.9, no warm-up, drives the ReLUs negative for good."
-    )
-
-    # Synthetic data: a random "teacher" network labels Gaussian inputs into 10 classes.
-    teacher = nn.Sequential(nn.Linear(32, 64), nn.Tanh(), nn.Linear(64, 10))
-    with torch.no_grad():
-        x = torch.randn(8192, 32)
-        y = teacher(x).argmax(dim=1)
-    loader = DataLoader(TensorDataset(x, y), batch_size=64, shuffle=True, drop_last=True)
-
-    model = nn.Sequential(
-        nn.Linear(32, 256), nn.ReLU(), nn.Linear(256, 256), nn.ReLU(), nn.Linear(256, 10)
-    )
-    model.to(device)
-    opt = torch.optim.SGD(model.parameters(), lr=0.5, momentum=0.9)  # BUG: too high, no warm-up
-    criterion = nn.CrossEntropyLoss()
-
-    with Probe(path=args.out, model=model, optimizer=opt) as probe:
-        for _epoch in range(4):
-            for xb, yb in probe.loader(loader):
-                xb, yb = xb.to(device), yb.to(device)
-                loss = criterion(model(xb), yb)
-                loss.backward()
-                opt.step()
-                opt.zero_grad()
-                probe.step(loss=loss)
-                pace()
-    print(f"dead_units: done, log in {args.out}")
-
+from dltop.demos.runner import main_for
 
 if __name__ == "__main__":
-    main()
+    main_for("dead_units")

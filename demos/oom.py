@@ -15,68 +15,13 @@ it, so the script exits with an error like any crashed training. dltop shows the
 ``oom`` alert; its checklist suggests a smaller batch, gradient accumulation, mixed
 precision, activation checkpointing, and looking for tensors kept alive.
 
-    python -m dltop.demos.oom [--out PATH] [--device cpu|cuda]
+    python -m dltop.demos.oom [--out PATH] [--device cpu|cuda] [--fast]
+
+The training is the loop all these demos share (``runner.py``); what this one
+changes, the fault included (marked ``# BUG``), is its entry in ``scenarios.py``.
 """
 
-import resource
-import sys
-
-import torch
-from dltop.demos._common import pacer, parse_args, setup
-from dltop.probe import Probe
-from torch import nn
-
-CAP_BYTES = 768 * 2**20  # how much memory the demo allows itself for the training
-
-
-def cap_memory(device: torch.device) -> None:
-    """Make the out-of-memory come early and harmlessly: a limit this process sets on itself."""
-    if device.type == "cuda":
-        total = torch.cuda.get_device_properties(torch.cuda.current_device()).total_memory
-        torch.cuda.set_per_process_memory_fraction(min(1.0, CAP_BYTES / total))
-        return
-    if not sys.platform.startswith("linux"):  # without a working RLIMIT_AS, nothing would stop it
-        raise SystemExit("oom: the CPU version needs Linux (RLIMIT_AS); try --device cuda")
-    with open("/proc/self/statm") as f:  # first field: address space in use, in pages
-        in_use = int(f.read().split()[0]) * resource.getpagesize()
-    _soft, hard = resource.getrlimit(resource.RLIMIT_AS)
-    limit = in_use + CAP_BYTES if hard == resource.RLIM_INFINITY else min(hard, in_use + CAP_BYTES)
-    resource.setrlimit(resource.RLIMIT_AS, (limit, hard))
-
-
-def main() -> None:
-    args = parse_args("oom")
-    device = setup(args)
-    pace = pacer(args)  # --fast: full speed
-    print(
-        "oom: doubling the batch size every 4 steps under a 768 MB cap until a real allocation fails."
-    )
-
-    # A wide layer: its activations, 16 KB per sample, are what grows with the batch.
-    model = nn.Sequential(nn.Linear(64, 4096), nn.ReLU(), nn.Linear(4096, 10))
-    model.to(device)
-    opt = torch.optim.SGD(model.parameters(), lr=0.01)
-    criterion = nn.CrossEntropyLoss()
-
-    def batches():  # synthetic data; the batch size doubles every 4 steps
-        batch_size = 1024
-        while True:
-            for _ in range(4):
-                yield torch.randn(batch_size, 64), torch.randint(0, 10, (batch_size,))
-            batch_size *= 2  # BUG: nothing stops it at what fits
-
-    with Probe(path=args.out, model=model, optimizer=opt) as probe:
-        cap_memory(device)
-        for xb, yb in probe.loader(batches()):
-            xb, yb = xb.to(device), yb.to(device)
-            loss = criterion(model(xb), yb)
-            loss.backward()
-            opt.step()
-            opt.zero_grad()
-            probe.step(loss=loss)
-            pace()
-    print(f"oom: done, log in {args.out}")  # never reached
-
+from dltop.demos.runner import main_for
 
 if __name__ == "__main__":
-    main()
+    main_for("oom")
