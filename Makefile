@@ -12,7 +12,7 @@ STAMP := $(VENV)/.installed-dev
 # packages, an SPDX licence), and a test keeps them so (tests/test_install.py).
 QUIET := PYTHONWARNINGS=ignore
 
-.PHONY: demo test test-all lint bench clean
+.PHONY: demo test test-slow test-all lint bench clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -26,16 +26,21 @@ DEMO ?= nan
 demo: $(STAMP)
 	$(VENV)/bin/dltop demo $(DEMO)
 
-# TEST_WORKERS=auto spreads the suite over every CPU (pytest-xdist): 16 -> 8.5 min on 2 idle
-# CPUs. Not the default: with two busy processes beside it, a file-rotation and a socket
-# backlog test failed (docs/dev/changelog-diary.md); 0 runs it in this process
-TEST_WORKERS ?= 0
+# The quick tier (`make test`) on every CPU (pytest-xdist); TEST_WORKERS=0 runs it in this
+# process. The long end-to-end runs (trainings, torchrun jobs, every demo, a browser) are
+# marked `slow`: `make test-slow` runs them alone, `make test-all` runs everything. CI runs
+# `make test` and `make test-slow`.
+TEST_WORKERS ?= auto
+SLOW_WORKERS ?= 0
 
 test: $(STAMP)
 	$(PY) -m ruff check .
 	$(PY) -m ruff format --check .
 	$(PY) -m mypy
 	$(PY) -m pytest -q -n $(TEST_WORKERS)
+
+test-slow: $(STAMP)
+	$(PY) -m pytest -q -n $(SLOW_WORKERS) -m slow
 
 test-all: $(STAMP)
 	$(PY) -m pytest -q -n $(TEST_WORKERS) -m ''
