@@ -9,7 +9,7 @@ STAMP := $(VENV)/.installed-dev
 # setuptools warns on every editable install that it is one ("Editable installation...
 # folders with the same name as your package"): true of every editable install, and
 # nothing a user can act on. The project's own warnings are fixed (data folders listed as
-# packages, an SPDX licence), and a test keeps them so (tests/test_install.py).
+# packages, an SPDX licence), and a test keeps them so (tests/project/test_install.py).
 QUIET := PYTHONWARNINGS=ignore
 
 .PHONY: demo test test-slow test-all lint bench clean

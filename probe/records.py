@@ -45,7 +45,7 @@ _OWN_FIELD = "a field of every {} record: this metric is not logged, give it ano
 # subclass, whose __new__ is also Python code) more than doubled the cost of a step()
 # call (2.2 -> 4.7 us measured). Typed all the same: both ends are checked against
 # ``StepItem`` (a value of the wrong type, or a field added on one side only, fails the
-# type checker); the names, in order, are STEP_ITEM (tests/test_overload.py checks a
+# type checker); the names, in order, are STEP_ITEM (tests/probe/test_overload.py checks a
 # real queued step against them).
 StepItem = tuple[
     int,  # builder: the writer's index of StepRecords.build (Writer.register)

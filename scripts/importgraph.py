@@ -10,7 +10,7 @@ fresh clone (``dltop.*`` resolves only through an install or the ``dltop/`` syml
 This walks every import statement of every module under those folders and places it:
 one of our files, the standard library, or a dependency declared in pyproject.toml.
 An import it cannot place is an error, and so is an absolute ``dltop.`` import there.
-``tests/test_static_imports.py`` runs the same walk in ``make test``.
+``tests/project/test_static_imports.py`` runs the same walk in ``make test``.
 """
 
 from __future__ import annotations

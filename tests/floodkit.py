@@ -8,7 +8,7 @@ about that many more bytes), ``load SECONDS HOLD BURST WORK_MS`` (the training's
 file use: ``HOLD`` files kept open, ``BURST`` more opened and closed at every step, a
 step of ``WORK_MS`` of pure-Python work; it reports how many of its ``open()`` calls
 failed, the most descriptors it held and its step times) and ``exit``. Flooders and
-viewers are other processes. Shared by ``tests/test_live_limits.py`` and
+viewers are other processes. Shared by ``tests/probe/test_live_limits.py`` and
 ``benchmarks/live_limits.py``; every wait is bounded.
 """
 

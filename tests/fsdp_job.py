@@ -1,4 +1,4 @@
-"""A tiny sharded job for tests/test_fsdp_norm.py, run under torchrun on gloo (CPU).
+"""A tiny sharded job for tests/ranks/test_fsdp_norm.py, run under torchrun on gloo (CPU).
 
     python -m torch.distributed.run --standalone --nproc_per_node=2 tests/fsdp_job.py OUT
 

@@ -1,4 +1,4 @@
-"""A tiny data-parallel job for tests/test_ranks.py, run under torchrun on gloo (CPU).
+"""A tiny data-parallel job for tests/ranks/test_ranks.py, run under torchrun on gloo (CPU).
 
     python -m torch.distributed.run --standalone --nproc_per_node=3 tests/rank_job.py OUT MODE
 

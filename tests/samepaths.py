@@ -2,7 +2,7 @@
 opened huge (tail first, then the charts and the rules backfilled). The diagnosis must
 not depend on the way: same alert ids, severities and steps.
 
-Used by tests/test_same_answers.py (logs made here and the fault suite's quick logs).
+Used by tests/rules/test_same_answers.py (logs made here and the fault suite's quick logs).
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
 """cuda_tests: the test suite's CUDA tests, on the GPU.
 
-``tests/test_probe_cuda.py`` (training under ``set_sync_debug_mode("error")``, a CUDA
+``tests/probe/test_probe_cuda.py`` (training under ``set_sync_debug_mode("error")``, a CUDA
 tensor lr, CUDA extras, sparse gradients, fp16 with a GradScaler) and
-``tests/test_probe_devices.py`` (the GPU-path decisions with stand-ins, run here too).
+``tests/probe/test_probe_devices.py`` (the GPU-path decisions with stand-ins, run here too).
 Every test of the first file skips without CUDA: on the CPU this part says so and
 passes as ``skip`` when nothing failed.
 """
@@ -17,7 +17,7 @@ from typing import Any
 
 from scripts.gpu_check.common import ROOT, Outcome, main
 
-FILES = ("tests/test_probe_cuda.py", "tests/test_probe_devices.py")
+FILES = ("tests/probe/test_probe_cuda.py", "tests/probe/test_probe_devices.py")
 
 
 def body(args: argparse.Namespace) -> Outcome:

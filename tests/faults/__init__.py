@@ -2,6 +2,6 @@
 
 ``scenarios`` is the catalogue (labels written from the injected fault), ``train``
 the one training entry point, ``harness`` runs trainings as subprocesses and scores
-``dltop check``'s diagnosis against the labels. ``tests/test_fault_suite.py`` runs a
+``dltop check``'s diagnosis against the labels. ``tests/rules/test_fault_suite.py`` runs a
 fast subset; ``benchmarks/detection.py`` runs everything.
 """

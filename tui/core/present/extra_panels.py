@@ -8,7 +8,7 @@ drawn like the built-in ones: the raw line, its smoothed copy, and the eval seri
 same name as a line with markers (an eval point is an event, not a sample of a curve).
 
 A panel's key is ``+<series>``: the person names a series, the panel draws it with its
-eval twin. Nothing here imports Textual (``tests/test_boundaries.py``).
+eval twin. Nothing here imports Textual (``tests/project/test_boundaries.py``).
 """
 
 from __future__ import annotations

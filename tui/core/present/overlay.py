@@ -15,7 +15,7 @@ never per record), with three differences:
 - **no cross-run rules**: a straggler or a "first failure" between unrelated runs means
   nothing.
 
-Everything here runs at the UI's fixed rate; no Textual (``tests/test_boundaries.py``).
+Everything here runs at the UI's fixed rate; no Textual (``tests/project/test_boundaries.py``).
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@ hung job waits for of ``ranks.py`` (the same code ``dltop check`` runs), judged 
 from scratch over copies of the failure and stall alerts, so a judgement is idempotent
 and never writes into a rank's engine; its step timings are fed from the stores, a bounded number of rows per rank per
 judgement, so a huge replay catches up over a few judgements instead of freezing one.
-No Textual here (``tests/test_boundaries.py``).
+No Textual here (``tests/project/test_boundaries.py``).
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@
 - **The rank table**: one row per rank, every field ready to print, and which rank is the
   slowest; ``app/rank_table.py`` lays the rows out.
 
-No Textual here (``tests/test_boundaries.py``).
+No Textual here (``tests/project/test_boundaries.py``).
 """
 
 from __future__ import annotations

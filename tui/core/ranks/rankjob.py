@@ -23,7 +23,7 @@ here ties it together for the app, the parts live beside it:
   step), named with the ranks it fired on (``r0,2 Loss is NaN``); a focused rank shows
   its own alerts and checklist.
 
-No Textual here (``tests/test_boundaries.py``): the app only draws what this returns.
+No Textual here (``tests/project/test_boundaries.py``): the app only draws what this returns.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 Why a class of its own: the rules are typed against this, not against the engine, so no
 rule imports the engine (nor the engine's list of rules), and the import graph has no
-cycle through them (``tests/test_static_imports.py``). The step being judged, parsed
+cycle through them (``tests/project/test_static_imports.py``). The step being judged, parsed
 once (``loss``, ``gn``, ``lr``, ``t``...); the derived figures every rule reads
 (``fig``); the inline thresholds; the facts kept along the way; the sink every alert goes
 to. The engine (``ruleset.RuleSet``, ``engine.RuleEngine``) builds on it and adds the

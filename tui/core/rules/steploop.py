@@ -14,7 +14,7 @@ anything can read it: a block end (the rules' hooks), a record that is not a pla
 The answers are the engine's: a step goes the fast way only when ``on_step`` would change
 exactly what that loop changes (see the conditions in :func:`feed_steps`), so the
 record-by-record path (``feed``) and this one give the same alerts, facts and status
-(``tests/test_step_loop.py`` holds them to the same state after every batch: synthetic
+(``tests/rules/test_step_loop.py`` holds them to the same state after every batch: synthetic
 faults, runs with odd steps of sixteen kinds, the fault suite's quick logs).
 """
 

@@ -6,7 +6,7 @@ a newline), so a fix to how records are read had to be made, and tested, in each
 viewer path (``dltop check``, the report, the follow loop and its backfill, the rules
 child, ``dltop ls``, the sharded-norm join, the socket) now gets its decoder, its byte
 ranges and its first record here; the decoding itself (repairs, limits, skip counts) is
-``probe.decoding.LineDecoder``, shared with the probe. ``tests/test_logbytes.py`` fails
+``probe.decoding.LineDecoder``, shared with the probe. ``tests/sources/test_logbytes.py`` fails
 when a decoder is built anywhere else.
 """
 

@@ -8,7 +8,7 @@ then reads). A fix to that path had to be made, and tested, in each copy. Here i
 function, :func:`feed`; :func:`feed_engine` is the same call for the live paths, where a
 failing rule must not stop the charts; :func:`judge_range` is the one "read bytes
 ``[0, upto)`` of a log and judge them" loop, shared by the rules child and the report's
-fallback. ``tests/test_pipeline.py`` fails when a second module calls the engine's
+fallback. ``tests/sources/test_pipeline.py`` fails when a second module calls the engine's
 ``feed_many``.
 """
 

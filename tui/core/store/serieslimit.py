@@ -18,7 +18,7 @@ _REMEMBERED = 4096  # refused names kept to count each once; past it the count s
 # always admitted, whatever came first: the log format's own step fields and every series
 # the dashboard's panels draw (a log whose first batch holds 5 000 fields in hash order,
 # or fills the limit before its first sys sample, still charts its loss and memory;
-# tests/test_store.py checks that every panel's series is here)
+# tests/store/test_store.py checks that every panel's series is here)
 RESERVED = frozenset(STEP_FIELDS) | {
     "eval.loss", "sys.rss", "sys.gpus.0.util", "sys.gpus.0.mem_used",
 }  # fmt: skip
