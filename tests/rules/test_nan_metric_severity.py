@@ -46,3 +46,32 @@ def test_a_metric_nan_at_first_then_finite_is_a_warning() -> None:
             e.feed({"kind": "eval", "step": i, "t": float(i), "rate": math.nan if i < 200 else 0.4})
     (a,) = [a for a in e.alerts() if a.id == "nan_metric"]
     assert a.severity == "warning" and not a.active
+
+
+def _steps(extra_at: object) -> list[tuple[str, str, int]]:
+    """A step extra ``acc``: finite for 300 steps, then what ``extra_at(i)`` gives."""
+    e = RuleEngine()
+    e.feed({"kind": "meta", "v": 1, "pid": 1, "t": 0.0})
+    for i in range(400):
+        rec = {"kind": "step", "step": i, "t": float(i), "loss": 2.0 * math.exp(-i / 200) + 0.1}
+        rec.update(extra_at(i))  # type: ignore[operator]
+        e.feed(rec)
+    return [(a.id, a.severity, a.step) for a in e.alerts() if a.id == "nan_metric"]
+
+
+def test_a_step_extra_that_goes_nan_is_named_at_its_step() -> None:
+    """The block's quick look (every float finite, every name seen) must not hide the
+    first NaN of a name it has passed 300 times."""
+    got = _steps(lambda i: {"acc": 0.5 if i < 300 else math.nan})
+    assert got == [("nan_metric", "warning", 300)]
+
+
+def test_finite_floats_whose_sum_overflows_raise_nothing() -> None:
+    """Two floats near the largest double sum to Inf: the quick look hands the record to
+    the exact one, which finds every value finite."""
+    assert _steps(lambda i: {"a": 1.5e308, "b": 1.5e308}) == []
+
+
+def test_a_new_name_that_is_nan_from_its_first_value_is_information() -> None:
+    got = _steps(lambda i: {"acc": 0.5} if i < 300 else {"acc": 0.5, "f1": math.nan})
+    assert got == [("nan_metric", "info", 300)]

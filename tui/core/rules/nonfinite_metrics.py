@@ -27,6 +27,7 @@ _STEP_OWN = frozenset({"kind", "step", "t", "loss", "grad_norm"})
 _EVAL_OWN = frozenset({"kind", "step", "t"})
 MAX_METRICS = 16  # metrics followed (names come from the log: any number of them)
 MAX_NAME = 80  # characters of a metric's name kept
+_DONE_MAX = 4 * MAX_METRICS + 8  # names the fast path remembers (ever_finite's bound + own)
 
 
 class _Seen:
@@ -56,6 +57,9 @@ class NonFiniteMetrics(Rule):
         # metrics with a finite value before any NaN (bounded: names come from the log)
         self.ever_finite: set[str] = set()
         self.evals = 0  # eval records read
+        # step fields whose finite values change nothing any more: the step's own, and
+        # those already in ``ever_finite`` (the fast path of ``on_block``; bounded)
+        self.done: set[str] = set()
 
     def alert_trackers(self) -> list[Tracker]:
         return [self.tr]
@@ -63,8 +67,23 @@ class NonFiniteMetrics(Rule):
     def on_block(self, e: EngineState, b: Block) -> None:
         if not self.on:
             return
+        done = self.done
+        quiet = not self.seen and not self.tr.active
         for step, rec in zip(b.steps, b.recs, strict=True):
+            # the common record: no metric bad so far, every float finite (their sum is: a
+            # NaN or an Inf would make it NaN or Inf), each float's name one of the step's
+            # own or already in ``ever_finite``. Reading it would change nothing: skipped.
+            # Any other record, or a sum that overflowed, takes the exact path.
+            floats = {k for k, v in rec.items() if type(v) is float}
+            if quiet and floats <= done:
+                total = sum(map(rec.__getitem__, floats))
+                if total - total == 0.0:
+                    continue
             self._record(e, rec, step, "")
+            quiet = not self.seen and not self.tr.active
+            if len(done) < _DONE_MAX:
+                ever = self.ever_finite
+                done.update(k for k in floats if k in _STEP_OWN or k[:MAX_NAME] in ever)
 
     def on_eval(self, e: EngineState, rec: dict[str, Any]) -> None:
         self.evals += 1
