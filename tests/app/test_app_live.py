@@ -25,10 +25,17 @@ WAIT = 30.0  # seconds; generous for a loaded 2-core box, far below the pytest t
 
 @contextmanager
 def writer(
-    path: Path, scenario: str, steps: int, rate: float, start: int = 0
+    path: Path,
+    scenario: str,
+    steps: int,
+    rate: float,
+    start: int = 0,
+    hold: tuple[int, Path] | None = None,
 ) -> Iterator[subprocess.Popen[bytes]]:
-    """The writer subprocess, always reaped."""
+    """The writer subprocess, always reaped. ``hold``: it waits after that step until the
+    file exists (the test creates it once it has seen the run so far)."""
     args = [sys.executable, SCRIPT, str(path), scenario, "--steps", str(steps), "--rate", str(rate)]
+    args += ["--hold", str(hold[0]), str(hold[1])] if hold is not None else []
     proc = subprocess.Popen([*args, "--start", str(start)])
     try:
         yield proc

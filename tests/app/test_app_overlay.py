@@ -111,7 +111,8 @@ def test_eight_runs_overlay(tmp_path: Path) -> None:
 async def _test_a_live_run_is_followed_while_overlaid(tmp_path: Path) -> None:
     done = write_log(tmp_path / "done.jsonl", "healthy", 100)
     live = tmp_path / "live.jsonl"
-    with writer(live, "healthy", 400, rate=200.0):
+    go = tmp_path / "go"  # the writer holds after step 60 until the viewer has seen it
+    with writer(live, "healthy", 400, rate=200.0, hold=(60, go)):
         await_start = time.monotonic()
         while not live.exists() and time.monotonic() - await_start < 30:
             await asyncio.sleep(0.05)
@@ -124,8 +125,9 @@ async def _test_a_live_run_is_followed_while_overlaid(tmp_path: Path) -> None:
 
             await wait_for(pilot, lambda: last() >= 50, "the live run's first steps")
             first = last()
+            go.touch()
             await wait_for(pilot, lambda: last() >= 399, "the live run to the end")
-            assert first < 399
+            assert 50 <= first <= 60  # seen growing, then followed to its end
             app.redraw()
             await pilot.pause()
             assert "B live.jsonl" in screen_text(app) and _lines(app) == ["A", "B"]

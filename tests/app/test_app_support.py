@@ -158,8 +158,12 @@ def write_log(path: Path, scenario: str, steps: int) -> Path:
     return path
 
 
-def append_slowly(path: str, scenario: str, steps: int, rate: float, start: int) -> None:
-    """The writer subprocess: append ``steps`` steps at ``rate`` per second, flushing each."""
+def append_slowly(
+    path: str, scenario: str, steps: int, rate: float, start: int, hold: tuple[int, str] | None
+) -> None:
+    """The writer subprocess: append ``steps`` steps at ``rate`` per second, flushing each.
+    ``hold`` (step, file): after that step, wait (60 s at most) until the file exists, so a
+    test sees the run growing however loaded the machine is."""
     with open(path, "ab") as f:
         for rec in records(scenario, steps, start=start, with_meta=start == 0):
             f.write(encode_record(rec))
@@ -167,6 +171,10 @@ def append_slowly(path: str, scenario: str, steps: int, rate: float, start: int)
                 f.flush()
                 os.fsync(f.fileno()) if rate < 50 else None
                 time.sleep(1.0 / rate)
+                if hold is not None and rec["step"] == hold[0]:
+                    deadline = time.monotonic() + 60
+                    while not os.path.exists(hold[1]) and time.monotonic() < deadline:
+                        time.sleep(0.02)
 
 
 def test_scenarios_are_deterministic_and_end_as_they_say(tmp_path: Path) -> None:
@@ -186,6 +194,8 @@ if __name__ == "__main__":
     ap.add_argument("--steps", type=int, default=100)
     ap.add_argument("--rate", type=float, default=50.0)
     ap.add_argument("--start", type=int, default=0)
+    ap.add_argument("--hold", nargs=2, metavar=("STEP", "FILE"), default=None)
     a = ap.parse_args()
-    append_slowly(a.path, a.scenario, a.steps, a.rate, a.start)
+    hold = (int(a.hold[0]), a.hold[1]) if a.hold else None
+    append_slowly(a.path, a.scenario, a.steps, a.rate, a.start, hold)
     sys.exit(0)
