@@ -230,8 +230,9 @@ class FileSource(ReaderThread, TailFirst):  # ReaderThread first: its _notify is
             self._restart(f"{self.path} was truncated")
             return True
         if self._head is not None and os.pread(self._fd, len(self._head), 0) != self._head:
-            self._open()
-            self._restart(f"{self.path} was rewritten")
+            # truncated between the stat above and this read (a writer's open("w")), or
+            # rewritten past our offset: said as what the file is now
+            self._restart_as_it_is()
             return True
         return self._rewritten()
 
@@ -242,10 +243,15 @@ class FileSource(ReaderThread, TailFirst):  # ReaderThread first: its _notify is
         last = self._last_read
         if last is None or os.pread(self._fd, len(last[0]), last[1] - len(last[0])) == last[0]:
             return False
+        self._restart_as_it_is()
+        return True
+
+    def _restart_as_it_is(self) -> None:
+        """Start over from the top, saying "truncated" when the file is now shorter than
+        what was read, "rewritten" when it was written again past that."""
         how = "truncated" if os.fstat(self._fd).st_size < self.offset else "rewritten"
         self._open()
         self._restart(f"{self.path} was {how}")
-        return True
 
     def _switch_file(self, new_size: int) -> bool:
         old_gone = os.fstat(self._fd).st_nlink == 0
