@@ -28,7 +28,6 @@ from .check_output import (  # FileResult: re-exported, what check_file() return
     verdict_of,
 )
 from .check_progress import Progress
-from .core.present.safetext import visible, visible_lines
 from .core.ranks import compare as ranks
 from .core.ranks import shardnorm
 from .core.ranks.jobs import choose as choose_job
@@ -38,6 +37,7 @@ from .core.sources import foreign, rules_worker, workers
 from .core.sources.socket_source import is_stream_spec, redact
 from .core.sources.sourcefiles import SourceError, is_missing, list_rank_files, total_size
 from .core.store.runstore import Store
+from .core.text.safetext import visible, visible_lines
 
 EXIT_OK, EXIT_WARN, EXIT_CRIT, EXIT_UNREADABLE = 0, 1, 2, 3
 SOURCE_HINT = "pass a .jsonl log written by dltop.probe, or a directory of them"

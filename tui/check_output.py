@@ -17,8 +17,8 @@ from typing import TYPE_CHECKING, Any
 
 from ..probe.encoding import sanitize
 from .core.diagnosis.verdict import job_verdict, verdict
-from .core.present.fmt import number as format_number
 from .core.rules.alerts import SEVERITY_RANK, Alert
+from .core.text.fmt import number as format_number
 
 if TYPE_CHECKING:
     from .core.diagnosis.status import RunState

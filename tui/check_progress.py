@@ -14,9 +14,9 @@ import sys
 import time
 from typing import TextIO
 
-from .core.present.fmt import nbytes
-from .core.present.safetext import visible
 from .core.sources.sourcefiles import total_size
+from .core.text.fmt import nbytes
+from .core.text.safetext import visible
 
 AFTER_S = 1.0  # seconds of checking before the line first shows
 EVERY_S = 0.2  # seconds between two updates of the line

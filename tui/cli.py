@@ -15,8 +15,8 @@ import sys
 from collections.abc import Sequence
 from typing import NoReturn
 
-from .core.present.redact import redact
-from .core.present.safetext import visible
+from .core.text.redact import redact
+from .core.text.safetext import visible
 
 # sub-command name -> module under dltop.tui implementing configure() and run()
 COMMANDS = {

@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 
 from ..demos._common import DEMOS, default_log_path, missing_framework
-from .core.present.safetext import visible
+from .core.text.safetext import visible
 
 EXIT_USAGE = 2
 TORCH_HINT = "pip install torch==2.13.0"

@@ -25,7 +25,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from . import thresholds_args
-from .core.present.safetext import visible
+from .core.text.safetext import visible
 from .serve_auth import BindError, parse_bind, url_host
 
 EXIT_CANNOT = 3

@@ -18,7 +18,6 @@ import sys
 import time
 from pathlib import Path
 
-from .core.present.safetext import visible
 from .core.ranks.jobs import group_live, group_sources, is_rank_file, job_dir, merge_job
 from .core.sources.discover import (
     DEFAULT_LOG_DIR,
@@ -29,6 +28,7 @@ from .core.sources.discover import (
     recent_logs,
 )
 from .core.sources.sourcefiles import is_regular
+from .core.text.safetext import visible
 
 RANKS_READ = 256  # rank files of one job read for its line (the first by name)
 

@@ -17,11 +17,11 @@ import sys
 from . import check_cmd, thresholds_args
 from .check_output import primary, verdict_of
 from .core.diagnosis.ticks import Ticks
-from .core.present.redact import redact
-from .core.present.safetext import visible
 from .core.present.view_model import alert_key
 from .core.rules import ConfigError
 from .core.sources import foreign
+from .core.text.redact import redact
+from .core.text.safetext import visible
 
 EXIT_OK, EXIT_FAILED = 0, check_cmd.EXIT_UNREADABLE
 USAGE_EXIT = EXIT_FAILED

@@ -20,7 +20,7 @@ import sys
 from pathlib import Path
 
 from . import thresholds_args
-from .core.present.safetext import visible
+from .core.text.safetext import visible
 from .serve_auth import (
     BindError,
     Token,

@@ -15,8 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from . import thresholds_args
-from .core.present.redact import redact
-from .core.present.safetext import visible
+from .core.text.redact import redact
+from .core.text.safetext import visible
 
 EXIT_NO_SOURCE = 3
 RUNS_DIR = "dltop-runs"

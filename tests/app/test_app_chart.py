@@ -14,7 +14,7 @@ from dltop.tui.core.present.chartdata import (
     wants_log,
     y_range,
 )
-from dltop.tui.core.present.fmt import compact as format_value
+from dltop.tui.core.text.fmt import compact as format_value
 from textual.app import App, ComposeResult
 
 

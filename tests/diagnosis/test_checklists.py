@@ -26,8 +26,8 @@ from dltop.tui.core.diagnosis.checklists import (
     data_root,
     load_checklist,
 )
-from dltop.tui.core.diagnosis.facts import FACT_NAMES, Fact
 from dltop.tui.core.rules.alerts import ALERT_IDS, Alert
+from dltop.tui.core.rules.facts import FACT_NAMES, Fact
 
 DATA = Path(str(data_root()))
 EN = DATA / "checklists" / "en"
@@ -397,8 +397,8 @@ def test_stall_checklist_judges_the_stall_itself_not_the_end_of_the_log() -> Non
 
     from dltop.tui.core.diagnosis.checklist_eval import evaluate
     from dltop.tui.core.diagnosis.checklists import checklist_for
-    from dltop.tui.core.diagnosis.facts import Fact
     from dltop.tui.core.rules.alerts import Alert
+    from dltop.tui.core.rules.facts import Fact
 
     alert = Alert(
         "stall", "critical", 120, "Training stalled", "no step for 375 s",

@@ -1,4 +1,4 @@
-"""How a run ended, decided once (tui/core/diagnosis/ending.py) and read the same way by every
+"""How a run ended, decided once (tui/core/rules/ending.py) and read the same way by every
 surface: the run status, the crash banner, the crash catalogue, `dltop check` (text and
 JSON, its verdict), `dltop report`, `dltop ls` and the viewer's header."""
 
@@ -13,9 +13,9 @@ from typing import Any
 import pytest
 from dltop.tui import cli
 from dltop.tui.core.diagnosis.crashdiag import diagnose
-from dltop.tui.core.diagnosis.ending import Ending, event_ending, is_fatal
 from dltop.tui.core.present.view_model import ViewState, crash_info, header_info
 from dltop.tui.core.rules import RuleEngine
+from dltop.tui.core.rules.ending import Ending, event_ending, is_fatal
 from dltop.tui.core.sources.discover import describe_log
 from dltop.tui.core.store.run import RunModel
 

@@ -25,7 +25,7 @@ from dltop.tui.core.diagnosis.ticks import (
     nested_too_deep,
     sidecar_path,
 )
-from dltop.tui.core.present.fmt import nbytes
+from dltop.tui.core.text.fmt import nbytes
 from test_app_live import wait_for
 from test_app_support import end_time, screen_text, write_log
 

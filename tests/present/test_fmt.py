@@ -1,4 +1,4 @@
-"""One module formats every number a person reads (tui/core/present/fmt.py): its two registers,
+"""One module formats every number a person reads (tui/core/text/fmt.py): its two registers,
 and a guard that no other module grows its own copy again."""
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ def test_no_other_module_formats_numbers_on_its_own() -> None:
         for p in TUI.rglob("*.py")
         if p.name != "fmt.py" and own.search(p.read_text())
     ]
-    assert found == [], f"format numbers in tui/core/present/fmt.py, not in {found}"
+    assert found == [], f"format numbers in tui/core/text/fmt.py, not in {found}"
 
 
 def test_a_short_run_is_not_zero_seconds_and_a_fast_one_not_1e_plus_03() -> None:

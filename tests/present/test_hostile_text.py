@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 from dltop.probe.encoding import encode_record
-from dltop.tui.core.present.safetext import is_safe, visible, visible_lines
+from dltop.tui.core.text.safetext import is_safe, visible, visible_lines
 from test_app_support import screen_text
 
 OSC52 = "\x1b]52;c;cm0gLXJmIH4=\x07"

@@ -29,7 +29,7 @@ from dltop.tui.core.present import mdtext as md
 from dltop.tui.core.present import report, svgchart
 from dltop.tui.core.present.chartdata import EVAL, RAW, ChartData, Trace
 from dltop.tui.core.present.report_sections import HEADINGS
-from dltop.tui.core.present.safetext import visible
+from dltop.tui.core.text.safetext import visible
 from markdown_it import MarkdownIt
 from rulekit import Run
 from test_app_support import records as support_records

@@ -1,4 +1,4 @@
-"""Text cut to the screen never lies about a number (``tui/core/present/textfit.py``): cut between
+"""Text cut to the screen never lies about a number (``tui/core/text/textfit.py``): cut between
 words with "…", never inside a number, widths in terminal cells; an OOM at 80 columns
 shows its request whole or not at all; a notification's path breaks after a "/"."""
 
@@ -11,7 +11,7 @@ from pathlib import Path
 
 from dltop.tui.app.app import DltopApp
 from dltop.tui.app.header import Header
-from dltop.tui.core.present.textfit import ELLIPSIS, cells, fit, fit_rows, fit_spans, wrap_path
+from dltop.tui.core.text.textfit import ELLIPSIS, cells, fit, fit_rows, fit_spans, wrap_path
 from test_app_support import end_time, records, screen_text
 
 REQUEST = "268435456"

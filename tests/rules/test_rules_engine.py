@@ -6,9 +6,9 @@ import math
 from pathlib import Path
 
 import pytest
-from dltop.tui.core.diagnosis.facts import FACT_NAMES
 from dltop.tui.core.rules import DEFAULTS, Config, ConfigError, RuleEngine, parse_override
 from dltop.tui.core.rules.alerts import ALERT_IDS
+from dltop.tui.core.rules.facts import FACT_NAMES
 from rulekit import Run, alerts_of, run_engine
 
 

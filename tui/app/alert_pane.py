@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from ..core.present import view_model as vm
-from ..core.present.safetext import visible
+from ..core.text.safetext import visible
 from .checklist import ChecklistPane, StepList
 from .mixin_base import AppMixin
 from .toast import notify_wrapped

@@ -28,14 +28,14 @@ from textual.geometry import Size
 from textual.widgets import Input, Static
 
 from ..core.present import view_model as vm
-from ..core.present.i18n import tr
 from ..core.present.overlay import OverlayView
-from ..core.present.safetext import visible
 from ..core.ranks import rankjob
 from ..core.sources.filesource import FileSource
 from ..core.sources.foreign_source import ForeignSource
 from ..core.sources.overlay_source import OverlaySource
 from ..core.sources.socket_source import SocketSource, redact
+from ..core.text.i18n import tr
+from ..core.text.safetext import visible
 from .alert_pane import AlertPane
 from .badges import Badge, BadgeBar
 from .cards import GpuPanel

@@ -22,9 +22,9 @@ from textual.message import Message
 from textual.widgets import Static
 
 from ..core.present.overlay import LETTERS, RUN_COLOURS
-from ..core.present.textfit import cells
 from ..core.present.view_model import alert_key, badge_label, newest_first
 from ..core.rules.alerts import Alert
+from ..core.text.textfit import cells
 
 MAX_BADGES = 40  # far more than a 1-line bar shows: a bound on widgets, whatever the width
 GAP = 3  # columns a badge takes beyond its text: its padding (1 + 1) and right margin (1)

@@ -44,7 +44,7 @@ from ..core.present.chartdata import (
 )
 from ..core.present.overlay import FAINT, RUN_COLOURS, RUN_STYLES
 from ..core.present.raster import rasterise
-from ..core.present.textfit import fit_spans
+from ..core.text.textfit import fit_spans
 from .chart_thread import ChartThread
 
 GUTTER = 9  # y-axis label width, including the separator

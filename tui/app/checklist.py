@@ -15,8 +15,8 @@ from textual.message import Message
 from textual.widgets import OptionList, Static
 from textual.widgets.option_list import Option
 
-from ..core.present.safetext import visible
 from ..core.rules.alerts import Alert
+from ..core.text.safetext import visible
 
 MARKS = {"yes": ("✓", "bold green"), "no": ("✗", "bold red"), None: ("?", "dim")}
 

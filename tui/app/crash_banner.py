@@ -8,8 +8,8 @@ from textual.app import ComposeResult
 from textual.containers import Vertical
 from textual.widgets import Static
 
-from ..core.present.textfit import ELLIPSIS, cells, fit_rows
 from ..core.present.view_model import CrashInfo
+from ..core.text.textfit import ELLIPSIS, cells, fit_rows
 
 ROWS = ("head", "last", "diag", "hint")
 

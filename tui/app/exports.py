@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ..core.present.safetext import visible
+from ..core.text.safetext import visible
 from .mixin_base import AppMixin
 from .toast import notify_wrapped
 

@@ -8,10 +8,10 @@ from rich.style import Style
 from rich.text import Text
 from textual.widgets import Static
 
-from ..core.present.i18n import tr
 from ..core.present.overlay import LETTERS, RUN_COLOURS
-from ..core.present.textfit import fit
 from ..core.present.view_model import HeaderInfo
+from ..core.text.i18n import tr
+from ..core.text.textfit import fit
 
 # status -> style; the CSS cannot colour parts of one line, so these stay here
 STATUS_STYLE = {

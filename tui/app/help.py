@@ -10,7 +10,7 @@ from textual.containers import VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Static
 
-from ..core.present.i18n import tr
+from ..core.text.i18n import tr
 
 SCROLL_KEYS = frozenset(("up", "down", "pageup", "pagedown", "home", "end"))
 

@@ -18,10 +18,10 @@ from textual.widgets import Static
 
 from ..core.diagnosis.ticks import Ticks
 from ..core.present import view_model as vm
-from ..core.present.i18n import tr
-from ..core.present.safetext import visible
 from ..core.ranks import rankjob
 from ..core.ranks.jobview import pick_rows
+from ..core.text.i18n import tr
+from ..core.text.safetext import visible
 from .mixin_base import AppMixin
 from .rank_table import RankTable
 

@@ -10,11 +10,11 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from ..core.present import view_model as vm
-from ..core.present.safetext import visible
 from ..core.sources.filesource import FileSource, SourceError
 from ..core.sources.overlay_source import OverlaySource
 from ..core.sources.socket_source import SocketSource, StreamError, is_stream_spec
 from ..core.sources.source_open import open_source
+from ..core.text.safetext import visible
 from .messages import Ingested, SourceEnded, SourceFailed
 from .mixin_base import AppMixin
 from .toast import notify_wrapped

@@ -13,7 +13,7 @@ from typing import Any
 
 from textual.app import App
 
-from ..core.present.textfit import wrap_path
+from ..core.text.textfit import wrap_path
 
 # Textual's Toast: width 60, max-width 50% of the screen, padding 1 on each side and an
 # outer left border of 1

@@ -15,11 +15,11 @@ import operator
 from dataclasses import dataclass
 from typing import Any
 
-from ..present.fmt import number as format_number
-from ..present.fmt import styled as format_value
 from ..rules.alerts import Alert
+from ..rules.facts import Fact
+from ..text.fmt import number as format_number
+from ..text.fmt import styled as format_value
 from .checklists import UNARY_OPS, Checklist, ChecklistStep
-from .facts import Fact
 
 _ORDERING = {">": operator.gt, ">=": operator.ge, "<": operator.lt, "<=": operator.le}
 

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from ..rules.alerts import Alert
-from .facts import FACT_NAMES
+from ..rules.facts import FACT_NAMES
 
 BASE_LANG = "en"
 GENERIC_ID = "generic"

@@ -8,9 +8,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from ..present.fmt import compact as format_value
-from ..present.safetext import escape_fields
-from ..present.textfit import fit
+from ..text.fmt import compact as format_value
+from ..text.safetext import escape_fields
+from ..text.textfit import fit
 
 if TYPE_CHECKING:
     from ..store.run import RunModel

@@ -24,10 +24,10 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..present.fmt import nbytes as format_bytes
+from ..rules.ending import is_fatal
+from ..text.fmt import nbytes as format_bytes
 from .checklists import Root
 from .crashcatalogue import CatalogueError, CrashPattern, PatternMatch, load_catalogue
-from .ending import is_fatal
 
 MAX_CAUSES = 4  # how deep a chain of causes ("raise X from Y") is followed
 # What the regexes see of untrusted text (see the module docstring). The probe keeps 4096
@@ -104,7 +104,7 @@ class CrashDiagnosis:
 
 def diagnose(event: dict[str, Any], *, root: Root | None = None) -> CrashDiagnosis | None:
     """Diagnose an exception/oom event record; None for an interrupt, ``sys.exit(0)`` or a
-    non-crash event (:func:`dltop.tui.core.diagnosis.ending.is_fatal`)."""
+    non-crash event (:func:`dltop.tui.core.rules.ending.is_fatal`)."""
     if not isinstance(event, dict) or event.get("type") not in ("exception", "oom"):
         return None
     if not is_fatal(event):  # an interrupt or sys.exit(0): no crash to diagnose

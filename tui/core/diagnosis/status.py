@@ -16,10 +16,10 @@ import socket
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Literal
 
-from ..present.fmt import nbytes
-from ..present.fmt import number as fmt
-from ..present.textfit import fit
-from .ending import Ending
+from ..rules.ending import Ending
+from ..text.fmt import nbytes
+from ..text.fmt import number as fmt
+from ..text.textfit import fit
 
 if TYPE_CHECKING:
     from ..rules.ruleset import RuleSet
@@ -84,7 +84,7 @@ def run_state(e: RuleSet, now: float | None = None, pid_alive: bool | None = Non
         )
 
     at = f" at step {e.last_step}" if e.last_step is not None else ""
-    ending = crashes.run_ending  # how the run ended: decided once (dltop.tui.core.diagnosis.ending)
+    ending = crashes.run_ending  # how the run ended: decided once (dltop.tui.core.rules.ending)
     last = e.last_step  # steps still in the block in progress count too
     end = ending.ending_at(last)
     fatal = ending.fatal_event_at(last)

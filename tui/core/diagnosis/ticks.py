@@ -25,8 +25,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from ..present.fmt import nbytes
 from ..sources.sourcefiles import special_file
+from ..text.fmt import nbytes
 
 SUFFIX = ".dltop-ticks.json"
 MAX_BYTES = 1 << 20  # ours is a few KB: {"v": 1, "ticks": {alert key: [step ids]}}

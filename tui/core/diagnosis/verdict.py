@@ -22,15 +22,15 @@ from __future__ import annotations
 import string
 from typing import TYPE_CHECKING, Any
 
-from ..present.fmt import nbytes, seconds
-from ..present.fmt import number as fmt
-from ..present.i18n import tr, tr_title
-from ..present.textfit import fit
 from ..rules.alerts import SEVERITY_RANK, WARNING, Alert
+from ..text.fmt import nbytes, seconds
+from ..text.fmt import number as fmt
+from ..text.i18n import tr, tr_title
+from ..text.textfit import fit
 
 if TYPE_CHECKING:
     from ..rules.engine import RuleEngine
-    from .facts import Fact
+    from ..rules.facts import Fact
     from .status import RunState
 
 MAX_LEN = 400  # characters of a verdict line (the evidence it quotes can be long)

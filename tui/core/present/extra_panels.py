@@ -16,9 +16,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from ..text.safetext import visible
 from .chartdata import EMA, EVAL, RAW
 from .panelspec import PanelSpec, Series
-from .safetext import visible
 
 if TYPE_CHECKING:
     from ..store.runstore import Store

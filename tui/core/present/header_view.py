@@ -14,13 +14,13 @@ from typing import TYPE_CHECKING, Any
 
 from ..diagnosis.verdict import primary_fault
 from ..store.run import DELETED_NOTE
-from .fmt import age as format_age
-from .fmt import compact, compact_bytes
-from .fmt import duration as format_duration
-from .fmt import rate as format_rate
-from .i18n import tr
-from .safetext import escape_fields, visible
-from .textfit import fit
+from ..text.fmt import age as format_age
+from ..text.fmt import compact, compact_bytes
+from ..text.fmt import duration as format_duration
+from ..text.fmt import rate as format_rate
+from ..text.i18n import tr
+from ..text.safetext import escape_fields, visible
+from ..text.textfit import fit
 
 if TYPE_CHECKING:
     from ..diagnosis.status import RunState

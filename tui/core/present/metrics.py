@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..diagnosis.status import STATUSES
 from ..rules.alerts import SEVERITY_RANK, Alert
-from .safetext import visible
+from ..text.safetext import visible
 
 if TYPE_CHECKING:
     from ..ranks.jobs import RankLog

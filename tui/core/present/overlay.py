@@ -36,11 +36,11 @@ from ..ranks.rankjob import (
     slowest_rank,
 )
 from ..rules.alerts import Alert
+from ..text.fmt import compact
+from ..text.safetext import visible
+from ..text.textfit import fit
 from . import overlay_scale, panels
 from .chartdata import LEGEND, ChartData, Trace
-from .fmt import compact
-from .safetext import visible
-from .textfit import fit
 from .timeaxis import TIME
 
 if TYPE_CHECKING:

@@ -24,8 +24,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from ..text.fmt import compact
 from .chartdata import Trace, transform
-from .fmt import compact
 
 FACTOR = 10.0  # linear axis: this many reference scales past the reference run's range
 DECADES = 3.0  # log axis: this many reference scales (each at least a decade)

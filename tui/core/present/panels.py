@@ -15,6 +15,8 @@ from typing import TYPE_CHECKING, Any
 
 from ..sources.foreign.common import TOOL_NAME
 from ..store import smoothing
+from ..text.fmt import compact as format_value
+from ..text.safetext import visible
 from .chartdata import (
     ALT,
     ALT2,
@@ -28,9 +30,7 @@ from .chartdata import (
     wants_log,
 )
 from .extra_panels import extra_spec, is_extra
-from .fmt import compact as format_value
 from .panelspec import PanelSpec, Series  # noqa: F401 - re-exported
-from .safetext import visible
 from .timeaxis import CLOCK, TIME, TimeColumns, time_columns
 
 # a legend item: plain text, or (text, style key) spans (an overlaid run's letter in its

@@ -19,14 +19,14 @@ from ..diagnosis.checklists import checklist_for
 from ..diagnosis.crash_view import store_crash_info
 from ..diagnosis.crashdiag import last_user_frame
 from ..rules.alerts import SEVERITY_RANK, Alert
-from . import mdtext as md
-from .fmt import duration, nbytes, styled
-from .fmt import number as fmt_number
+from ..text import mdtext as md
+from ..text.fmt import duration, nbytes, styled
+from ..text.fmt import number as fmt_number
 from .view_model import badge_label
 
 if TYPE_CHECKING:
-    from ..diagnosis.facts import Fact
     from ..diagnosis.status import RunState
+    from ..rules.facts import Fact
     from ..store.runstore import Store
 
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from xml.sax.saxutils import escape
 
+from ..text.safetext import visible
 from .axis import step_ticks, time_ticks, y_ticks
 from .chartdata import (
     ALT,
@@ -32,7 +33,6 @@ from .chartdata import (
     transform,
     y_range,
 )
-from .safetext import visible
 
 WIDTH, HEIGHT = 760, 260
 LEFT, RIGHT, TOP, BOTTOM = 72, 16, 52, 34

@@ -16,6 +16,8 @@ from typing import TYPE_CHECKING, Any
 
 from ..diagnosis.crash_view import SIGNAL_HELP, VANISHED_HELP, CrashInfo, crash_info  # noqa: F401 - re-exported
 from ..rules.alerts import CRITICAL, Alert
+from ..text.i18n import tr_title
+from ..text.safetext import visible
 from . import panels
 from .chartdata import ChartData  # noqa: F401 - re-exported
 from .header_view import (  # noqa: F401 - re-exported
@@ -26,13 +28,11 @@ from .header_view import (  # noqa: F401 - re-exported
     rank_lines,
     rank_note,
 )
-from .i18n import tr_title
 from .panels import (  # noqa: F401 - re-exported
     PANELS,
     panel_chart,
     panel_signature,
 )
-from .safetext import visible
 from .viewstate import ViewState  # noqa: F401 - re-exported
 
 if TYPE_CHECKING:

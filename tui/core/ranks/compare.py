@@ -31,10 +31,10 @@ from typing import Any
 
 from ....probe.schema import as_float, as_step
 from ..diagnosis.crashcatalogue import CatalogueError, secondary_patterns
-from ..present.fmt import number as fmt
 from ..rules.alerts import CRITICAL, WARNING, Alert
 from ..rules.engine import RuleEngine
 from ..rules.window import median_of
+from ..text.fmt import number as fmt
 
 SKEW_S = 2.0  # clock difference tolerated between hosts when ordering failures
 BUCKET_STEPS = 50  # steps per block compared across ranks

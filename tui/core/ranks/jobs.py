@@ -35,9 +35,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ..present.safetext import visible
 from ..sources.discover import RunInfo
 from ..sources.sourcefiles import RankFile, pick_rank_file, separate_note, separate_runs
+from ..text.safetext import visible
 
 if TYPE_CHECKING:
     from ..store.run import RunModel

@@ -20,11 +20,11 @@ from typing import TYPE_CHECKING, Any
 
 from ..present import panels
 from ..present.chartdata import EMA, ChartData, Trace
-from ..present.fmt import compact, compact_bytes
 from ..present.timeaxis import TIME, TimeColumns, has_wall_clock
 from ..rules.alerts import SEVERITY_RANK
 from ..rules.window import median_of
 from ..store import smoothing
+from ..text.fmt import compact, compact_bytes
 from .compare import EXCESS_SHARE, MIN_EXCESS_S
 from .crossrank import CrossRank
 from .jobs import RankLog

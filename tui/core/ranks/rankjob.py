@@ -38,10 +38,10 @@ from typing import TYPE_CHECKING, Any
 from ..present import panels
 from ..present.chartdata import ChartData
 from ..present.header_view import error_note
-from ..present.safetext import visible
 from ..present.view_model import ViewState, alert_key, alerts_of, locked
 from ..rules.alerts import INFO, SEVERITY_RANK, Alert
 from ..store.run import DELETED_NOTE
+from ..text.safetext import visible
 from .crossrank import JUDGE_EVERY, CrossRank
 from .jobs import RankLog
 from .jobview import (

@@ -14,7 +14,7 @@ from collections import deque
 from operator import sub
 from typing import Any
 
-from ..present.fmt import number as fmt
+from ..text.fmt import number as fmt
 from .alerts import CRITICAL, WARNING, Severity
 from .window import median_of
 

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from ..present.fmt import number as fmt
+from ..text.fmt import number as fmt
 from .alerts import WARNING
 from .base import Rule, Tracker
 from .window import finite_losses, median_of

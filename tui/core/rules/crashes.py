@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from ..diagnosis.ending import Ending, RunEnding, event_ending, is_clean_exit, is_interrupt
 from .alerts import CRITICAL, INFO, WARNING, Severity
 from .base import Rule, Tracker
+from .ending import Ending, RunEnding, event_ending, is_clean_exit, is_interrupt
 
 if TYPE_CHECKING:
     from .state import EngineState
@@ -47,7 +47,7 @@ class Crashes(Rule):
         self.interrupted = False
         self.signal: str | None = None
         self.system_exit_ok = False
-        self.run_ending = RunEnding()  # how the run ended so far (dltop.tui.core.diagnosis.ending)
+        self.run_ending = RunEnding()  # how the run ended so far (dltop.tui.core.rules.ending)
 
     def alert_trackers(self) -> list[Tracker]:
         return list(self.trackers.values())

@@ -15,7 +15,7 @@ from operator import truediv
 from typing import TYPE_CHECKING, Any
 
 from ....probe.schema import as_float
-from ..present.fmt import number as fmt
+from ..text.fmt import number as fmt
 from .alerts import CRITICAL, WARNING, Severity
 from .base import Rule, Tracker
 from .window import median_of

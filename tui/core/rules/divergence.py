@@ -21,7 +21,7 @@ from collections import deque
 from typing import TYPE_CHECKING, Any
 
 from ....probe.schema import EV_EXIT
-from ..present.fmt import number as fmt
+from ..text.fmt import number as fmt
 from .alerts import CRITICAL, INFO, WARNING, Severity
 from .base import Rule, Tracker, held_steps
 from .blowup import EARLY_WARN, EarlyWatch, never_came_down, step_noise

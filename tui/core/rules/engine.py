@@ -18,9 +18,9 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 from ....probe.schema import as_float
-from ..diagnosis.facts import Fact
 from .alerts import Alert
 from .evals import eval_losses, eval_step
+from .facts import Fact
 from .ruleset import RuleSet
 from .steploop import feed_steps, on_step
 

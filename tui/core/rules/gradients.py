@@ -13,7 +13,7 @@ from itertools import repeat
 from typing import TYPE_CHECKING, Any
 
 from ....probe.schema import as_float
-from ..present.fmt import number as fmt
+from ..text.fmt import number as fmt
 from .alerts import CRITICAL, INFO, WARNING, Severity
 from .base import Rule, Tracker
 

@@ -18,8 +18,8 @@ from collections import deque
 from typing import TYPE_CHECKING, Any
 
 from ....probe.schema import as_float
-from ..present.fmt import mib
-from ..present.fmt import number as fmt
+from ..text.fmt import mib
+from ..text.fmt import number as fmt
 from .alerts import CRITICAL, WARNING, Severity
 from .base import Rule, Tracker
 from .window import linear_fit

@@ -16,7 +16,7 @@ import re
 from typing import TYPE_CHECKING, Any
 
 from ....probe.schema import as_float
-from ..present.fmt import number as fmt
+from ..text.fmt import number as fmt
 from .alerts import WARNING
 from .base import Rule, Tracker
 from .evals import MAX_EVAL_SETS, MAX_SET_NAME, eval_step

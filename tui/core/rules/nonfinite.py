@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ..present.fmt import number as fmt
+from ..text.fmt import number as fmt
 from .alerts import CRITICAL, INFO, WARNING, Severity
 from .base import Rule, Tracker, held_steps
 from .window import median_of

@@ -10,7 +10,7 @@ from collections import deque
 from operator import mul, sub
 from typing import TYPE_CHECKING
 
-from ..present.fmt import number as fmt
+from ..text.fmt import number as fmt
 from .alerts import WARNING
 from .base import Rule, Tracker
 from .window import finite_losses

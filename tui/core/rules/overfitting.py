@@ -24,7 +24,7 @@ import math
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from ..present.fmt import number as fmt
+from ..text.fmt import number as fmt
 from .alerts import INFO, WARNING, Alert
 from .base import Rule, Tracker
 from .evals import MAX_EVAL_SETS, eval_losses, eval_step

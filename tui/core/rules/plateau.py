@@ -32,10 +32,10 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from ....probe.schema import EV_EXIT
-from ..diagnosis.ending import Ending, RunEnding
-from ..present.fmt import number as fmt
+from ..text.fmt import number as fmt
 from .alerts import INFO, WARNING, Alert, Severity
 from .base import Rule, Tracker
+from .ending import Ending, RunEnding
 from .window import falling_z, finite_losses, median_of
 
 if TYPE_CHECKING:

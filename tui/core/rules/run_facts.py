@@ -1,4 +1,4 @@
-"""The engine's state as named facts (``dltop.tui.core.diagnosis.facts.FACT_NAMES``), for checklists.
+"""The engine's state as named facts (``dltop.tui.core.rules.facts.FACT_NAMES``), for checklists.
 
 Computed on demand from the engine's windows without touching them, so asking for facts
 never changes what the rules decide next.
@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from ..diagnosis.facts import FACT_NAMES, Fact
-from ..present.fmt import mib
-from ..present.fmt import number as fmt
+from ..text.fmt import mib
+from ..text.fmt import number as fmt
+from .facts import FACT_NAMES, Fact
 from .window import median_of, quantile_of
 
 if TYPE_CHECKING:

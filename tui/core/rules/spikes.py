@@ -13,7 +13,7 @@ import math
 from collections import deque
 from typing import TYPE_CHECKING
 
-from ..present.fmt import number as fmt
+from ..text.fmt import number as fmt
 from .alerts import CRITICAL, INFO, WARNING, Alert, Severity
 from .base import Rule, Tracker
 from .window import median_of

@@ -13,7 +13,7 @@ from operator import sub
 from typing import TYPE_CHECKING, Any, cast
 
 from ....probe.schema import as_float
-from ..present.fmt import number as fmt
+from ..text.fmt import number as fmt
 from .alerts import CRITICAL, INFO, WARNING, Alert, Severity
 from .base import Rule, Tracker
 from .window import Rolling

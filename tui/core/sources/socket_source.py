@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs, urlsplit
 
 from ....probe.schema import EV_REFUSED, as_step
-from ..present.redact import redact
+from ..text.redact import redact
 from .logbytes import decoder
 from .reader import ReaderThread
 
@@ -35,7 +35,7 @@ __all__ = [
     "is_stream_spec",
     "parse_address",
     "peek",
-    "redact",  # tui/core/present/redact.py: how an address may be said
+    "redact",  # tui/core/text/redact.py: how an address may be said
     "refusal",
 ]
 

@@ -32,8 +32,8 @@ from typing import Any
 import msgspec
 
 from ....probe import schema
-from ..present.fmt import nbytes
-from ..present.safetext import visible
+from ..text.fmt import nbytes
+from ..text.safetext import visible
 
 KEEP = 100  # first and last events of the types nothing judges (notes, unknown types)
 KEY_KEEP = 1000  # first and last events of each type in KEY_TYPES

@@ -20,10 +20,10 @@ import threading
 import time
 from typing import Any
 
-from ..diagnosis.facts import Fact
 from ..diagnosis.status import RunState, explain_unrecorded_end, local_pid_alive
 from ..rules import Config, RuleEngine
 from ..rules.alerts import Alert
+from ..rules.facts import Fact
 from ..sources.pipeline import feed_engine, make_engine
 from .runstore import Store
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from ..present.fmt import number
+from ..text.fmt import number
 
 
 @dataclass(frozen=True)
