@@ -38,7 +38,7 @@ class Demo:
 # name, what breaks (for --list), alert id, step budget, seconds (--fast), slow, steps paced
 # fmt: off
 _TABLE = [
-    ("healthy", "nothing: a well-tuned run, dltop stays quiet", None, None, 4, False, 640),
+    ("healthy", "nothing: a well-tuned run, dltop stays quiet", None, None, 4, True, 640),
     ("nan", "LR warm-up to a peak far too high: the loss turns NaN", "nan_loss", 300, 4, False, 384),
     ("explode", "2nd data file in mm, not m: gradients explode (clipping hides it)", "grad_explosion", 300, 4, True, 300),
     ("vanishing", "20 stacked sigmoids: gradients vanish before the first layer", "vanishing_grad", 400, 5, True, 512),
@@ -50,7 +50,7 @@ _TABLE = [
     ("leak", "held-out loss kept with its graph: memory grows every step", "memory_growth", 1600, 30, True),
     ("oom", "batch size doubled until it does not fit: a real out-of-memory", "oom", 40, 7, True, 16),
     ("stall", "a read blocks on a dead storage server: training hangs 70 s", "stall", 200, 75, True),
-    ("crash", "batch size hard-coded in a reshape: the last batch crashes", "crash", 100, 4, False, 31),
+    ("crash", "batch size hard-coded in a reshape: the last batch crashes", "crash", 100, 4, True, 31),
     ("hf_lr_blowup", "HF Trainer, lr 2.0 instead of 2e-3: the loss blows up (adapter)", "divergence", 200, 14, True, 240),
     ("lightning_overfit", "Lightning, big net on 128 noisy samples: eval loss climbs (adapter)", "overfitting", 300, 16, True, 320),
 ]

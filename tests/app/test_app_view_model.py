@@ -13,10 +13,10 @@ from pathlib import Path
 import pytest
 from dltop.probe.decoding import read_records
 from dltop.tui.core.diagnosis.ticks import Ticks, sidecar_path
-from dltop.tui.core.present import fmt
 from dltop.tui.core.present import view_model as vm
 from dltop.tui.core.rules.alerts import Alert
 from dltop.tui.core.store.run import RunModel
+from dltop.tui.core.text import fmt
 from test_app_support import NAN_STEP, T0, end_time, write_log
 
 

@@ -25,10 +25,10 @@ from dltop.demos._common import DEMOS
 from dltop.probe.encoding import encode_record
 from dltop.tui.core.diagnosis.checklists import load_checklist
 from dltop.tui.core.diagnosis.ticks import sidecar_path
-from dltop.tui.core.present import mdtext as md
 from dltop.tui.core.present import report, svgchart
 from dltop.tui.core.present.chartdata import EVAL, RAW, ChartData, Trace
 from dltop.tui.core.present.report_sections import HEADINGS
+from dltop.tui.core.text import mdtext as md
 from dltop.tui.core.text.safetext import visible
 from markdown_it import MarkdownIt
 from rulekit import Run

@@ -90,6 +90,7 @@ def crowd() -> Iterator[Crowd]:
 
 
 # ---- finding 1: a flood never takes the training's descriptors ---------------------------------
+@pytest.mark.slow
 def test_a_connection_flood_never_fails_the_trainings_own_open(
     tmp_path: Path, runtime: dict[str, str], crowd: Crowd
 ) -> None:

@@ -207,6 +207,7 @@ TRAINER = textwrap.dedent(
 )
 
 
+@pytest.mark.slow
 def test_full_speed_with_a_stuck_client_and_a_live_viewer(tmp_path: Path, runtime: Path) -> None:
     """A real process steps as fast as it can for 3 s with its socket on; one client connects
     and never reads, a real viewer follows the socket. Every call is in the log or counted

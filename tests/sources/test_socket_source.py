@@ -341,7 +341,7 @@ def test_peek_returns_meta_and_backlog_without_waiting_for_live(
     t = threading.Thread(target=keep_training, daemon=True)
     t.start()
     try:
-        recs = peek(parse_address(f"unix:{short_dir / 'r.sock'}"), timeout=5.0)
+        recs = peek(parse_address(f"unix:{short_dir / 'r.sock'}"), timeout=2.0)
     finally:
         stop.set()
         t.join()

@@ -7,7 +7,7 @@ import math
 import re
 from pathlib import Path
 
-from dltop.tui.core.present import fmt
+from dltop.tui.core.text import fmt
 
 TUI = Path(__file__).resolve().parents[2] / "tui"
 

@@ -13,9 +13,9 @@ from dltop.tui.app.app import DltopApp
 from dltop.tui.app.chart import Chart
 from dltop.tui.app.help import KEYS, HelpScreen
 from dltop.tui.core.diagnosis.checklists import checklist_for, load_checklist
-from dltop.tui.core.present import i18n
 from dltop.tui.core.present.panels import PANELS
 from dltop.tui.core.rules.alerts import ALERT_IDS, Alert
+from dltop.tui.core.text import i18n
 from test_app_support import NAN_STEP, end_time, screen_text, write_log
 
 DATA = Path(__file__).resolve().parents[2] / "tui" / "data"
