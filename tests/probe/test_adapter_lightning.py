@@ -317,7 +317,7 @@ import json, os, sys
 import torch
 import lightning.pytorch as pl
 from torch.utils.data import DataLoader
-sys.path.insert(0, {tests!r})
+sys.path[:0] = {paths!r}  # this test's folder (the module) and tests/ (its kits)
 from test_adapter_lightning import Reference, Tiny, _data
 from dltop.probe.lightning import DltopCallback
 
@@ -340,7 +340,8 @@ if __name__ == "__main__":
 @pytest.mark.timeout(180)
 def test_ddp_on_two_cpu_processes_writes_one_log_per_rank(tmp_path: Path) -> None:
     script = tmp_path / "ddp_run.py"
-    script.write_text(RANK_SCRIPT.format(tests=str(ROOT / "tests"), clip=CLIP))
+    paths = [str(Path(__file__).resolve().parent), str(ROOT / "tests")]
+    script.write_text(RANK_SCRIPT.format(paths=paths, clip=CLIP))
     env = {k: v for k, v in __import__("os").environ.items() if k not in ("RANK", "WORLD_SIZE")}
     done = subprocess.run(
         [sys.executable, str(script)], cwd=tmp_path, capture_output=True, text=True, timeout=170,
