@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ....probe.schema import GRAD_SQ_LOCAL, META, STEP, as_float, as_step
-from ..sources.logbytes import decoder
+from ..sources.logbytes import decoder, read_range
 from ..sources.sourcefiles import SourceError, open_log
 
 
@@ -235,12 +235,11 @@ class Peer:
                 self.gone = True
                 return
         try:
-            while self.top is None or self.top < step:
-                chunk = os.pread(self.fd, READ, self.offset)
-                if not chunk:
-                    return
-                self.offset += len(chunk)
-                self._take(self.dec.feed(chunk))
+            for end, recs in read_range(self.fd, self.offset, None, READ, READ, self.dec):
+                self.offset = end
+                self._take(recs)
+                if self.top is not None and self.top >= step:
+                    break
         except OSError:  # an I/O error on this rank's file must not stop the followed rank
             self.gone = True
         finally:
