@@ -639,6 +639,7 @@ def main(argv: list[str] | None = None) -> int:
     names = [n for n in args.only.split(",") if n] or list(VARIANTS)
     with tempfile.TemporaryDirectory() as tmp:
         folder = args.keep or tmp
+        os.makedirs(folder, exist_ok=True)
         path = os.path.join(folder, f"bench-{args.steps}.jsonl")
         if not os.path.exists(path):
             t0 = time.perf_counter()

@@ -112,7 +112,14 @@ def refusal(record: dict[str, Any]) -> str | None:
 
 
 def peek(addr: Address, timeout: float = 0.5) -> list[dict[str, Any]]:
-    """What a run serves a new viewer right away (meta + backlog), read for ``timeout`` s."""
+    """What a run serves a new viewer right away (meta + backlog), read for ``timeout`` s.
+
+    The backlog ends where the live stream begins, and the server sends no mark between
+    them: a pause of 50 ms ends the read, and so does the first record written after we
+    connected (its ``t`` at or past our clock: same host for a unix socket). Without the
+    second test a run streaming faster than one record per 50 ms kept ``dltop ls`` and a
+    bare ``dltop`` reading until the timeout."""
+    connected = time.time()
     sock = connect(addr, timeout=timeout)
     dec = decoder()
     out: list[dict[str, Any]] = []
@@ -128,7 +135,11 @@ def peek(addr: Address, timeout: float = 0.5) -> list[dict[str, Any]]:
                 continue
             if not chunk:
                 break
-            out.extend(dec.feed(chunk))
+            fresh = dec.feed(chunk)
+            out.extend(fresh)
+            t = fresh[-1].get("t") if fresh else None
+            if type(t) is float and t >= connected and len(out) > 1:
+                break  # live records: the backlog is all here
     finally:
         sock.close()
     for rec in out[:1]:
