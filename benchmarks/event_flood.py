@@ -15,7 +15,7 @@ Each variant runs in its own fresh interpreter, so its peak RSS (``ru_maxrss``) 
 - ``check``   ``dltop check`` on a ``--log-mb`` log of note events (a child process)
 - ``report``  ``dltop report`` on the same log (a child process)
 
-No assertion: the figures are for docs/live.md ("Limits").
+No assertion: the figures are for docs/dev/live.md ("Limits").
 """
 
 from __future__ import annotations

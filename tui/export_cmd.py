@@ -7,7 +7,7 @@ readers and rules (``open_source``, ``RunModel``, ``JobView``: the same alerts, 
 verdict as ``dltop check``), and serves, at each scrape, the latest values per rank, the
 alerts as 0/1 and the verdict (``tui/core/present/metrics.py``; the exposition is
 ``prometheus_client``'s, OpenMetrics when Prometheus asks for it). Prometheus scrapes the
-nodes; docs/architecture.md has the 1 000-rank picture, docs/live.md the details.
+nodes; docs/dev/architecture.md has the 1 000-rank picture, docs/live.md the details.
 
 Bound to loopback unless told otherwise. A network address is allowed (that is how
 Prometheus scrapes other nodes) but said on start: there is no token (Prometheus' own

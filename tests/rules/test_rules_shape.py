@@ -1,5 +1,5 @@
 """The rules engine's shape, enforced: rules read the engine, report through its sink, and
-never write its state (the figures have one writer, the engine; see docs/architecture.md)."""
+never write its state (the figures have one writer, the engine; see docs/dev/architecture.md)."""
 
 from __future__ import annotations
 

@@ -80,7 +80,7 @@ def _noisy_sparse_run(trend: float, seed: int) -> RuleEngine:
 def test_a_noisy_sparse_run_that_halves_its_loss_is_not_called_stuck() -> None:
     # its windows fall ~3 % per judged span under +-50 % noise: a plateau test scaled to
     # that noise (tried: "better by 2 window-median sigmas") called it "not learning" on
-    # 2 of 5 seeds, so the plateau stays a point estimate against 1 % (docs/realruns.md)
+    # 2 of 5 seeds, so the plateau stays a point estimate against 1 % (docs/dev/realruns.md)
     for seed in range(5):
         eng = _noisy_sparse_run(0.5, seed)
         assert noisy(eng) == [], (seed, noisy(eng))

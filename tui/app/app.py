@@ -1,6 +1,6 @@
 """DltopApp: the live dashboard of one run.
 
-Data flow (docs/architecture.md): the source's reader thread ingests chunks into the
+Data flow (docs/dev/architecture.md): the source's reader thread ingests chunks into the
 RunModel and posts ONE ``Ingested`` message per chunk; nothing is drawn then. A timer at
 ``refresh_hz`` (2-4 Hz) compares the model's version with what was last drawn and asks
 only the panels whose data (or view) changed to pull fresh decimated data. Every number

@@ -1,6 +1,6 @@
 """Thresholds of the alert rules: defaults, a TOML file, and ``--set KEY=VALUE`` overrides.
 
-The defaults live here, in one table, with the reasoning in ``docs/alerts.md``. A user
+The defaults live here, in one table, with the reasoning in ``docs/alerts.md`` (the calibration behind it: ``docs/dev/alerts.md``). A user
 file or flag may only change keys that exist, with a value of the same type: a typo in
 a threshold name must fail loudly, since a silently ignored ``data_bound.wran`` would
 leave the user believing they had tuned the rule.
