@@ -22,9 +22,10 @@ import os
 import stat
 import struct
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any
 
+from .....probe.schema import MAX_STEP
 from . import names, tfrecord
 from .common import (
     MAX_ENTRIES,
@@ -45,6 +46,7 @@ from .common import (
     step_of,
     wall_time,
 )
+from .tbwire import scalar_event
 
 MISSING = (
     "reading TensorBoard event files needs the tensorboard package — "
@@ -212,19 +214,26 @@ def _points(event_cls: Any, files: list[str], root: str, read: _Read) -> Iterato
         rel = os.path.relpath(os.path.dirname(f), root) if root else ""
         prefix = "val/" if os.path.basename(rel).lower() in EVAL_DIRS else ""
         walk = tfrecord.Walk()
+        values: Sequence[tuple[str, float | bool | None]]  # False: not a scalar
         try:
             for data in tfrecord.records(fd, walk, budget):
-                try:
-                    event = from_bytes(data)
-                except Exception:  # framing that holds around data that is no event
-                    read.skipped += 1
-                    continue
-                if not event.HasField("summary"):
-                    continue
-                step = step_of(event.step)
-                t = wall_time(event.wall_time)
-                for value in event.summary.value:
-                    x = _scalar(value)
+                common = scalar_event(data)  # the usual event, read without protobuf
+                if common is not None:
+                    wall, raw_step, values = common
+                    step = raw_step if raw_step < MAX_STEP else None
+                    t = wall if 0 < wall < 1e11 else None  # wall_time() of a float
+                else:
+                    try:
+                        event = from_bytes(data)
+                    except Exception:  # framing that holds around data that is no event
+                        read.skipped += 1
+                        continue
+                    if not event.HasField("summary"):
+                        continue
+                    step = step_of(event.step)
+                    values = [(v.tag, _scalar(v)) for v in event.summary.value]
+                    t = wall_time(event.wall_time)
+                for raw_tag, x in values:
                     if x is False:
                         continue
                     if x is None or step is None or isinstance(x, bool):
@@ -234,7 +243,7 @@ def _points(event_cls: Any, files: list[str], root: str, read: _Read) -> Iterato
                         read.capped = True
                         return
                     read.values += 1
-                    tag = prefix + str(value.tag)[:200]
+                    tag = prefix + str(raw_tag)[:200]
                     if not read.previewed:
                         read.counts[tag] += 1
                     elif tag not in read.counts and not _ends(tag):
