@@ -276,8 +276,12 @@ def test_backfill_reads_in_few_big_blocks_and_parses_in_small_pieces(
         path, tailed, follow=False, tail_first=20_000, tail_bytes=9_000, chunk_size=chunk
     ).run()
     passes = 2 if tailed.engine is not None else 1  # the charts, then the rules
-    # the backfill's blocks (two passes), the tail, the head lines, the end-of-file reads
-    assert len(reads) <= passes * (size // block + 2) + 10, reads
+    # the backfill's blocks (two passes), the tail, the head lines, the end-of-file reads.
+    # Not counted: the follow loop's checks that the file is still the same one, a read of
+    # its first line (tens of bytes) every 0.2 s while the backfill runs: how many there are
+    # is how long the backfill took (a busy machine made 42), not how it reads
+    data_reads = [n for n in reads if n > 1024]
+    assert len(data_reads) <= passes * (size // block + 2) + 10, reads
     assert max(fed) <= chunk and len(fed) >= passes * size // chunk
     monkeypatch.setattr(os, "pread", real_pread)
     plain = RunModel("x")
