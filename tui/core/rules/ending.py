@@ -192,13 +192,9 @@ class RunEnding:
             return fatal
         return Ending.FINISHED
 
-    @property
-    def fatal_event(self) -> dict[str, Any] | None:
-        """The event that ended the run badly (what the crash banner shows), if one did."""
-        return self.fatal_event_at(None)
-
     def fatal_event_at(self, last_step: int | None) -> dict[str, Any] | None:
-        """``fatal_event`` as of ``last_step`` (see ``handled_at``)."""
+        """The event that ended the run badly (what the crash banner shows), if one did, as
+        of ``last_step`` (see ``handled_at``)."""
         end = self.ending_at(last_step)
         handled = self.handled_at(last_step)
         if end in (Ending.CRASHED, Ending.OOM, Ending.SIGNALLED) and handled is None:

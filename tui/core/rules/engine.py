@@ -142,9 +142,6 @@ class RuleEngine(RuleSet):
         """Every alert raised so far, active or not, in the order they were raised."""
         return self.sink.alerts
 
-    def active_alerts(self) -> list[Alert]:
-        return [a for a in self.sink.alerts if a.active]
-
     def facts(self) -> dict[str, Fact]:
         from .run_facts import collect_facts  # noqa: PLC0415
 

@@ -14,7 +14,7 @@ from collections import deque
 from typing import TYPE_CHECKING
 
 from ..text.fmt import number as fmt
-from .alerts import CRITICAL, INFO, WARNING, Alert, Severity
+from .alerts import CRITICAL, INFO, WARNING, Severity
 from .base import Rule, Tracker
 from .window import median_of
 
@@ -77,17 +77,43 @@ class Aftermath:
         return med <= max(ABSORBED * before, p90 or 0.0), med
 
 
-def _say_absorbed(tr: Tracker, a: Alert, after: float | None, before: float | None) -> None:
-    tr.revise(
-        {"absorbed": True},
-        severity=INFO,
-        title=a.title if "(absorbed)" in a.title else a.title + " (absorbed)",
-        message=a.message
-        + f"; the loss did not react (median {fmt(after)} after, {fmt(before)} before)",
-    )
+class _Episodes(Rule):
+    """What the loss-spike and grad-explosion rules share: an episode ends after
+    ``QUIET_TO_CLEAR`` steps without a trigger, and a lone spike the loss did not react to
+    (``Aftermath``) is said as absorbed, information at any step."""
+
+    tr: Tracker
+    aftermath: Aftermath
+    last_hit: int | None
+
+    def on_block(self, e: EngineState, b: Block) -> None:
+        am = self.aftermath
+        if am.watching:
+            am.take(b)
+        quiet = self.last_hit is not None and e.step - self.last_hit >= QUIET_TO_CLEAR
+        if am.watching and quiet and am.ready(self.last_hit):
+            self._absorbed(ABSORB_MIN)
+        if self.tr.active and quiet:
+            self.tr.clear(e.step)
+
+    def on_finish(self, e: EngineState) -> None:
+        if self.aftermath.watching:
+            self._absorbed(2)  # the log is over: no more losses will come
+
+    def _absorbed(self, least: int) -> None:
+        a, before = self.tr.alert, self.aftermath.before
+        absorbed, after = self.aftermath.absorbed(self.last_hit, least)
+        if absorbed and a is not None and a.severity == WARNING:
+            self.tr.revise(
+                {"absorbed": True},
+                severity=INFO,
+                title=a.title if "(absorbed)" in a.title else a.title + " (absorbed)",
+                message=a.message
+                + f"; the loss did not react (median {fmt(after)} after, {fmt(before)} before)",
+            )
 
 
-class LossSpike(Rule):
+class LossSpike(_Episodes):
     def __init__(self, engine: EngineState) -> None:
         super().__init__(engine)
         c = self.settings("loss_spike")
@@ -146,30 +172,8 @@ class LossSpike(Rule):
         self.tr.revise({"spikes": self.count})
         self.aftermath.watch(e)
 
-    def on_block(self, e: EngineState, b: Block) -> None:
-        am = self.aftermath
-        if am.watching:
-            am.take(b)
-        quiet = self.last_hit is not None and e.step - self.last_hit >= QUIET_TO_CLEAR
-        if am.watching and quiet and am.ready(self.last_hit):
-            self._settle(ABSORB_MIN)
-        if self.tr.active and quiet:
-            self.tr.clear(e.step)
 
-    def on_finish(self, e: EngineState) -> None:
-        if self.aftermath.watching:
-            self._settle(2)
-
-    def _settle(self, least: int) -> None:
-        """The episode is over and the losses after it are in (or the log is over): a
-        spike the run absorbed is information."""
-        a, before = self.tr.alert, self.aftermath.before
-        absorbed, after = self.aftermath.absorbed(self.last_hit, least)
-        if absorbed and a is not None and a.severity == WARNING:
-            _say_absorbed(self.tr, a, after, before)
-
-
-class GradExplosion(Rule):
+class GradExplosion(_Episodes):
     def __init__(self, engine: EngineState) -> None:
         super().__init__(engine)
         c = self.settings("grad_explosion")
@@ -262,28 +266,6 @@ class GradExplosion(Rule):
         """The baseline has its ``critical_after`` grad norms (or the run is in its warm-up,
         judged by the early ratio instead): a step past the critical line can be critical."""
         return self.early_phase or e.fig.gn_seen >= self.critical_after
-
-    def on_block(self, e: EngineState, b: Block) -> None:
-        am = self.aftermath
-        if am.watching:
-            am.take(b)
-        quiet = self.last_hit is not None and e.step - self.last_hit >= QUIET_TO_CLEAR
-        if am.watching and quiet and am.ready(self.last_hit):
-            self._absorbed(ABSORB_MIN)
-        if self.tr.active and quiet:
-            self.tr.clear(e.step)
-
-    def on_finish(self, e: EngineState) -> None:
-        if self.aftermath.watching:
-            self._absorbed(2)
-
-    def _absorbed(self, least: int) -> None:
-        """A lone spike, or a warning raised while the baseline still filled, that the run
-        absorbed (``Aftermath``) is context, not a problem: info, at any step."""
-        a, before = self.tr.alert, self.aftermath.before
-        absorbed, after = self.aftermath.absorbed(self.last_hit, least)
-        if absorbed and a is not None and a.severity == WARNING:
-            _say_absorbed(self.tr, a, after, before)
 
     def _fire(
         self,
