@@ -200,19 +200,9 @@ def off_scale_marks(
     return up, down
 
 
-def untransform(value: float, log: bool) -> float:
-    return 10.0 ** min(value, 308.0) if log else value  # an axis padded past 1e308 stays finite
-
-
 def step_to_column(step: float, start: int, end: int, columns: int) -> int | None:
     """The column (0..columns-1) that a step falls in, ``None`` outside the window."""
     if columns <= 0 or step < start or step > end:
         return None
     span = end - start + 1
     return min(columns - 1, int(step - start) * columns // span)
-
-
-def column_to_step(column: int, start: int, end: int, columns: int) -> int:
-    """The first step of a column: the inverse of :func:`step_to_column`."""
-    span = end - start + 1
-    return start + (column * span) // max(1, columns)

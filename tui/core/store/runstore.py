@@ -94,10 +94,6 @@ class Store:
         """Names of the series that changed after store version ``since``."""
         return [n for n, s in self._series.items() if s.version > since]
 
-    def changed_since(self, name: str, since: int) -> bool:
-        s = self._series.get(name)
-        return s is not None and s.version > since
-
     def latest(self, name: str) -> float | None:
         s = self._series.get(name)
         return None if s is None or not len(s) else s.ys[-1]

@@ -141,9 +141,6 @@ class Series:
         row = self.nonfinite.first()
         return None if row is None else (self.x(row), self.ys[row])
 
-    def changed_since(self, version: int) -> bool:
-        return self.version > version
-
     def decimate(self, start: int, end: int, width: int) -> Decimated:
         """Per bucket finite min/max, counts and NaN/Inf marks; see :mod:`decimate`."""
         if width < 1:
