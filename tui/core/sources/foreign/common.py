@@ -140,36 +140,6 @@ class MappedFile:
                 pass
 
 
-def read_capped(path: str, what: str) -> bytes:
-    """The whole regular file at ``path`` (never a FIFO or device: ``open_log``), refused
-    with a one-line error when it is bigger than :data:`MAX_FILE_BYTES`."""
-    fd = open_log(path)
-    try:
-        size = os.fstat(fd).st_size
-        if size > MAX_FILE_BYTES:
-            raise SourceError(
-                f"{path}: {what} of {size} bytes is over dltop's {MAX_FILE_BYTES >> 20} MiB "
-                "limit for another tool's log — pass a smaller file"
-            )
-        parts: list[bytes] = []
-        got = 0
-        while got <= MAX_FILE_BYTES:
-            data = os.read(fd, min(1 << 20, MAX_FILE_BYTES + 1 - got))
-            if not data:
-                break
-            parts.append(data)
-            got += len(data)
-        if got > MAX_FILE_BYTES:  # it grew while we read
-            raise SourceError(f"{path}: grew past the {MAX_FILE_BYTES >> 20} MiB limit while read")
-        return b"".join(parts)
-    except BlockingIOError:
-        raise SourceError(f"cannot read {path}: it would block") from None
-    except OSError as exc:
-        raise SourceError(f"cannot read {path}: {exc.strerror or exc}") from None
-    finally:
-        os.close(fd)
-
-
 def number(value: Any) -> float | None:
     """A metric value: a float (NaN and infinities kept: they are the news), or None for
     what is no number (text, bool, list, object). Numeric text (a CSV cell) is parsed."""
@@ -328,7 +298,6 @@ __all__ = [
     "exit_record",
     "meta_record",
     "number",
-    "read_capped",
     "run_id",
     "skipped_note",
     "step_of",
