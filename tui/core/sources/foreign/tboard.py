@@ -25,6 +25,7 @@ from collections import Counter
 from collections.abc import Iterator
 from typing import Any
 
+from ..sourcefiles import read_head
 from . import names, tfrecord
 from .common import (
     MAX_ENTRIES,
@@ -93,7 +94,11 @@ def find_event_files(directory: str) -> tuple[list[str], bool]:
                     continue
                 if stat.S_ISDIR(st.st_mode):
                     nxt.append(e.path)
-                elif stat.S_ISREG(st.st_mode) and NAME_HINT in e.name and _file_framed(e.path):
+                elif (
+                    stat.S_ISREG(st.st_mode)
+                    and NAME_HINT in e.name
+                    and framed(read_head(e.path, 12) or b"")
+                ):
                     found.append(e.path)
                     if len(found) >= MAX_EVENT_FILES:
                         return sorted(found), True
@@ -103,19 +108,6 @@ def find_event_files(directory: str) -> tuple[list[str], bool]:
     else:
         cut = bool(level)
     return sorted(found), cut
-
-
-def _file_framed(path: str) -> bool:
-    try:
-        fd = open_log(path)
-    except (SourceError, OSError):
-        return False
-    try:
-        return framed(os.pread(fd, 12, 0))
-    except OSError:
-        return False
-    finally:
-        os.close(fd)
 
 
 def _loader() -> Any:
