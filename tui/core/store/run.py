@@ -261,12 +261,7 @@ class RunModel:
                 and time.monotonic() - self._fed_at >= self.settle_s
             ):
                 self._judged_engine = self.engine
-                if self.engine_error is None and self._backlog is None:
-                    try:
-                        self.engine.finish()
-                    except Exception as exc:  # a bug in one rule: diagnosis off, charts alive
-                        self.engine_error = f"rules engine failed: {type(exc).__name__}: {exc}"
-                    self._bump()
+                self.finish()
             return state
 
     def alerts(self) -> list[Alert]:
@@ -274,8 +269,8 @@ class RunModel:
             return self.engine.alerts() if self.engine is not None else []
 
     def finish(self) -> None:
-        """No more records will come (another tool's log, replayed whole): the rules' end-
-        of-run judgements, as ``dltop check`` makes them at the end of the file."""
+        """No more records will come (another tool's log replayed whole, a run seen crashed):
+        the rules' end-of-run judgements, as ``dltop check`` makes them at the end of the file."""
         with self.lock:
             if self.engine is not None and self.engine_error is None and self._backlog is None:
                 try:
