@@ -58,13 +58,6 @@ class Decimated:
     def points(self) -> int:
         return sum(self.count)
 
-    def y_range(self) -> tuple[float, float] | None:
-        """Finite (min, max) over all buckets, ``None`` when there is no finite point."""
-        los = [v for v in self.lo if v is not None]
-        if not los:
-            return None
-        return min(los), max(v for v in self.hi if v is not None)
-
 
 class NonFinite:
     """Rows (indices into a series) holding NaN, +Inf and -Inf, each list sorted.

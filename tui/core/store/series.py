@@ -98,9 +98,6 @@ class Series:
             i += len(self.ys)
         return xs[off + i]
 
-    def y(self, i: int) -> float:
-        return self.ys[i]
-
     def last(self) -> tuple[int, float] | None:
         """The latest point, ``None`` when empty."""
         if not self.ys:

@@ -271,9 +271,6 @@ class Merger:
                 self._gone[kind] = max(self._gone.get(kind, low), low)
         return out
 
-    def records(self) -> list[dict[str, Any]]:
-        return self.order
-
     def note(self) -> str | None:
         """What was left out of steps logged more than once (a resumed run, a loop that
         logs twice per step), or None."""
