@@ -24,7 +24,7 @@ import os
 
 from .....probe.decoding import decode_line
 from ..sourcefiles import SourceError, read_head
-from . import hf, lightning, tboard
+from . import hf, lightning, tboard, tfrecord
 from .common import HF, LIGHTNING, TENSORBOARD, ForeignLog
 from .tboard import MissingExtra
 
@@ -60,7 +60,7 @@ def _detect_file(path: str, by_name: bool = True) -> str | None:
             return named
     if not head:
         return None
-    if tboard.framed(head):
+    if tfrecord.framed(head):
         return TENSORBOARD
     first = head.split(b"\n", 1)[0]
     if decode_line(first) is not None:  # a dltop record: our own log

@@ -64,10 +64,6 @@ class MissingExtra(SourceError):
     """The optional reader is not installed: the message is the whole line to print."""
 
 
-masked_crc32c = tfrecord.masked_crc32c
-framed = tfrecord.framed
-
-
 def find_event_files(directory: str) -> tuple[list[str], bool]:
     """Event files under ``directory`` (by name hint and framing), bounded in depth, in
     entries looked at and in files kept; and whether the bounds cut the search short."""
@@ -97,7 +93,7 @@ def find_event_files(directory: str) -> tuple[list[str], bool]:
                 elif (
                     stat.S_ISREG(st.st_mode)
                     and NAME_HINT in e.name
-                    and framed(read_head(e.path, 12) or b"")
+                    and tfrecord.framed(read_head(e.path, 12) or b"")
                 ):
                     found.append(e.path)
                     if len(found) >= MAX_EVENT_FILES:
