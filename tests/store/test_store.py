@@ -257,7 +257,7 @@ def test_after_many_resumes_decimation_still_reads_the_block_summaries(monkeypat
     assert len(store.resumes) == n // per - 1
     touched: list[int] = []
     rows: list[int] = []
-    real_minmax, real_rows = dec._finite_minmax, ser.decimate_rows
+    real_minmax, real_rows = dec._finite_minmax, ser.decimate_edges
 
     def counting_minmax(ys, a, b, dirty):  # type: ignore[no-untyped-def]
         touched.append(max(0, b - a))
@@ -268,7 +268,7 @@ def test_after_many_resumes_decimation_still_reads_the_block_summaries(monkeypat
         return real_rows(*args, **kw)
 
     monkeypatch.setattr(dec, "_finite_minmax", counting_minmax)
-    monkeypatch.setattr(ser, "decimate_rows", counting_rows)
+    monkeypatch.setattr(ser, "decimate_edges", counting_rows)
     lo, hi = store.step_range()
     width = 120
     d = store.decimate("loss", lo, hi, width)
