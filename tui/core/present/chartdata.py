@@ -118,14 +118,10 @@ def y_range(data: ChartData) -> tuple[float, float] | None:
         for a, b in zip(t.lo, t.hi, strict=False):
             if a is None or b is None:
                 continue
-            ta = transform(a, data.log)
-            tb = transform(b, data.log)
-            if ta is not None:
-                lo = min(lo, ta)
-                hi = max(hi, ta)
-            if tb is not None:
-                lo = min(lo, tb)
-                hi = max(hi, tb)
+            for v in (transform(a, data.log), transform(b, data.log)):
+                if v is not None:
+                    lo = min(lo, v)
+                    hi = max(hi, v)
     floor = transform(data.y_floor, data.log) if data.y_floor is not None else None
     if floor is not None:
         lo = min(lo, floor)
