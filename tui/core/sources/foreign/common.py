@@ -94,6 +94,24 @@ class ForeignLog:
             meta_notes[:] = notes
 
 
+def open_capped(path: str, what: str, limit: int = MAX_STREAM_BYTES) -> tuple[int, int]:
+    """A descriptor on the regular file at ``path`` (``open_log``) and its size, refused in
+    one line when the file is over ``limit`` bytes. The caller closes the descriptor."""
+    fd = open_log(path)
+    try:
+        size = os.fstat(fd).st_size
+    except OSError as exc:
+        os.close(fd)
+        raise SourceError(f"cannot read {path}: {exc.strerror or exc}") from None
+    if size > limit:
+        os.close(fd)
+        raise SourceError(
+            f"{path}: {what} of {size} bytes is over dltop's {limit >> 30} GiB "
+            "limit for another tool's log"
+        )
+    return fd, size
+
+
 class MappedFile:
     """A whole regular file as a read-only memory map (empty files as ``b""``): parsers
     that need the whole text (a JSON document) read it without a copy on the heap.
@@ -103,16 +121,10 @@ class MappedFile:
     over) kills the process with SIGBUS at the next page, without a word."""
 
     def __init__(self, path: str, what: str, limit: int = MAX_STREAM_BYTES) -> None:
-        fd = open_log(path)
+        fd, size = open_capped(path, what, limit)
         self._bytes = b""
         self._map: mmap.mmap | None = None
         try:
-            size = os.fstat(fd).st_size
-            if size > limit:
-                raise SourceError(
-                    f"{path}: {what} of {size} bytes is over dltop's {limit >> 30} GiB "
-                    "limit for another tool's log"
-                )
             if size > MAX_FILE_BYTES:
                 self._map = mmap.mmap(fd, size, access=mmap.ACCESS_READ)
             else:
@@ -294,6 +306,7 @@ __all__ = [
     "SourceError",
     "exit_record",
     "meta_record",
+    "open_capped",
     "number",
     "run_id",
     "skipped_note",

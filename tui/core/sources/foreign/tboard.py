@@ -33,7 +33,6 @@ from .common import (
     MAX_EXTRAS,
     MAX_SCAN_DEPTH,
     MAX_SCAN_ENTRIES,
-    MAX_STREAM_BYTES,
     TENSORBOARD,
     WINDOW,
     ForeignLog,
@@ -41,7 +40,7 @@ from .common import (
     SourceError,
     exit_record,
     meta_record,
-    open_log,
+    open_capped,
     skipped_note,
     step_of,
     wall_time,
@@ -153,20 +152,6 @@ def _ends(tag: str) -> bool:
     return names.EXACT.get(tag.strip().lower(), (None,))[0] == names.END
 
 
-def _size_ok(path: str) -> int:
-    fd = open_log(path)  # a regular file only
-    try:
-        size = os.fstat(fd).st_size
-    finally:
-        os.close(fd)
-    if size > MAX_STREAM_BYTES:
-        raise SourceError(
-            f"{path}: event file of {size} bytes is over dltop's {MAX_STREAM_BYTES >> 30} GiB "
-            "limit for another tool's log"
-        )
-    return size
-
-
 class _Read:
     """What reading the files met: values left out, damage, the budget's end."""
 
@@ -190,8 +175,7 @@ def _points(event_cls: Any, files: list[str], root: str, read: _Read) -> Iterato
     from_bytes = event_cls.FromString
     for f in files:
         try:
-            _size_ok(f)
-            fd = open_log(f)
+            fd, _ = open_capped(f, "event file")
         except SourceError as exc:
             if len(files) == 1:
                 raise
