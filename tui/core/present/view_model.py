@@ -14,14 +14,13 @@ from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
-from ..diagnosis.crash_view import SIGNAL_HELP, VANISHED_HELP, CrashInfo, crash_info  # noqa: F401 - re-exported
+from ..diagnosis.crash_view import CrashInfo, crash_info  # noqa: F401 - re-exported
 from ..rules.alerts import CRITICAL, Alert
 from ..text.i18n import tr_title
 from ..text.safetext import visible
 from . import panels
 from .chartdata import ChartData  # noqa: F401 - re-exported
 from .header_view import (  # noqa: F401 - re-exported
-    WAITING_FOR_SYS,
     HeaderInfo,
     gpu_na_reason,
     header_info,
