@@ -72,7 +72,6 @@ class RunModel:
         self.restarted = False  # True after a reset until the UI calls acknowledge_restart()
         self.reset_reason = ""
         self.loading: float | None = None  # backfill progress 0..1; None when complete
-        self.preview_from: int | None = None  # first step shown while only the tail is loaded
         # rules backfill progress 0..1 while the charts are whole but alerts are not yet;
         # None when the rules have seen every record
         self.diagnosing: float | None = None
@@ -126,7 +125,6 @@ class RunModel:
                 self.restarted = True
             self.reset_reason = reason
             self.loading = None
-            self.preview_from = None
             self.diagnosing = None
             self._backlog = None
 
@@ -147,7 +145,6 @@ class RunModel:
             self.store = Store(version=self.version + 1)
             self.records = 0
             self.loading = 0.0
-            self.preview_from = None
             self.generation += 1
             self._bump()
         self.extend_preview(records)
@@ -160,8 +157,6 @@ class RunModel:
         with self.lock:
             self.store.ingest(records)
             self.records += len(records)
-            if self.loading is not None:
-                self.preview_from = self.store.first_step
             self._bump()
 
     def staging(self, rules: bool = True) -> Staging:
@@ -191,7 +186,6 @@ class RunModel:
             self._fed_at = time.monotonic()
             self.malformed = malformed
             self.loading = None
-            self.preview_from = None
 
     def begin_rules_backfill(self) -> None:
         """The charts hold the whole run but the rules do not yet: until
