@@ -139,7 +139,7 @@ def window_of(model: RunModel, state: ViewState) -> tuple[int, int]:
 def clamp_step(model: RunModel, step: int) -> tuple[int, str | None] | None:
     """``step`` moved into the run's range, with a note for the person when it had to be;
     ``None`` before the first point (there is nowhere to go yet)."""
-    b = panels.bounds(model.store)
+    b = model.store.step_range()
     if b is None:
         return None
     first, last = b
@@ -152,7 +152,7 @@ def clamp_step(model: RunModel, step: int) -> tuple[int, str | None] | None:
 
 def window_around(model: RunModel, step: int) -> tuple[int, int] | None:
     """A window centred on ``step`` (clamped to the run), ``None`` before any data."""
-    b = panels.bounds(model.store)
+    b = model.store.step_range()
     if b is None:
         return None
     first, last = b
@@ -162,7 +162,7 @@ def window_around(model: RunModel, step: int) -> tuple[int, int] | None:
 
 
 def window_for_alert(model: RunModel, alert: Alert) -> tuple[int, int] | None:
-    b = panels.bounds(model.store)
+    b = model.store.step_range()
     if b is None:
         return None
     return alert_window(alert, *b)
