@@ -131,15 +131,7 @@ def parse_args(name: str, argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         prog=f"python -m dltop.demos.{name}", description=f"dltop demo: {demo.breaks}"
     )
-    parser.add_argument(
-        "--out", default=None, help="log file (default: ./dltop-runs/demo-NAME-TIME.jsonl)"
-    )
-    parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu", help="where to train")
-    parser.add_argument(
-        "--fast",
-        action="store_true",
-        help=f"train at full speed (default: spread over ~{PACE_SECONDS:.0f} s so you can watch)",
-    )
+    add_run_arguments(parser)
     args = parser.parse_args(argv)
     missing = missing_framework(name)
     if missing is not None:  # `python -m dltop.demos.NAME` run directly: no traceback either
@@ -149,6 +141,22 @@ def parse_args(name: str, argv: list[str] | None = None) -> argparse.Namespace:
         args.out = default_log_path(name)
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     return args
+
+
+def add_run_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--out PATH``, ``--device cpu|cuda``, ``--fast``: what every demo takes, and what
+    ``dltop demo`` takes to pass on to it."""
+    parser.add_argument(
+        "--out", metavar="PATH", help="log file (default: ./dltop-runs/demo-NAME-TIME.jsonl)"
+    )
+    parser.add_argument(
+        "--device", choices=("cpu", "cuda"), default="cpu", help="where to train (default cpu)"
+    )
+    parser.add_argument(
+        "--fast",
+        action="store_true",
+        help=f"train at full speed (default: spread over ~{PACE_SECONDS:.0f} s so you can watch)",
+    )
 
 
 def default_log_path(name: str, directory: str = "dltop-runs") -> str:

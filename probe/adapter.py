@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import inspect
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from time import perf_counter
 from typing import TYPE_CHECKING, Any
 
@@ -271,6 +271,17 @@ class Session:
         samples = s.samples
         s.reset()
         self.probe.step(loss=loss, batch_size=samples, step=step)
+
+    def eval_record(self, metrics: Iterable[tuple[Any, Any]]) -> None:
+        """An ``eval`` record of the framework's metrics under the names the rules read
+        (:func:`eval_name`; of two keys that give one name, the first wins)."""
+        out: dict[str, Any] = {}
+        for key, value in metrics:
+            name = eval_name(str(key))
+            if name is not None and name not in out:
+                out[name] = value
+        if out:
+            self.probe.eval(**out)
 
     # --- the end ---------------------------------------------------------------------
     def crashed(self, exc: BaseException) -> None:

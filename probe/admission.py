@@ -108,9 +108,6 @@ class Refusals:
         self.counts[reason] += 1
         self.version += 1
 
-    def total(self) -> int:
-        return sum(self.counts.values())
-
 
 def peer_address(addr: object) -> str:
     """The address a per-address cap counts: the host of a TCP peer, an IPv6 peer's /64

@@ -12,7 +12,7 @@ from __future__ import annotations
 import contextlib
 import json
 import math
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable
 from itertools import repeat
 from typing import Any
 
@@ -336,14 +336,6 @@ def _decode_plain(block: bytes) -> list[dict[str, Any]] | None:
 
 
 _DICT = {dict}
-
-
-def iter_records(lines: Iterable[bytes | str]) -> Iterator[dict[str, Any]]:
-    """Records from an iterable of lines, skipping whatever does not decode."""
-    for line in lines:
-        rec = decode_line(line)
-        if rec is not None:
-            yield rec
 
 
 def read_records(path: str, chunk_size: int = 1 << 20) -> tuple[list[dict[str, Any]], LineDecoder]:

@@ -71,7 +71,6 @@ class GradNormTracker:
         self._shards = ShardWeights(torch)
         self.layers: Layers | None = None
         self.error: BaseException | None = None  # first failure, reported once by the probe
-        self.backward_passes = 0
         self.scaler = scaler  # an AMP GradScaler: backward leaves grads multiplied by its scale
         self._queued: set[int] = set()
         # host times (perf_counter) of the latest backward's first gradient and its end:
@@ -131,7 +130,6 @@ class GradNormTracker:
         if not (self.compute_total or self.want_layers):
             return  # the user's norm at every step, no layers step: nothing to measure
         try:
-            self.backward_passes += 1
             self._measure()
         except Exception as e:
             self.error = self.error or e

@@ -38,13 +38,13 @@ from __future__ import annotations
 
 import sys
 import threading
+from collections.abc import Iterator
 from time import perf_counter
 from typing import Any
 
 from .adapter import (
     CallbackBase,
     Session,
-    eval_name,
     framework_note,
     missing_framework,
     open_session,
@@ -79,6 +79,13 @@ def find_trainer() -> Any:
         if isinstance(obj, transformers.Trainer):
             return obj
     return None
+
+
+def _numbers(metrics: dict[str, Any]) -> Iterator[tuple[str, Any]]:
+    """The metrics that are numbers (a model name, a list: not a metric)."""
+    for key, value in metrics.items():
+        if isinstance(value, int | float | torch.Tensor) and not isinstance(value, bool):
+            yield key, value
 
 
 def _precision(args: Any) -> str:
@@ -261,16 +268,4 @@ class DltopCallback(CallbackBase, transformers.TrainerCallback):
         metrics = kwargs.get("metrics")
         if s is None or not metrics:
             return
-        s.guard("eval record", lambda: self._eval_record(s, metrics))
-
-    @staticmethod
-    def _eval_record(s: Session, metrics: dict[str, Any]) -> None:
-        out: dict[str, Any] = {}
-        for key, value in metrics.items():
-            if not isinstance(value, int | float | torch.Tensor) or isinstance(value, bool):
-                continue  # a model name, a list: not a metric
-            name = eval_name(str(key))
-            if name is not None and name not in out:
-                out[name] = value
-        if out:
-            s.probe.eval(**out)
+        s.guard("eval record", lambda: s.eval_record(_numbers(metrics)))

@@ -40,7 +40,6 @@ from typing import Any
 from .adapter import (
     CallbackBase,
     Session,
-    eval_name,
     framework_note,
     missing_framework,
     open_session,
@@ -255,12 +254,5 @@ class DltopCallback(CallbackBase, pl.Callback):
         """The metrics the validation logged: those new or changed since it began."""
         before = self._before_eval
         self._before_eval = {}
-        metrics: dict[str, Any] = {}
-        for key, value in trainer.callback_metrics.items():
-            if before.get(key) is value:
-                continue  # a training metric, untouched by the validation
-            name = eval_name(key)
-            if name is not None and name not in metrics:
-                metrics[name] = value
-        if metrics:
-            s.probe.eval(**metrics)
+        # a value that is the very object it was before: a training metric, untouched
+        s.eval_record((k, v) for k, v in trainer.callback_metrics.items() if before.get(k) is not v)

@@ -17,7 +17,7 @@ import sys
 import time
 from typing import Any
 
-from .jobpath import restart_count
+from .jobpath import env_int, restart_count
 from .schema import META, SCHEMA_VERSION
 from .system import gpu_status
 
@@ -70,18 +70,11 @@ def _dltop_version() -> str:
     return version("dltop-monitor")
 
 
-def _env_int(name: str) -> int | None:
-    try:
-        return int(os.environ[name])
-    except (KeyError, ValueError):
-        return None
-
-
 def _ranks(torch: Any) -> tuple[int, int, int | None]:
     """(rank, world_size, local_rank): an initialised process group wins over the env vars
     that torchrun sets; a plain single process is rank 0 of 1 (local rank 0). The local
     rank of a multi-process run without LOCAL_RANK is unknown (``None``)."""
-    rank, world, local = _env_int("RANK"), _env_int("WORLD_SIZE"), _env_int("LOCAL_RANK")
+    rank, world, local = env_int("RANK"), env_int("WORLD_SIZE"), env_int("LOCAL_RANK")
     if torch is not None:
         try:
             dist = torch.distributed

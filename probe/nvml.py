@@ -59,10 +59,6 @@ class Nvml:
         lib = self._lib
         try:
             lib.nvmlInit()
-        except Exception as e:
-            self.reason = f"NVML unavailable ({_describe(e)})"
-            return
-        try:
             self._handles = self._visible_handles(lib)
         except Exception as e:
             self.reason = f"NVML unavailable ({_describe(e)})"

@@ -22,9 +22,7 @@ from typing import TYPE_CHECKING, Any, Literal, TypeVar
 from .cudastep import CudaStep, cuda_step_for
 from .filesink import Sink
 from .gradnorm import GradNormTracker
-from .jobpath import AUTO, default_run_id, nowhere_to_write
-from .jobpath import RUNS_DIR as RUNS_DIR  # re-exported: the default folder
-from .jobpath import default_path as default_path
+from .jobpath import AUTO, default_path, default_run_id, nowhere_to_write
 from .lifecycle import say_error
 from .loader import TimedLoader
 from .records import (

@@ -206,7 +206,7 @@ def pid_alive(pid: int) -> bool:
     return True
 
 
-def _number(value: Any) -> float | None:
+def finite_number(value: Any) -> float | None:
     """A finite int or float (not a bool), else None: entries are checked, never trusted."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return None
@@ -243,7 +243,7 @@ def list_runs(directory: Path | None = None, cleanup: bool = True) -> list[dict[
         pid = info.get("pid")
         if isinstance(pid, bool) or not isinstance(pid, int) or pid <= 0:
             continue  # not written by a probe: nothing to judge it by, leave it be
-        info["started"] = _number(info.get("started"))
+        info["started"] = finite_number(info.get("started"))
         if not isinstance(info.get("run_id"), str):
             info.pop("run_id", None)
         sock = d / f"{name}.sock"

@@ -168,9 +168,6 @@ class RunConfig:
             self._sections[name] = value
             self.pending = True
 
-    def get(self, name: str) -> Any:
-        return self._sections.get(name)
-
     def take(self, steps: int | None, step: int | None) -> dict[str, Any] | None:
         """The ``config`` event due now, or ``None``: nothing changed since the last one,
         or one was written in this step interval already (``steps``: steps recorded so

@@ -38,9 +38,6 @@ class SharedLog:
         self.window_start = 0  # the oldest chunk a viewer may still be on
         self._window_bytes = 0
 
-    def __len__(self) -> int:
-        return self.end - self.first
-
     def append(self, chunk: bytes) -> None:
         """Add a batch at the live end (always kept: it is the backlog's newest)."""
         self._chunks.append(chunk)

@@ -124,11 +124,7 @@ class SocketServer(Gatekeeper):
             raise
 
     def _abandon(self, unlink: bool) -> None:
-        for sock in (*self._listeners, self._wake_r, self._wake_w):
-            try:
-                sock.close()
-            except OSError:
-                pass
+        self._close_sockets()
         self._listeners = []
         try:
             self._sel.close()
@@ -222,11 +218,14 @@ class SocketServer(Gatekeeper):
                     self._drop_client(client)
             except Exception as exc:  # not even a traceback on stderr from this thread
                 self.error = self.error or exc
-            for sock in (*self._listeners, self._wake_r, self._wake_w):
-                try:
-                    sock.close()
-                except OSError:
-                    pass
+            self._close_sockets()
+
+    def _close_sockets(self) -> None:  # the listeners and the wake-up pair
+        for sock in (*self._listeners, self._wake_r, self._wake_w):
+            try:
+                sock.close()
+            except OSError:
+                pass
 
     def _timeout(self) -> float:
         """How long the selector may sleep: until the next hello deadline or listener
@@ -245,13 +244,17 @@ class SocketServer(Gatekeeper):
         elif key.data == "wake":
             self._drain_wake()
         else:
-            client = self._clients.get(key.fd)
-            if client is None:
-                return
-            if mask & selectors.EVENT_READ:
-                self._on_readable(client)
-            if mask & selectors.EVENT_WRITE and key.fd in self._clients:
-                self._send(client)
+            self._serve(key, mask)
+
+    def _serve(self, key: selectors.SelectorKey, mask: int) -> None:
+        """Read from and write to one viewer as ``mask`` says (one gone meanwhile is dropped)."""
+        client = self._clients.get(key.fd)
+        if client is None:
+            return
+        if mask & selectors.EVENT_READ:
+            self._on_readable(client)
+        if mask & selectors.EVENT_WRITE and key.fd in self._clients:
+            self._send(client)
 
     def _contain(self, key: selectors.SelectorKey, exc: Exception) -> None:
         """An unexpected error while serving one connection: drop that connection, count
@@ -278,14 +281,8 @@ class SocketServer(Gatekeeper):
                 for key, mask in self._sel.select(timeout=min(left, 0.05)):
                     if key.data == "wake":
                         self._drain_wake()
-                        continue
-                    client = self._clients.get(key.fd) if key.data == "client" else None
-                    if client is None:
-                        continue
-                    if mask & selectors.EVENT_READ:
-                        self._on_readable(client)  # a viewer gone meanwhile is dropped here
-                    if mask & selectors.EVENT_WRITE and key.fd in self._clients:
-                        self._send(client)
+                    elif key.data == "client":  # no new viewer is accepted while closing
+                        self._serve(key, mask)
         except Exception:  # closing must never raise into the probe
             pass
 

@@ -143,11 +143,6 @@ class Writer:
         """Records the full queue had no room for (the training outran us): ``dropqueue.py``."""
         return self._dropq.dropped
 
-    @property
-    def dropped_reported(self) -> int:
-        """Of those, written in ``dropped`` events so far."""
-        return self._dropq.reported
-
     # --- any thread -----------------------------------------------------------------
     def start(self) -> None:
         self._thread = threading.Thread(target=self._run, name="dltop-writer", daemon=True)

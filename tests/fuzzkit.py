@@ -169,7 +169,7 @@ def exercise_viewer_core(path: Path) -> None:
     from dltop.tui.core.diagnosis.checklist_eval import evaluate
     from dltop.tui.core.diagnosis.checklists import checklist_for
     from dltop.tui.core.present import view_model as vm
-    from dltop.tui.core.present.chartdata import untransform, y_range
+    from dltop.tui.core.present.chartdata import y_range
     from dltop.tui.core.present.panels import PANELS, panel_chart
 
     records, dec = read_records(str(path))
@@ -187,7 +187,6 @@ def exercise_viewer_core(path: Path) -> None:
                 rng = y_range(data)  # what the chart widget scales its dots by
                 if rng is not None:
                     assert all(map(math.isfinite, rng)), (spec.key, rng)
-                    untransform(rng[1], data.log)
         vm.crash_info(model, st)
         alerts = model.alerts()
         facts = model.facts()

@@ -54,10 +54,6 @@ def primary(results: list[FileResult]) -> FileResult:
     return min(results, key=lambda r: (_STATUS_ORDER.index(r.state.status), not _first_failure(r)))
 
 
-def _combined_status(results: list[FileResult]) -> RunState:
-    return primary(results).state
-
-
 def verdict_of(results: list[FileResult], lang: str = "en") -> str:
     """The one verdict line of what was checked (``dltop.tui.core.diagnosis.verdict`` words it):
     the first fault across the ranks, or how the rank the job's status comes from stands."""
@@ -81,7 +77,7 @@ def _alert_json(r: FileResult, a: Alert, multi: bool) -> dict[str, Any]:
 def as_json(source: str, results: list[FileResult], said: str) -> dict[str, Any]:
     """``said``: the verdict line (``verdict_of``), computed once for every surface."""
     multi = len(results) > 1
-    state = _combined_status(results)
+    state = primary(results).state
     out: dict[str, Any] = {
         "source": source,
         "status": state.status,
@@ -119,7 +115,7 @@ def _evidence_line(ev: Mapping[str, Any]) -> str:
 
 def text_report(source: str, results: list[FileResult], skipped: list[str], said: str) -> str:
     """The report; its first line is the verdict (``said``), as in ``--json``."""
-    state = _combined_status(results)
+    state = primary(results).state
     lines = [said, f"dltop check: {source}"]
     lines += [f"skipped: {why}" for why in skipped]
     lines += [f"note:    {n}" for r in results for n in r.notes]

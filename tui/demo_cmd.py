@@ -23,7 +23,7 @@ import sys
 import time
 from pathlib import Path
 
-from ..demos._common import DEMOS, default_log_path, missing_framework
+from ..demos._common import DEMOS, add_run_arguments, default_log_path, missing_framework
 from .core.text.safetext import visible
 
 EXIT_USAGE = 2
@@ -38,17 +38,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--no-ui", action="store_true", help="run headless, wait for it, print the log path"
     )
-    parser.add_argument(
-        "--out", metavar="PATH", help="log file (default: ./dltop-runs/demo-NAME-TIME.jsonl)"
-    )
-    parser.add_argument(
-        "--device", choices=("cpu", "cuda"), default="cpu", help="where to train (default cpu)"
-    )
-    parser.add_argument(
-        "--fast",
-        action="store_true",
-        help="train at full speed (default: spread over ~30 s so you can watch it go wrong)",
-    )
+    add_run_arguments(parser)  # passed on to the demo
 
 
 def list_lines() -> list[str]:

@@ -72,16 +72,13 @@ def open_watch(spec: str, config: Any, job: str | None) -> Any:
     from .core.ranks.jobs import RankLog
     from .core.ranks.rankjob import JobView
     from .core.sources.filesource import SourceError
-    from .core.sources.socket_source import SocketSource, StreamError, is_stream_spec, redact
+    from .core.sources.socket_source import StreamError, redact
     from .core.sources.source_open import open_source
     from .core.store.run import RunModel
 
     model = RunModel(redact(spec), config)
     try:
-        if is_stream_spec(spec):
-            reader: Any = SocketSource(spec, model)
-        else:
-            reader = open_source(spec, model, follow=True)
+        reader = open_source(spec, model, follow=True)  # follow: the files' readers
     except (SourceError, StreamError) as e:
         raise ExportError(str(e)) from None
     single = (RankLog(None, spec, model),)

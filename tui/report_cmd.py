@@ -77,8 +77,9 @@ def run(args: argparse.Namespace) -> int:
         return _fail(str(exc), check_cmd.SOURCE_HINT)
     shown = primary(results)
     assert shown.store is not None  # collect(with_store=True) gives every result one
+    # the viewer's ticks for each log, read only: a report never writes the sidecar
     entries = [
-        report.ReportAlert(a, r.engine.facts(), _ticks(r.path).ticked(alert_key(a)), rank)
+        report.ReportAlert(a, r.engine.facts(), Ticks.beside(r.path).ticked(alert_key(a)), rank)
         for r in results
         for rank in [r.rank if len(results) > 1 else None]
         for a in r.engine.alerts()
@@ -125,11 +126,6 @@ def _same_file(a: str, b: str) -> bool:
         return os.path.samefile(a, b)
     except OSError:  # one of them does not exist: not the same file
         return False
-
-
-def _ticks(path: str) -> Ticks:
-    """The viewer's ticks for this log (read only: a report never writes the sidecar)."""
-    return Ticks.beside(path)
 
 
 def _fail(message: str, hint: str) -> int:

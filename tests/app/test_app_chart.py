@@ -9,7 +9,6 @@ from dltop.tui.app.chart import BAD_MARK, GUTTER, Chart
 from dltop.tui.core.present.chartdata import (
     ChartData,
     Trace,
-    column_to_step,
     step_to_column,
     wants_log,
     y_range,
@@ -128,7 +127,6 @@ def test_chartdata_helpers() -> None:
     assert y_range(ChartData(start=0, end=3, traces=(_trace([math.nan]),))) is None
     assert step_to_column(0, 0, 99, 10) == 0 and step_to_column(99, 0, 99, 10) == 9
     assert step_to_column(100, 0, 99, 10) is None
-    assert column_to_step(5, 0, 99, 10) == 50
     assert format_value(math.nan) == "NaN" and format_value(3 * 2**30, "B") == "3.0GiB"
     assert format_value(0.012, "s") == "12.0ms"
 

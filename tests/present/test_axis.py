@@ -15,7 +15,7 @@ from dltop.tui.core.present.panels import store_chart
 from dltop.tui.core.present.svgchart import render
 from dltop.tui.core.present.timeaxis import column_of, move_cursor, time_columns
 from dltop.tui.core.present.view_model import ViewState
-from dltop.tui.core.store.decimate import NonFinite, decimate_between, decimate_rows
+from dltop.tui.core.store.decimate import NonFinite, bucket_edges, decimate_edges, step_edges
 from dltop.tui.core.store.runstore import Store
 
 # (lo, hi, unit): linear ranges as the charts meet them, padded edges and all
@@ -223,9 +223,9 @@ def test_decimation_between_boundaries_matches_uniform_buckets() -> None:
     from dltop.tui.core.store.decimate import summarize
 
     summarize(ys, blo, bhi, nf)
-    uniform = decimate_rows("y", xs, 0, ys, blo, bhi, nf, 0, 999, 40)
+    uniform = decimate_edges("y", ys, blo, bhi, nf, bucket_edges(xs, 0, 1000, 0, 999, 40), 0, 999)
     edges = [c * 1000 // 40 for c in range(40)] + [1000]
-    between = decimate_between("y", xs, 0, ys, blo, bhi, nf, edges)
+    between = decimate_edges("y", ys, blo, bhi, nf, step_edges(xs, 0, 1000, edges), 0, 999)
     assert between.lo == uniform.lo and between.hi == uniform.hi
     assert between.marks == uniform.marks and between.count == uniform.count
 

@@ -428,7 +428,7 @@ def test_hooks_are_removed_on_close(tmp_path: Path) -> None:
         tracker = probe._grad
     x, y = _batch(0)
     torch.nn.functional.mse_loss(model(x), y).backward()
-    assert tracker is not None and tracker.latest is None and tracker.backward_passes == 0
+    assert tracker is not None and tracker.latest is None
 
 
 def test_float_path_works_without_torch(tmp_path: Path) -> None:

@@ -252,7 +252,7 @@ def test_partial_gradients_are_refused_and_shards_summed_in_process(tmp_path: Pa
 # --- the viewer: a folder followed live ---------------------------------------------------
 def _series(model: Any, name: str) -> list[float]:
     s = model.store.series(name)
-    return [] if s is None else [s.y(i) for i in range(len(s))]
+    return [] if s is None else list(s.ys)
 
 
 @pytest.mark.slow

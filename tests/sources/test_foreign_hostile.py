@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 from dltop.tui.core.sources import foreign
-from dltop.tui.core.sources.foreign import hf
+from dltop.tui.core.sources.foreign import common, hf
 from foreignkit import check_json
 
 
@@ -42,7 +42,7 @@ def test_bytes_that_are_no_utf8_are_no_traceback(
     code, out = check_json(capsys, path)  # UnicodeDecodeError went up to the command line
     assert code == 0 and out["steps"] >= 1
     # over the whole-file fallback's limit (64 MiB), the streaming read says it in one line
-    monkeypatch.setattr(hf, "MAX_FILE_BYTES", 0)
+    monkeypatch.setattr(common, "MAX_FILE_BYTES", 0)
     try:
         steps = _steps(path)
     except foreign.SourceError as exc:
@@ -82,7 +82,7 @@ def test_nan_as_text_does_not_make_a_big_state_corrupt(
     """A bare NaN is quoted before msgspec parses the file; the quoting also hit "NaN" in a
     string, and the broken JSON fell back to the whole-file read, which a file over 64 MiB
     does not have: such a file was refused as corrupt."""
-    monkeypatch.setattr(hf, "MAX_FILE_BYTES", 0)  # as for a file over 64 MiB
+    monkeypatch.setattr(common, "MAX_FILE_BYTES", 0)  # as for a file over 64 MiB
     steps = _steps(_state(tmp_path, text))
     assert [r["step"] for r in steps] == [1, 2]
     assert math.isnan(steps[0]["loss"]) and steps[1]["loss"] == 1.0

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 from dltop.tui.core.sources import foreign
-from dltop.tui.core.sources.foreign import tboard
+from dltop.tui.core.sources.foreign import tboard, tfrecord
 from foreignkit import check_json, dltop, one_line_error
 
 pytest.importorskip("tensorboard")
@@ -130,8 +130,8 @@ def test_damaged_event_files(hf_style: Path, tmp_path: Path, capsys: Any) -> Non
     # framing that holds around garbage data: no scalars, one line
     payload = b"\x08" * 40
     rec = struct.pack("<Q", len(payload))
-    rec += struct.pack("<I", tboard.masked_crc32c(rec)) + payload
-    rec += struct.pack("<I", tboard.masked_crc32c(payload))
+    rec += struct.pack("<I", tfrecord.masked_crc32c(rec)) + payload
+    rec += struct.pack("<I", tfrecord.masked_crc32c(payload))
     garbage = tmp_path / "garbage.tfevents"
     garbage.write_bytes(rec * 3)
     assert foreign.detect(str(garbage)) == foreign.TENSORBOARD
@@ -148,7 +148,7 @@ def test_crc32c_matches_tensorboard() -> None:
     from tensorboard.compat.tensorflow_stub.pywrap_tensorflow import masked_crc32c
 
     for blob in (b"", b"12345678", bytes(range(256)), b"\xff" * 8):
-        assert tboard.masked_crc32c(blob) == masked_crc32c(blob)
+        assert tfrecord.masked_crc32c(blob) == masked_crc32c(blob)
 
 
 def test_folder_search_is_bounded(tmp_path: Path, monkeypatch: Any) -> None:

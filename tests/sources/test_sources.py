@@ -215,7 +215,7 @@ def test_huge_log_shows_its_tail_first_then_the_whole_run(tmp_path: Path) -> Non
     loading, first, steps = seen[0]
     assert loading == 0.0 and first > 0 and steps < n  # the preview: the last steps only
     assert model.store.meta is not None  # the meta line is shown with the tail
-    assert model.loading is None and model.preview_from is None
+    assert model.loading is None
     assert steps_of(model) == list(range(n)) and model.records == n + 1
     if model.engine is not None:
         assert model.engine.steps == n  # the rules saw the whole run, in order

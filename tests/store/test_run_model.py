@@ -70,14 +70,14 @@ def test_preview_then_adopt_swaps_the_whole_run_in() -> None:
     m = RunModel("r")
     full = [_meta(), *_steps(100)]
     m.ingest_preview([full[0], *full[-10:]])
-    assert m.loading == 0.0 and m.preview_from == 90 and m.store.steps == 10
+    assert m.loading == 0.0 and m.store.first_step == 90 and m.store.steps == 10
     v_preview = m.version
     staged = m.staging()
     staged.ingest(full)
     m.set_loading(0.5)
     assert m.loading == 0.5 and m.store.steps == 10  # the UI still sees the preview
     m.adopt(staged, malformed=4)
-    assert m.loading is None and m.preview_from is None
+    assert m.loading is None
     assert m.store.steps == 100 and m.records == 101 and m.malformed == 4
     assert m.version > v_preview
     assert set(m.store.changed(v_preview)) >= {"loss", "t"}  # everything redraws

@@ -17,7 +17,7 @@ from dltop.tui.core.present.view_model import ViewState
 from dltop.tui.core.sources.foreign import load
 from dltop.tui.core.store import smoothing
 from dltop.tui.core.store.runstore import Store
-from dltop.tui.core.store.smoothing import WEIGHTS, lag_bound, memory_steps, smooth, step_weight
+from dltop.tui.core.store.smoothing import WEIGHTS, lag_bound, smooth, step_weight
 
 from tests.foreignkit import REALRUNS
 
@@ -27,6 +27,14 @@ SPARSE_LOGS = (
     "hf/Velihh__ML_text__root.json",
     "hf/yevvonlim__CAS4133-hw2__outputs-checkpoint-1876.json",
 )
+
+
+def memory_steps(weight: float, share: float = 0.01) -> int:
+    """Steps that hold all but ``share`` of the smoothed value's weight (10 at 0.6): the
+    bound the module docstring states for any series."""
+    if weight <= 0.0:
+        return 1
+    return max(1, math.ceil(math.log(share) / math.log(weight)))
 
 
 def _within_bound(xs: list[int], ys: list[float], weight: float) -> list[str]:

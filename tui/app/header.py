@@ -78,23 +78,13 @@ def render_header(info: HeaderInfo, compact: bool = False, width: int = 0) -> Te
         t.append(f"  [{info.mode}]", style="bold magenta")
         if info.overlay:  # "[run B: cannot read …]"
             _colour_letters(t, len(t.plain) - len(info.mode) - 1, anchored=False)
-    if info.skipped:
-        said = f"{info.skipped} corrupt line{'s' if info.skipped != 1 else ''} skipped"
-        t.append(
-            "  " + _counted(said, "{n} corrupt lines skipped", info.skipped, lang),
-            style="bold yellow",
-        )
-    if info.lost:
-        said = f"{info.lost} record{'s' if info.lost != 1 else ''} not in the log"
-        t.append(
-            "  " + _counted(said, "{n} records not in the log", info.lost, lang),
-            style="bold yellow",
-        )
-    if info.dropped:
-        said = f"{info.dropped} record{'s' if info.dropped != 1 else ''} dropped"
-        t.append(
-            "  " + _counted(said, "{n} records dropped", info.dropped, lang), style="bold yellow"
-        )
+    for n, key, one in (
+        (info.skipped, "{n} corrupt lines skipped", "1 corrupt line skipped"),
+        (info.lost, "{n} records not in the log", "1 record not in the log"),
+        (info.dropped, "{n} records dropped", "1 record dropped"),
+    ):
+        if n:
+            t.append("  " + _counted(n, key, one, lang), style="bold yellow")
     if compact and info.gpu:  # the GPU panel is hidden on small terminals: say it here
         t.append(f"  {info.gpu}", style="bold")
     if info.rate:
@@ -112,10 +102,10 @@ def render_header(info: HeaderInfo, compact: bool = False, width: int = 0) -> Te
     return t
 
 
-def _counted(english: str, key: str, n: int, lang: str) -> str:
-    """A count's words: English says "1 record", a translation has one form for all."""
+def _counted(n: int, key: str, one: str, lang: str) -> str:
+    """A count's words: English says ``one`` for 1, a translation has one form for all."""
     said = tr(key, lang, n=n)
-    return english if said == key.format(n=n) else said
+    return one if n == 1 and said == key.format(n=n) else said
 
 
 def _colour_letters(t: Text, start: int, anchored: bool = True) -> None:

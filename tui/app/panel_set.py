@@ -18,7 +18,6 @@ from ..core.present import view_model as vm
 from ..core.present.extra_panels import pickable
 from ..core.present.panels import spec_for
 from ..core.rules.alerts import CRITICAL, WARNING
-from .cards import GpuPanel
 from .chart import Chart
 from .mixin_base import AppMixin
 from .picker import PanelPicker
@@ -109,6 +108,3 @@ class PanelSet(AppMixin):
     def _panels_picked(self, keys: tuple[str, ...]) -> None:
         """The picker's toggles (``DltopApp`` routes ``PanelPicker.Toggled`` here)."""
         self.set_state(panels=keys)
-
-    def _zoomable(self, widget: Widget) -> bool:
-        return isinstance(widget, (Chart, GpuPanel))

@@ -48,7 +48,6 @@ class RankTable(Static):
         self.rows: list[RankRow] = []
         self.unit = "rank"
         self.more = ""
-        self.renders = 0  # tables laid out so far: tests check that idle ticks do not
 
     def show(self, rows: list[RankRow], unit: str = "rank", more: str = "") -> None:
         """Lay the rows out again only when one changed; ``unit``: "rank", or "run" for
@@ -59,7 +58,6 @@ class RankTable(Static):
         self.rows, self.unit, self.more = list(rows), unit, more
         self.set_class(bool(rows), "-shown")
         if rows:
-            self.renders += 1
             self.update(self._table(rows))
 
     def _style(self, name: str) -> Style:

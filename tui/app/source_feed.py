@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 from ..core.present import view_model as vm
 from ..core.sources.filesource import FileSource, SourceError
 from ..core.sources.overlay_source import OverlaySource
-from ..core.sources.socket_source import SocketSource, StreamError, is_stream_spec
+from ..core.sources.socket_source import SocketSource, StreamError
 from ..core.sources.source_open import open_source
 from ..core.text.safetext import visible
 from .messages import Ingested, SourceEnded, SourceFailed
@@ -57,9 +57,7 @@ class SourceFeed(AppMixin):
                     follow=self.follow,
                     poll_interval=self.poll_interval,
                 )
-            elif is_stream_spec(path):  # a live run's socket: same reader shape, no file
-                self.reader = SocketSource(path, self.model, self._records_arrived)
-            else:
+            else:  # a log, a folder, another tool's log, or a live socket (same reader shape)
                 self.reader = open_source(
                     path,
                     self.model,

@@ -17,6 +17,7 @@ from typing import Any
 
 from ..rules.alerts import Alert
 from ..rules.facts import Fact
+from ..text.fmt import is_number
 from ..text.fmt import number as format_number
 from ..text.fmt import styled as format_value
 from .checklists import UNARY_OPS, Checklist, ChecklistStep
@@ -76,7 +77,7 @@ def _evaluate_step(step: ChecklistStep, facts: dict[str, Fact], alert: Alert) ->
         else:  # a threshold the rule itself reported, e.g. the stall's warn_s
             ref_name = check["ref_evidence"]
             ref_value = (alert.evidence or {}).get(ref_name)
-        if ref_value is None or not _is_number(ref_value):
+        if ref_value is None or not is_number(ref_value):
             return CheckedStep(step, None, None)
         scale = check.get("scale", 1)
         threshold: Any = ref_value * scale
@@ -96,19 +97,15 @@ def _yes_no(flag: bool) -> str:
     return "yes" if flag else "no"
 
 
-def _is_number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
-
-
 def _compare(value: Any, op: str, threshold: Any) -> bool | None:
     """A comparison of like with like; None when they cannot be compared (or NaN)."""
-    if _is_number(value) and _is_number(threshold):
+    if is_number(value) and is_number(threshold):
         if any(isinstance(x, float) and math.isnan(x) for x in (value, threshold)):
             return None
     elif type(value) is not type(threshold):
         return None
     if op in ("==", "!="):
         return (value == threshold) == (op == "==")
-    if isinstance(value, bool) or not _is_number(value):
+    if isinstance(value, bool) or not is_number(value):
         return None  # ordering is for numbers only
     return bool(_ORDERING[op](value, threshold))

@@ -127,14 +127,6 @@ def languages(*, root: Root | None = None) -> list[str]:
         return [BASE_LANG]
 
 
-def available_checklists(lang: str = BASE_LANG, *, root: Root | None = None) -> list[str]:
-    """Ids of the checklists that have a file in ``lang`` (sorted)."""
-    folder = (data_root() if root is None else root) / "checklists" / lang
-    if not folder.is_dir():
-        return []
-    return sorted(p.name[:-5] for p in folder.iterdir() if p.name.endswith(".toml"))
-
-
 def _load(checklist_id: str, lang: str, base: Root) -> Checklist | None:
     if not _ID_RE.match(checklist_id):
         return None  # never let an id from a log file walk the filesystem

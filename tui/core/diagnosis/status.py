@@ -47,16 +47,6 @@ class RunState:
     # ``ending.RunEnding`` decided: what the crash banner and the report show
     fatal: dict[str, Any] | None = field(default=None, compare=False, repr=False)
 
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "status": self.status,
-            "reason": self.reason,
-            "last_record_age": self.last_record_age,
-            "last_step_age": self.last_step_age,
-            "last_step": self.last_step,
-            "steps": self.steps,
-        }
-
 
 def run_state(e: RuleSet, now: float | None = None, pid_alive: bool | None = None) -> RunState:
     """The status of the run the engine has read; ``now=None`` judges at the latest record's time."""

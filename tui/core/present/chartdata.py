@@ -118,14 +118,10 @@ def y_range(data: ChartData) -> tuple[float, float] | None:
         for a, b in zip(t.lo, t.hi, strict=False):
             if a is None or b is None:
                 continue
-            ta = transform(a, data.log)
-            tb = transform(b, data.log)
-            if ta is not None:
-                lo = min(lo, ta)
-                hi = max(hi, ta)
-            if tb is not None:
-                lo = min(lo, tb)
-                hi = max(hi, tb)
+            for v in (transform(a, data.log), transform(b, data.log)):
+                if v is not None:
+                    lo = min(lo, v)
+                    hi = max(hi, v)
     floor = transform(data.y_floor, data.log) if data.y_floor is not None else None
     if floor is not None:
         lo = min(lo, floor)
@@ -200,19 +196,9 @@ def off_scale_marks(
     return up, down
 
 
-def untransform(value: float, log: bool) -> float:
-    return 10.0 ** min(value, 308.0) if log else value  # an axis padded past 1e308 stays finite
-
-
 def step_to_column(step: float, start: int, end: int, columns: int) -> int | None:
     """The column (0..columns-1) that a step falls in, ``None`` outside the window."""
     if columns <= 0 or step < start or step > end:
         return None
     span = end - start + 1
     return min(columns - 1, int(step - start) * columns // span)
-
-
-def column_to_step(column: int, start: int, end: int, columns: int) -> int:
-    """The first step of a column: the inverse of :func:`step_to_column`."""
-    span = end - start + 1
-    return start + (column * span) // max(1, columns)

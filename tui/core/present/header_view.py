@@ -58,10 +58,6 @@ class HeaderInfo:
         escape_fields(self, multiline=())
 
 
-def _cap(text: str, width: int) -> str:
-    return fit(text, width)  # between words: a run id's date or number is never cut
-
-
 _UNSET: Any = object()
 
 
@@ -151,8 +147,10 @@ def header_info(
             fault.severity if fault is not None else "",
         )
     return HeaderInfo(
-        run=_cap(visible(run), 40),  # a long (or hostile) id must not push the status away
-        host=_cap(visible(meta.get("host") or ""), 32),
+        # a long (or hostile) id must not push the status away; cut between words (fit): a
+        # run id's date or number is never cut
+        run=fit(visible(run), 40),
+        host=fit(visible(meta.get("host") or ""), 32),
         pid=str(meta.get("pid") or ""),
         status=status,
         age=tr("last record {age}", lang, age=format_age(age_s)) if age_s is not None else "",
@@ -190,12 +188,10 @@ def rank_lines(files: list[RankFile], chosen: RankFile | None) -> list[str]:
     for f in files:
         mark = "▶" if chosen is not None and f.path == chosen.path else " "
         rank = f"rank {f.rank}" if f.rank is not None else "rank ?"
-        out.append(f"{mark} {rank:<8} {visible(os.path.basename(f.path))}  {_size(f.size)}")
+        out.append(
+            f"{mark} {rank:<8} {visible(os.path.basename(f.path))}  {compact_bytes(float(f.size))}"
+        )
     return out
-
-
-def _size(n: int) -> str:
-    return compact_bytes(float(n))
 
 
 WAITING_FOR_SYS = "waiting for system samples"
@@ -231,9 +227,9 @@ def error_note(failed: Sequence[tuple[str, str]], unit: str, width: int = ERROR_
     if len(failed) == 1:
         who, err = failed[0]
         # cut before escaping (never half an escape), then to the width (escapes grow it)
-        return _cap(f"{visible(who, 24)}: {visible(err, width)}", width)
+        return fit(f"{visible(who, 24)}: {visible(err, width)}", width)
     head = f"{len(failed)} {unit}s with errors ("
-    names = [_cap(visible(who, 24), 24) for who, _ in failed]
+    names = [fit(visible(who, 24), 24) for who, _ in failed]
     shown: list[str] = []
     for i, name in enumerate(names):
         rest = len(names) - i - 1
@@ -244,4 +240,4 @@ def error_note(failed: Sequence[tuple[str, str]], unit: str, width: int = ERROR_
         shown.append(name)
     left = len(names) - len(shown)
     note = head + ", ".join(shown) + (f"{' ' if shown else ''}+{left})" if left else ")")
-    return _cap(note, width)
+    return fit(note, width)

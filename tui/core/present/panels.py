@@ -159,16 +159,11 @@ def _store(model: RunModel) -> Store:
     return model.store
 
 
-def bounds(store: Store) -> tuple[int, int] | None:
-    """First and last step of the run (any series), ``None`` before the first point."""
-    return store.step_range()
-
-
 def window(store: Store, state: ViewState) -> tuple[int, int]:
     """The steps the charts span: the chosen window, else the whole run."""
     if state.window is not None:
         return state.window
-    b = bounds(store)
+    b = store.step_range()
     if b is None:
         return 0, 0
     return b

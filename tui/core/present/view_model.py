@@ -14,14 +14,13 @@ from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
-from ..diagnosis.crash_view import SIGNAL_HELP, VANISHED_HELP, CrashInfo, crash_info  # noqa: F401 - re-exported
+from ..diagnosis.crash_view import CrashInfo, crash_info  # noqa: F401 - re-exported
 from ..rules.alerts import CRITICAL, Alert
 from ..text.i18n import tr_title
 from ..text.safetext import visible
 from . import panels
 from .chartdata import ChartData  # noqa: F401 - re-exported
 from .header_view import (  # noqa: F401 - re-exported
-    WAITING_FOR_SYS,
     HeaderInfo,
     gpu_na_reason,
     header_info,
@@ -140,7 +139,7 @@ def window_of(model: RunModel, state: ViewState) -> tuple[int, int]:
 def clamp_step(model: RunModel, step: int) -> tuple[int, str | None] | None:
     """``step`` moved into the run's range, with a note for the person when it had to be;
     ``None`` before the first point (there is nowhere to go yet)."""
-    b = panels.bounds(model.store)
+    b = model.store.step_range()
     if b is None:
         return None
     first, last = b
@@ -153,7 +152,7 @@ def clamp_step(model: RunModel, step: int) -> tuple[int, str | None] | None:
 
 def window_around(model: RunModel, step: int) -> tuple[int, int] | None:
     """A window centred on ``step`` (clamped to the run), ``None`` before any data."""
-    b = panels.bounds(model.store)
+    b = model.store.step_range()
     if b is None:
         return None
     first, last = b
@@ -163,7 +162,7 @@ def window_around(model: RunModel, step: int) -> tuple[int, int] | None:
 
 
 def window_for_alert(model: RunModel, alert: Alert) -> tuple[int, int] | None:
-    b = panels.bounds(model.store)
+    b = model.store.step_range()
     if b is None:
         return None
     return alert_window(alert, *b)

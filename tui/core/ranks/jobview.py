@@ -46,7 +46,7 @@ def job_window(ranks: Sequence[RankLog], state: ViewState) -> tuple[int, int]:
     hi: int | None = None
     for r in ranks:
         with r.model.lock:
-            b = panels.bounds(r.model.store)
+            b = r.model.store.step_range()
         if b is not None:
             lo = b[0] if lo is None else min(lo, b[0])
             hi = b[1] if hi is None else max(hi, b[1])

@@ -33,7 +33,7 @@ from typing import Any
 
 from ....probe.schema import GRAD_SQ_LOCAL, META, STEP, as_float, as_step
 from ..sources.logbytes import decoder, read_range
-from ..sources.sourcefiles import SourceError, open_log
+from ..sources.sourcefiles import SourceError, open_log, read_head
 
 
 def share_of(rec: dict[str, Any]) -> tuple[int, float] | None:
@@ -372,15 +372,6 @@ class PeerJoin:
         return _NEVER if norm is None else norm
 
 
-def has_shares(path: str, head: int = 1 << 16) -> bool:
-    """Whether the log's first ``head`` bytes hold a sharded step (``grad_sq_local``)."""
-    try:
-        fd = open_log(path)
-    except (OSError, SourceError):
-        return False
-    try:
-        return f'"{GRAD_SQ_LOCAL}"'.encode() in os.pread(fd, head, 0)
-    except OSError:
-        return False
-    finally:
-        os.close(fd)
+def has_shares(path: str) -> bool:
+    """Whether the log's first 64 KiB hold a sharded step (``grad_sq_local``)."""
+    return f'"{GRAD_SQ_LOCAL}"'.encode() in (read_head(path) or b"")

@@ -71,12 +71,6 @@ def recent_logs(folder: str | os.PathLike[str] = DEFAULT_LOG_DIR, limit: int = 2
     return [p for _, _, p in found[: max(0, limit)]]
 
 
-def _number(value: Any) -> float | None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return None
-    return float(value) if value == value and abs(value) != float("inf") else None
-
-
 def _pid(value: Any) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
 
@@ -97,7 +91,7 @@ def describe_live(entry: dict[str, Any], timeout: float = 0.5) -> RunInfo:
         source=f"unix:{sock}",
         run_id=str(entry.get("run_id")),
         pid=_pid(entry.get("pid")),
-        started=_number(entry.get("started")),
+        started=rendezvous.finite_number(entry.get("started")),
         step=None,
         status="running",
         live=True,
@@ -182,7 +176,7 @@ def describe_log(
         source=str(path),
         run_id=str(run_id) if isinstance(run_id, (str, int)) and run_id != "" else path.stem,
         pid=_pid(meta.get("pid")),
-        started=_number(meta.get("t")),
+        started=rendezvous.finite_number(meta.get("t")),
         step=None,
         status="unknown",
         live=False,

@@ -17,14 +17,8 @@ from ..present.overlay import MAX_RUNS, OverlayRun, overlay_runs
 from ..store.run import RunModel
 from .filesource import SourceError
 from .reader import ReaderThread
-from .socket_source import SocketSource, is_stream_spec, redact
+from .socket_source import redact
 from .source_open import open_source
-
-
-def _open(spec: str, model: RunModel, on_update: Callable[[int], Any] | None, **kw: Any) -> Any:
-    if is_stream_spec(spec):
-        return SocketSource(spec, model, on_update)
-    return open_source(spec, model, on_update, **kw)
 
 
 class OverlaySource(ReaderThread):
@@ -49,7 +43,7 @@ class OverlaySource(ReaderThread):
         models = [model] + [RunModel(redact(s), model.config) for s in specs[1:]]
         # raises SourceError naming the run that cannot be opened: said before the UI
         self.readers = [
-            _open(s, m, on_update, **kwargs) for s, m in zip(specs, models, strict=True)
+            open_source(s, m, on_update, **kwargs) for s, m in zip(specs, models, strict=True)
         ]
         self.ranks: tuple[OverlayRun, ...] = overlay_runs([redact(s) for s in specs], models)
         for r in self.readers:

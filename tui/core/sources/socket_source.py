@@ -192,7 +192,6 @@ class SocketSource(ReaderThread):
         self._last_rec: dict[str, Any] | None = None  # the newest record ingested
         self._max_t = float("-inf")  # the largest "t" ingested
         self._skipping = False  # reading a replayed backlog after a reconnect
-        self._sock: socket.socket | None = None
 
     def stop(self, timeout: float = 2.0) -> None:
         """Stop the reader, and the file source it switched to when the socket closed."""

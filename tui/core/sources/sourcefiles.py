@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 from ....probe.decoding import decode_line
 from ....probe.schema import META
-from .logbytes import first_record
+from .logbytes import HEAD_BYTES, first_record
 
 _PROBE = 1 << 16  # bytes read to recognise a log
 _RANK_RE = re.compile(r"rank[_-]?(\d+)", re.IGNORECASE)
@@ -142,6 +142,21 @@ def open_log(path: str) -> int:
         os.close(fd)
         raise
     return fd
+
+
+def read_head(path: str, size: int = HEAD_BYTES) -> bytes | None:
+    """The first ``size`` bytes of the regular file at ``path``, opened as :func:`open_log`
+    opens it; ``None`` when it cannot be opened or read (the usual path says why)."""
+    try:
+        fd = open_log(path)
+    except (OSError, SourceError):
+        return None
+    try:
+        return os.pread(fd, size, 0)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
 
 
 def check_log_file(path: str) -> None:

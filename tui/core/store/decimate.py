@@ -58,13 +58,6 @@ class Decimated:
     def points(self) -> int:
         return sum(self.count)
 
-    def y_range(self) -> tuple[float, float] | None:
-        """Finite (min, max) over all buckets, ``None`` when there is no finite point."""
-        los = [v for v in self.lo if v is not None]
-        if not los:
-            return None
-        return min(los), max(v for v in self.hi if v is not None)
-
 
 class NonFinite:
     """Rows (indices into a series) holding NaN, +Inf and -Inf, each list sorted.
@@ -171,52 +164,20 @@ def bucket_edges(
     return edges
 
 
-def decimate_rows(
-    name: str,
-    xs: array,
-    x_off: int,
-    ys: array,
-    blo: array,
-    bhi: array,
-    nf: NonFinite,
-    start: int,
-    end: int,
-    width: int,
-    version: int = 0,
-) -> Decimated:
-    """Decimate a series whose point ``i`` is ``(xs[x_off + i], ys[i])`` with sorted xs."""
-    n = len(ys)
-    edges = [e - x_off for e in bucket_edges(xs, x_off, x_off + n, start, end, width)]
-    return _decimate_edges(name, ys, blo, bhi, nf, edges, start, end, version)
-
-
-def decimate_between(
-    name: str,
-    xs: array,
-    x_off: int,
-    ys: array,
-    blo: array,
-    bhi: array,
-    nf: NonFinite,
-    steps: Sequence[int],
-    version: int = 0,
-) -> Decimated:
-    """Decimate into buckets between explicit step boundaries: bucket ``c`` holds the
+def step_edges(xs: array, lo_row: int, hi_row: int, steps: Sequence[int]) -> list[int]:
+    """Row boundaries of buckets between explicit step boundaries: bucket ``c`` holds the
     steps ``steps[c] <= s < steps[c + 1]`` (non-decreasing; an empty bucket is two equal
     boundaries). Columns uniform in wall time are such buckets: a stall is a run of empty
-    ones, a fast stretch packs many steps into one. Same min/max and NaN marks per bucket
-    as :func:`decimate_rows`, at the same cost."""
-    n = len(ys)
+    ones, a fast stretch packs many steps into one. ``xs[lo_row:hi_row]`` must be sorted."""
     edges: list[int] = []
-    row = x_off
+    row = lo_row
     for s in steps:
-        row = bisect_left(xs, s, row, x_off + n)
-        edges.append(row - x_off)
-    start, end = steps[0], max(steps[0], steps[-1] - 1)
-    return _decimate_edges(name, ys, blo, bhi, nf, edges, start, end, version)
+        row = bisect_left(xs, s, row, hi_row)
+        edges.append(row)
+    return edges
 
 
-def _decimate_edges(
+def decimate_edges(
     name: str,
     ys: array,
     blo: array,
@@ -225,9 +186,11 @@ def _decimate_edges(
     edges: list[int],
     start: int,
     end: int,
-    version: int,
+    version: int = 0,
 ) -> Decimated:
-    """The buckets of rows ``[edges[c], edges[c + 1])``."""
+    """The buckets of rows ``[edges[c], edges[c + 1])`` of ``ys`` (:func:`bucket_edges`,
+    or :func:`step_edges` for explicit step boundaries: the same min/max and NaN marks per
+    bucket, at the same cost), reported over the steps ``start..end``."""
     width = len(edges) - 1
     pairs = list(zip(edges, edges[1:], strict=False))
     counts = [b - a for a, b in pairs]

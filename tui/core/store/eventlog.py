@@ -83,9 +83,6 @@ class _Keep:
         self.first: list[_Item] = []
         self.last: deque[_Item] = deque()
 
-    def __len__(self) -> int:
-        return len(self.first) + len(self.last)
-
 
 class EventLog:
     """Counts, the first and last events, and the events that say how a run went."""
@@ -174,9 +171,6 @@ class EventLog:
         items = [it for k in keeps for part in (k.first, k.last) for it in part]
         items.sort(key=lambda it: it[0])
         return [rec for _, _, _, rec in items]
-
-    def __len__(self) -> int:
-        return len(self._other) + sum(len(k) for k in self._key.values())
 
     def note(self) -> str:
         """Where a limit bit, in one line ('' when every event is kept): "12345 note

@@ -72,7 +72,6 @@ class RunModel:
         self.restarted = False  # True after a reset until the UI calls acknowledge_restart()
         self.reset_reason = ""
         self.loading: float | None = None  # backfill progress 0..1; None when complete
-        self.preview_from: int | None = None  # first step shown while only the tail is loaded
         # rules backfill progress 0..1 while the charts are whole but alerts are not yet;
         # None when the rules have seen every record
         self.diagnosing: float | None = None
@@ -126,7 +125,6 @@ class RunModel:
                 self.restarted = True
             self.reset_reason = reason
             self.loading = None
-            self.preview_from = None
             self.diagnosing = None
             self._backlog = None
 
@@ -147,7 +145,6 @@ class RunModel:
             self.store = Store(version=self.version + 1)
             self.records = 0
             self.loading = 0.0
-            self.preview_from = None
             self.generation += 1
             self._bump()
         self.extend_preview(records)
@@ -160,8 +157,6 @@ class RunModel:
         with self.lock:
             self.store.ingest(records)
             self.records += len(records)
-            if self.loading is not None:
-                self.preview_from = self.store.first_step
             self._bump()
 
     def staging(self, rules: bool = True) -> Staging:
@@ -191,7 +186,6 @@ class RunModel:
             self._fed_at = time.monotonic()
             self.malformed = malformed
             self.loading = None
-            self.preview_from = None
 
     def begin_rules_backfill(self) -> None:
         """The charts hold the whole run but the rules do not yet: until
@@ -261,12 +255,7 @@ class RunModel:
                 and time.monotonic() - self._fed_at >= self.settle_s
             ):
                 self._judged_engine = self.engine
-                if self.engine_error is None and self._backlog is None:
-                    try:
-                        self.engine.finish()
-                    except Exception as exc:  # a bug in one rule: diagnosis off, charts alive
-                        self.engine_error = f"rules engine failed: {type(exc).__name__}: {exc}"
-                    self._bump()
+                self.finish()
             return state
 
     def alerts(self) -> list[Alert]:
@@ -274,8 +263,8 @@ class RunModel:
             return self.engine.alerts() if self.engine is not None else []
 
     def finish(self) -> None:
-        """No more records will come (another tool's log, replayed whole): the rules' end-
-        of-run judgements, as ``dltop check`` makes them at the end of the file."""
+        """No more records will come (another tool's log replayed whole, a run seen crashed):
+        the rules' end-of-run judgements, as ``dltop check`` makes them at the end of the file."""
         with self.lock:
             if self.engine is not None and self.engine_error is None and self._backlog is None:
                 try:

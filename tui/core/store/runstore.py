@@ -61,10 +61,8 @@ class Store:
         self.meta: dict[str, Any] | None = None  # the first meta record
         self.event_log = EventLog()  # events counted by type, the first and last kept
         self.layers: dict[str, Any] | None = None  # the latest layers record
-        self.last_heartbeat: float | None = None  # ``t`` of the latest heartbeat
         self.last_t: float | None = None  # ``t`` of the latest record that had one
         self.kinds: Counter[str] = Counter()  # records per kind, unknown kinds included
-        self.events_version = version  # store version when events/meta/layers last changed
         self._series: dict[str, Series] = {}
         self._smoothed = SmoothedCopies()  # one weight per series: the charts' last
         self._changed: set[Series] = set()
@@ -93,10 +91,6 @@ class Store:
     def changed(self, since: int) -> list[str]:
         """Names of the series that changed after store version ``since``."""
         return [n for n, s in self._series.items() if s.version > since]
-
-    def changed_since(self, name: str, since: int) -> bool:
-        s = self._series.get(name)
-        return s is not None and s.version > since
 
     def latest(self, name: str) -> float | None:
         s = self._series.get(name)
@@ -152,7 +146,6 @@ class Store:
     def touch_all(self, version: int) -> None:
         """Mark everything changed at ``version`` (a store swapped in wholesale)."""
         self.version = version
-        self.events_version = version
         for s in self._series.values():
             s.version = version
 
@@ -361,7 +354,6 @@ class Store:
                 self._append_point(name, kind, x, val, v)
         elif kind == schema.EVENT:
             self.event_log.add(rec)
-            self.events_version = v
             if rec.get("type") == "dropped" and type(rec.get("records")) is int:
                 n = max(0, min(rec["records"], schema.MAX_STEP))
                 if rec.get("scope") == "log":
@@ -371,12 +363,8 @@ class Store:
         elif kind == schema.META:
             if self.meta is None:
                 self.meta = rec
-                self.events_version = v
         elif kind == schema.LAYERS:
             self.layers = rec
-            self.events_version = v
-        elif kind == schema.HEARTBEAT and t is not None and math.isfinite(t):
-            self.last_heartbeat = t
 
     def _append_point(self, name: str, kind: str, x: int, val: float, v: int) -> None:
         s = self._series.get(name)

@@ -25,8 +25,9 @@ from .decimate import (
     BLOCK,
     Decimated,
     NonFinite,
-    decimate_between,
-    decimate_rows,
+    bucket_edges,
+    decimate_edges,
+    step_edges,
     summarize,
 )
 
@@ -98,9 +99,6 @@ class Series:
             i += len(self.ys)
         return xs[off + i]
 
-    def y(self, i: int) -> float:
-        return self.ys[i]
-
     def last(self) -> tuple[int, float] | None:
         """The latest point, ``None`` when empty."""
         if not self.ys:
@@ -141,25 +139,13 @@ class Series:
         row = self.nonfinite.first()
         return None if row is None else (self.x(row), self.ys[row])
 
-    def changed_since(self, version: int) -> bool:
-        return self.version > version
-
     def decimate(self, start: int, end: int, width: int) -> Decimated:
         """Per bucket finite min/max, counts and NaN/Inf marks; see :mod:`decimate`."""
         if width < 1:
             raise ValueError("width must be >= 1")
         if end < start:
             start, end = end, start
-        key = (start, end, width)
-        found = self._cached(key)
-        if found is not None:
-            return found
-        xs, off = self._x()
-        d = decimate_rows(
-            self.name, xs, off, self.ys, self._blo, self._bhi, self.nonfinite,
-            start, end, width, self.version,
-        )  # fmt: skip
-        return self._keep(key, d)
+        return self._decimated((start, end, width), start, end, width=width)
 
     def decimate_between(self, steps: Sequence[int]) -> Decimated:
         """Buckets between explicit step boundaries (``steps[c] <= s < steps[c + 1]``,
@@ -167,25 +153,35 @@ class Series:
         if len(steps) < 2:
             raise ValueError("at least two boundaries")
         key = (tuple(steps),)  # never equal to a (start, end, width) key
-        found = self._cached(key)
+        return self._decimated(key, steps[0], max(steps[0], steps[-1] - 1), steps=steps)
+
+    def _decimated(
+        self,
+        key: tuple[Any, ...],
+        start: int,
+        end: int,
+        width: int = 0,
+        steps: Sequence[int] | None = None,
+    ) -> Decimated:
+        """``width`` buckets over ``start..end``, or the buckets between ``steps``; kept for
+        the next ask until the series changes."""
+        version, done = self._cache
+        if version != self.version:
+            done = {}
+            self._cache = (self.version, done)
+        found = done.get(key)
         if found is not None:
             return found
         xs, off = self._x()
-        d = decimate_between(
-            self.name, xs, off, self.ys, self._blo, self._bhi, self.nonfinite,
-            steps, self.version,
+        hi = off + len(self.ys)
+        if steps is None:
+            edges = bucket_edges(xs, off, hi, start, end, width)
+        else:
+            edges = step_edges(xs, off, hi, steps)
+        d = decimate_edges(
+            self.name, self.ys, self._blo, self._bhi, self.nonfinite,
+            [e - off for e in edges], start, end, self.version,
         )  # fmt: skip
-        return self._keep(key, d)
-
-    def _cached(self, key: tuple[Any, ...]) -> Decimated | None:
-        version, done = self._cache
-        if version != self.version:
-            self._cache = (self.version, {})
-            return None
-        return done.get(key)
-
-    def _keep(self, key: tuple[Any, ...], d: Decimated) -> Decimated:
-        done = self._cache[1]
         if len(done) >= CACHED_DECIMATIONS:
             done.clear()
         done[key] = d

@@ -18,7 +18,7 @@ straight line in steps) the smoothed value lags the raw one by at most ``w / (1 
 steps (1.5 at 0.6, 9 at 0.9, 99 at 0.99), whatever the logging interval, since a gap of
 ``dx`` steps lags by ``dx * w**dx / (1 - w**dx)``, which only falls as ``dx`` grows; and
 debiasing only shortens it at the start. On any series, all but ``w ** k`` of the
-smoothed value's weight lies on the last ``k`` steps (:func:`memory_steps`).
+smoothed value's weight lies on the last ``k`` steps (``memory_steps`` in its tests).
 
 The smoothed copy is worked out by the store on demand for the weight a chart asks for
 (:meth:`Store.smoothed`), extended as the raw series grows, never per redraw from the
@@ -44,13 +44,6 @@ def lag_bound(weight: float) -> float:
     if weight <= 0.0:
         return 0.0
     return weight / (1.0 - weight)
-
-
-def memory_steps(weight: float, share: float = 0.01) -> int:
-    """Steps that hold all but ``share`` of the smoothed value's weight (10 at 0.6)."""
-    if weight <= 0.0:
-        return 1
-    return max(1, math.ceil(math.log(share) / math.log(weight)))
 
 
 def step_weight(weight: float, direction: int) -> float:

@@ -27,7 +27,7 @@ def _nonfinite(value: float) -> str | None:
     return None
 
 
-def _is_number(value: Any) -> bool:
+def is_number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
@@ -37,7 +37,7 @@ def _is_number(value: Any) -> bool:
 def number(value: Any) -> str:
     """Numbers the way a person reads them in a terminal: 3.1e+04, 0.0012, 64; anything
     that is not a number as its ``str``."""
-    if not _is_number(value):
+    if not is_number(value):
         return str(value)
     if isinstance(value, int):
         return str(value)
@@ -112,7 +112,7 @@ def ratio(value: float) -> str:
 
 def styled(value: Any, style: str = "number") -> str:
     """A checklist value in its declared ``format`` (see :data:`Style`)."""
-    if not _is_number(value) or (isinstance(value, float) and not math.isfinite(value)):
+    if not is_number(value) or (isinstance(value, float) and not math.isfinite(value)):
         return number(value)
     if style == "percent":
         return percent(value)

@@ -23,8 +23,8 @@ from __future__ import annotations
 import os
 
 from .....probe.decoding import decode_line
-from ..sourcefiles import SourceError, open_log
-from . import hf, lightning, tboard
+from ..sourcefiles import SourceError, read_head
+from . import hf, lightning, tboard, tfrecord
 from .common import HF, LIGHTNING, TENSORBOARD, ForeignLog
 from .tboard import MissingExtra
 
@@ -42,27 +42,13 @@ __all__ = [
     "take_preloaded",
 ]
 
-_HEAD = 1 << 16
 # a folder holding one of these files is read as that tool's log, in this order
 FOLDER_FILES = ((HF, "trainer_state.json"), (LIGHTNING, "metrics.csv"))
 _BY_NAME = {name: fmt for fmt, name in FOLDER_FILES}
 
 
-def _head(path: str) -> bytes | None:
-    try:
-        fd = open_log(path)
-    except (SourceError, OSError):
-        return None  # the usual path names what is wrong with it
-    try:
-        return os.pread(fd, _HEAD, 0)
-    except OSError:
-        return None
-    finally:
-        os.close(fd)
-
-
 def _detect_file(path: str, by_name: bool = True) -> str | None:
-    head = _head(path)
+    head = read_head(path)
     if by_name and (
         head is None or not head.strip() or decode_line(head.split(b"\n", 1)[0]) is None
     ):
@@ -74,7 +60,7 @@ def _detect_file(path: str, by_name: bool = True) -> str | None:
             return named
     if not head:
         return None
-    if tboard.framed(head):
+    if tfrecord.framed(head):
         return TENSORBOARD
     first = head.split(b"\n", 1)[0]
     if decode_line(first) is not None:  # a dltop record: our own log

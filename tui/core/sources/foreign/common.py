@@ -94,6 +94,24 @@ class ForeignLog:
             meta_notes[:] = notes
 
 
+def open_capped(path: str, what: str, limit: int = MAX_STREAM_BYTES) -> tuple[int, int]:
+    """A descriptor on the regular file at ``path`` (``open_log``) and its size, refused in
+    one line when the file is over ``limit`` bytes. The caller closes the descriptor."""
+    fd = open_log(path)
+    try:
+        size = os.fstat(fd).st_size
+    except OSError as exc:
+        os.close(fd)
+        raise SourceError(f"cannot read {path}: {exc.strerror or exc}") from None
+    if size > limit:
+        os.close(fd)
+        raise SourceError(
+            f"{path}: {what} of {size} bytes is over dltop's {limit >> 30} GiB "
+            "limit for another tool's log"
+        )
+    return fd, size
+
+
 class MappedFile:
     """A whole regular file as a read-only memory map (empty files as ``b""``): parsers
     that need the whole text (a JSON document) read it without a copy on the heap.
@@ -103,16 +121,10 @@ class MappedFile:
     over) kills the process with SIGBUS at the next page, without a word."""
 
     def __init__(self, path: str, what: str, limit: int = MAX_STREAM_BYTES) -> None:
-        fd = open_log(path)
+        fd, size = open_capped(path, what, limit)
         self._bytes = b""
         self._map: mmap.mmap | None = None
         try:
-            size = os.fstat(fd).st_size
-            if size > limit:
-                raise SourceError(
-                    f"{path}: {what} of {size} bytes is over dltop's {limit >> 30} GiB "
-                    "limit for another tool's log"
-                )
             if size > MAX_FILE_BYTES:
                 self._map = mmap.mmap(fd, size, access=mmap.ACCESS_READ)
             else:
@@ -138,36 +150,6 @@ class MappedFile:
                 self._map.close()
             except BufferError:  # a view of it is still alive: the GC unmaps it later
                 pass
-
-
-def read_capped(path: str, what: str) -> bytes:
-    """The whole regular file at ``path`` (never a FIFO or device: ``open_log``), refused
-    with a one-line error when it is bigger than :data:`MAX_FILE_BYTES`."""
-    fd = open_log(path)
-    try:
-        size = os.fstat(fd).st_size
-        if size > MAX_FILE_BYTES:
-            raise SourceError(
-                f"{path}: {what} of {size} bytes is over dltop's {MAX_FILE_BYTES >> 20} MiB "
-                "limit for another tool's log — pass a smaller file"
-            )
-        parts: list[bytes] = []
-        got = 0
-        while got <= MAX_FILE_BYTES:
-            data = os.read(fd, min(1 << 20, MAX_FILE_BYTES + 1 - got))
-            if not data:
-                break
-            parts.append(data)
-            got += len(data)
-        if got > MAX_FILE_BYTES:  # it grew while we read
-            raise SourceError(f"{path}: grew past the {MAX_FILE_BYTES >> 20} MiB limit while read")
-        return b"".join(parts)
-    except BlockingIOError:
-        raise SourceError(f"cannot read {path}: it would block") from None
-    except OSError as exc:
-        raise SourceError(f"cannot read {path}: {exc.strerror or exc}") from None
-    finally:
-        os.close(fd)
 
 
 def number(value: Any) -> float | None:
@@ -301,9 +283,6 @@ class Merger:
                 self._gone[kind] = max(self._gone.get(kind, low), low)
         return out
 
-    def records(self) -> list[dict[str, Any]]:
-        return self.order
-
     def note(self) -> str | None:
         """What was left out of steps logged more than once (a resumed run, a loop that
         logs twice per step), or None."""
@@ -327,8 +306,8 @@ __all__ = [
     "SourceError",
     "exit_record",
     "meta_record",
+    "open_capped",
     "number",
-    "read_capped",
     "run_id",
     "skipped_note",
     "step_of",

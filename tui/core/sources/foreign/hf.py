@@ -30,7 +30,6 @@ from .common import (
     HF,
     MAX_ENTRIES,
     MAX_EXTRAS,
-    MAX_FILE_BYTES,
     STEP,
     ForeignLog,
     MappedFile,
@@ -38,7 +37,6 @@ from .common import (
     exit_record,
     meta_record,
     number,
-    read_capped,
     skipped_note,
     step_of,
 )
@@ -174,11 +172,12 @@ def _read(path: str) -> tuple[dict[str, Any], list[Any], MappedFile | None]:
             mapped.close()
             _check_shape({}, path)
     except (msgspec.DecodeError, UnicodeDecodeError, RecursionError) as exc:
+        whole = mapped.data  # up to MAX_FILE_BYTES the file's bytes, read in; beyond, a map
         mapped.close()
-        if mapped.size <= MAX_FILE_BYTES:
+        if isinstance(whole, bytes):
             # what msgspec does not take (a 400-digit integer, 1e999) Python's json may:
             # the old way, whole, which also words a corrupt file's error by its line
-            state = parse(read_capped(path, "trainer_state.json"), path)
+            state = parse(whole, path)
             return state, state["log_history"], None
         if isinstance(exc, RecursionError):
             raise SourceError(f"{path}: corrupt trainer_state.json (nested too deep)") from None

@@ -20,19 +20,18 @@ from collections import Counter
 from collections.abc import Iterator
 from typing import Any
 
-from ..sourcefiles import open_log
 from . import names
 from .common import (
     LIGHTNING,
     MAX_ENTRIES,
     MAX_EXTRAS,
-    MAX_STREAM_BYTES,
     WINDOW,
     ForeignLog,
     Merger,
     SourceError,
     meta_record,
     number,
+    open_capped,
     skipped_note,
     step_of,
 )
@@ -50,14 +49,8 @@ def _text(raw: bytes, path: str) -> None:
 def _lines(path: str) -> Iterator[str | None]:
     """The file's lines, read a chunk at a time (never a FIFO or device: ``open_log``);
     ``None`` for a line over :data:`MAX_LINE` bytes."""
-    fd = open_log(path)
+    fd, _ = open_capped(path, "metrics.csv")
     try:
-        size = os.fstat(fd).st_size
-        if size > MAX_STREAM_BYTES:
-            raise SourceError(
-                f"{path}: metrics.csv of {size} bytes is over dltop's "
-                f"{MAX_STREAM_BYTES >> 30} GiB limit for another tool's log"
-            )
         with os.fdopen(os.dup(fd), "rb") as f:
             first = True
             while raw := f.readline(MAX_LINE + 1):

@@ -26,6 +26,7 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 from .....probe.schema import MAX_STEP
+from ..sourcefiles import read_head
 from . import names, tfrecord
 from .common import (
     MAX_ENTRIES,
@@ -33,7 +34,6 @@ from .common import (
     MAX_EXTRAS,
     MAX_SCAN_DEPTH,
     MAX_SCAN_ENTRIES,
-    MAX_STREAM_BYTES,
     TENSORBOARD,
     WINDOW,
     ForeignLog,
@@ -41,7 +41,7 @@ from .common import (
     SourceError,
     exit_record,
     meta_record,
-    open_log,
+    open_capped,
     skipped_note,
     step_of,
     wall_time,
@@ -63,10 +63,6 @@ _TENSOR_FORMAT = {DT_FLOAT: "<f", DT_DOUBLE: "<d", DT_HALF: "<e"}
 
 class MissingExtra(SourceError):
     """The optional reader is not installed: the message is the whole line to print."""
-
-
-masked_crc32c = tfrecord.masked_crc32c
-framed = tfrecord.framed
 
 
 def find_event_files(directory: str) -> tuple[list[str], bool]:
@@ -95,7 +91,11 @@ def find_event_files(directory: str) -> tuple[list[str], bool]:
                     continue
                 if stat.S_ISDIR(st.st_mode):
                     nxt.append(e.path)
-                elif stat.S_ISREG(st.st_mode) and NAME_HINT in e.name and _file_framed(e.path):
+                elif (
+                    stat.S_ISREG(st.st_mode)
+                    and NAME_HINT in e.name
+                    and tfrecord.framed(read_head(e.path, 12) or b"")
+                ):
                     found.append(e.path)
                     if len(found) >= MAX_EVENT_FILES:
                         return sorted(found), True
@@ -105,19 +105,6 @@ def find_event_files(directory: str) -> tuple[list[str], bool]:
     else:
         cut = bool(level)
     return sorted(found), cut
-
-
-def _file_framed(path: str) -> bool:
-    try:
-        fd = open_log(path)
-    except (SourceError, OSError):
-        return False
-    try:
-        return framed(os.pread(fd, 12, 0))
-    except OSError:
-        return False
-    finally:
-        os.close(fd)
 
 
 def _loader() -> Any:
@@ -167,20 +154,6 @@ def _ends(tag: str) -> bool:
     return names.EXACT.get(tag.strip().lower(), (None,))[0] == names.END
 
 
-def _size_ok(path: str) -> int:
-    fd = open_log(path)  # a regular file only
-    try:
-        size = os.fstat(fd).st_size
-    finally:
-        os.close(fd)
-    if size > MAX_STREAM_BYTES:
-        raise SourceError(
-            f"{path}: event file of {size} bytes is over dltop's {MAX_STREAM_BYTES >> 30} GiB "
-            "limit for another tool's log"
-        )
-    return size
-
-
 class _Read:
     """What reading the files met: values left out, damage, the budget's end."""
 
@@ -204,8 +177,7 @@ def _points(event_cls: Any, files: list[str], root: str, read: _Read) -> Iterato
     from_bytes = event_cls.FromString
     for f in files:
         try:
-            _size_ok(f)
-            fd = open_log(f)
+            fd, _ = open_capped(f, "event file")
         except SourceError as exc:
             if len(files) == 1:
                 raise
