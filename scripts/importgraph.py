@@ -3,6 +3,7 @@
     python3 scripts/importgraph.py            # every import placed? (exit 1 if not)
     python3 scripts/importgraph.py --cycles   # ... and the import cycles (exit 1 if any)
     python3 scripts/importgraph.py --dot      # the package-level graph, for graphviz
+    python3 scripts/importgraph.py --wings    # folders that import each other, and where
 
 Why: inside ``probe/`` and ``tui/`` every import of our own code is relative, so it
 resolves by file location, the way editors, mypy and structure-drawing tools read a
@@ -210,10 +211,27 @@ def dot(imports: list[Import]) -> str:
     return "\n".join(lines + ["}"])
 
 
+def wing_tangles(imports: list[Import]) -> dict[tuple[str, str], list[Import]]:
+    """Pairs of folders that import each other (``a -> b`` and ``b -> a``), with the
+    imports behind each arrow: what still keeps the wings from reading as layers (the
+    modules themselves have no cycle; issue 32 wants none between the wings either)."""
+    arrows: dict[tuple[str, str], list[Import]] = {}
+    for i in imports:
+        if i.module is None:
+            continue
+        a, b = package_of(i.source), package_of(i.module)
+        if a != b and not b.startswith(a + ".") and not a.startswith(b + "."):
+            arrows.setdefault((a, b), []).append(i)
+    return {k: v for k, v in sorted(arrows.items()) if (k[1], k[0]) in arrows}
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--cycles", action="store_true", help="list import cycles among our modules")
     ap.add_argument("--dot", action="store_true", help="print the package graph as graphviz dot")
+    ap.add_argument(
+        "--wings", action="store_true", help="list folders that import each other, and how"
+    )
     args = ap.parse_args()
     imports = all_imports()
     errors = [i for i in imports if i.error]
@@ -221,6 +239,14 @@ def main() -> int:
         print(f"{i.source}:{i.line}: {i.error}")
     if args.dot:
         print(dot(imports))
+    if args.wings:
+        tangles = wing_tangles(imports)
+        print(f"{len(tangles) // 2} pairs of folders import each other")
+        for (a, b), found in tangles.items():
+            late = sum(1 for i in found if not i.at_import)
+            print(f"  {a} -> {b}: {len(found)} imports ({late} inside functions or for types)")
+            for i in found:
+                print(f"    {i.source}:{i.line} -> {i.module}")
     tangled = 0
     if args.cycles:
         for kind, only in (("at import time", True), ("any import", False)):
