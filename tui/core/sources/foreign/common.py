@@ -179,9 +179,13 @@ def step_of(value: Any) -> int | None:
     return as_step(value)
 
 
+WALL_TIME_MAX = 1e11  # seconds since 1970: a wall time past the year 5138 is no time
+
+
 def wall_time(value: Any) -> float | None:
+    """A record's wall time: a finite number of seconds after 1970, else None."""
     f = as_float(value)
-    return f if f is not None and math.isfinite(f) and 0 < f < 1e11 else None
+    return f if f is not None and math.isfinite(f) and 0 < f < WALL_TIME_MAX else None
 
 
 def run_id(path: str) -> str:

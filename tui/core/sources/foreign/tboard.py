@@ -25,7 +25,7 @@ from collections import Counter
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from .....probe.schema import MAX_STEP
+from .....probe.schema import as_step
 from ..sourcefiles import read_head
 from . import names, tfrecord
 from .common import (
@@ -35,6 +35,7 @@ from .common import (
     MAX_SCAN_DEPTH,
     MAX_SCAN_ENTRIES,
     TENSORBOARD,
+    WALL_TIME_MAX,
     WINDOW,
     ForeignLog,
     Merger,
@@ -192,8 +193,9 @@ def _points(event_cls: Any, files: list[str], root: str, read: _Read) -> Iterato
                 common = scalar_event(data)  # the usual event, read without protobuf
                 if common is not None:
                     wall, raw_step, values = common
-                    step = raw_step if raw_step < MAX_STEP else None
-                    t = wall if 0 < wall < 1e11 else None  # wall_time() of a float
+                    # wall_time() and step_of() of a float and an int, inline: per event
+                    step = as_step(raw_step)
+                    t = wall if 0 < wall < WALL_TIME_MAX else None  # (NaN, Inf: False)
                 else:
                     try:
                         event = from_bytes(data)
