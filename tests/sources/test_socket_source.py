@@ -25,6 +25,7 @@ from dltop.probe import rendezvous
 from dltop.probe.encoding import encode_record
 from dltop.probe.socket_server import SocketServer
 from dltop.tui import view_cmd
+from dltop.tui.core.sources import socket_source
 from dltop.tui.core.sources.socket_source import SocketSource, StreamError, parse_address, peek
 from dltop.tui.core.store.run import RunModel
 from waiting import wait_for
@@ -354,6 +355,23 @@ def test_peek_returns_meta_and_backlog_without_waiting_for_live(
     assert len(steps) < 2000, f"read {len(steps)} steps: peek waited for the timeout"
     with pytest.raises(StreamError, match="no such socket"):
         peek(parse_address(f"unix:{short_dir / 'gone.sock'}"))
+
+
+def test_peek_reads_the_whole_backlog_from_a_clock_it_does_not_share(
+    stack: list, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Over TCP from another host the run's clock is not ours: records stamped an hour
+    ahead are still backlog, and peek reads all of it (a pause ends the read, as before).
+    The host is made "remote" by telling peek its loopback address is not one."""
+    server = SocketServer(None, tcp=("127.0.0.1", 0))
+    server.start(meta("far"))
+    stack.append(server)
+    port = server.bound_port
+    ahead = time.time() + 3600
+    server.write(b"".join(step(i, t=ahead + i) for i in range(20_000)))  # ~1.4 MB: many reads
+    monkeypatch.setattr(socket_source, "is_loopback", lambda host: False)
+    recs = peek(parse_address(f"tcp://127.0.0.1:{port}"), timeout=30.0)
+    assert [r["step"] for r in recs if r["kind"] == "step"] == list(range(20_000))
 
 
 # ---- dltop ls and bare dltop on a live run ----------------------------------------------------

@@ -8,6 +8,7 @@ Unix-socket viewer needs none (the socket is 0600 in a 0700 directory).
 from __future__ import annotations
 
 import json
+import math
 import os
 import socket
 import threading
@@ -18,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs, urlsplit
 
 from ....probe.schema import EV_REFUSED, as_step
+from ....probe.viewerauth import is_loopback
 from ..text.redact import redact
 from .logbytes import decoder
 from .reader import ReaderThread
@@ -116,10 +118,12 @@ def peek(addr: Address, timeout: float = 0.5) -> list[dict[str, Any]]:
 
     The backlog ends where the live stream begins, and the server sends no mark between
     them: a pause of 50 ms ends the read, and so does the first record written after we
-    connected (its ``t`` at or past our clock: same host for a unix socket). Without the
-    second test a run streaming faster than one record per 50 ms kept ``dltop ls`` and a
-    bare ``dltop`` reading until the timeout."""
-    connected = time.time()
+    connected (its ``t`` at or past our clock), where the run's clock is ours: a unix
+    socket, a loopback address. Without the second test a run streaming faster than one
+    record per 50 ms kept ``dltop ls`` and a bare ``dltop`` reading until the timeout; a
+    remote clock running ahead would end the read inside the backlog."""
+    same_clock = addr.kind == "unix" or is_loopback(addr.host)
+    connected = time.time() if same_clock else math.inf
     sock = connect(addr, timeout=timeout)
     dec = decoder()
     out: list[dict[str, Any]] = []
