@@ -22,7 +22,8 @@ from typing import TYPE_CHECKING, Any, Literal, TypeVar
 from .cudastep import CudaStep, cuda_step_for
 from .filesink import Sink
 from .gradnorm import GradNormTracker
-from .jobpath import AUTO, default_path, default_run_id, nowhere_to_write
+from .jobpath import AUTO, default_run_id, nowhere_to_write
+from .jobpath import default_path as default_path  # re-exported: demos/quickstart.py imports it
 from .lifecycle import say_error
 from .loader import TimedLoader
 from .records import (

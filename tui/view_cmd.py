@@ -14,12 +14,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from ..probe.jobpath import RUNS_DIR  # where the probe writes by default
 from . import thresholds_args
 from .core.text.redact import redact
 from .core.text.safetext import visible
 
 EXIT_NO_SOURCE = 3
-RUNS_DIR = "dltop-runs"
 MAX_OVERLAY = 8  # runs one viewer overlays: overlay.MAX_RUNS (a test holds them equal)
 START_HINT = (
     "no SOURCE given and no log under ./dltop-runs. Start a run with the probe, e.g.\n"

@@ -23,7 +23,6 @@ from ....probe.decoding import decode_line
 from ....probe.schema import META
 from .logbytes import HEAD_BYTES, first_record
 
-_PROBE = 1 << 16  # bytes read to recognise a log
 _RANK_RE = re.compile(r"rank[_-]?(\d+)", re.IGNORECASE)
 
 
@@ -169,7 +168,7 @@ def check_log_file(path: str) -> None:
     try:
         fd = open_log(path)
         try:
-            head = os.pread(fd, _PROBE, 0)
+            head = os.pread(fd, HEAD_BYTES, 0)
         finally:
             os.close(fd)
     except OSError as exc:
