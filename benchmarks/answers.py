@@ -26,6 +26,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from dltop.tui.core.diagnosis.status import run_state
 from dltop.tui.core.diagnosis.verdict import verdict
 from dltop.tui.core.rules.alerts import Alert
 from dltop.tui.core.rules.engine import RuleEngine
@@ -64,7 +65,7 @@ def alert_answer(a: Alert) -> dict[str, Any]:
 
 def engine_answer(engine: RuleEngine) -> dict[str, Any]:
     now = (engine.last_t or 0.0) + 3600.0
-    state = engine.status(now=now, pid_alive=False)
+    state = run_state(engine, now=now, pid_alive=False)
     return {
         "alerts": [alert_answer(a) for a in engine.alerts()],
         "status": state.status,

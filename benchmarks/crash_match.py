@@ -24,8 +24,8 @@ from collections.abc import Callable
 from typing import Any
 
 from dltop.probe.decoding import decode_line
-from dltop.tui.core.diagnosis.crashcatalogue import load_catalogue
-from dltop.tui.core.diagnosis.crashdiag import diagnose
+from dltop.tui.core.rules.crashcatalogue import load_catalogue
+from dltop.tui.core.rules.crashdiag import diagnose
 
 KB = 1 << 10
 

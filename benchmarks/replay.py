@@ -364,8 +364,9 @@ def v_overlay(path: str) -> dict[str, Any]:
     """One redraw's core work with 8 runs overlaid (each its own store, like the viewer's
     ``dltop A B ... H``) vs the same on one of them; ``--steps`` capped at 200 k per run."""
     from dltop.tui.core.present import view_model as vm
-    from dltop.tui.core.present.overlay import overlay_chart, overlay_runs
-    from dltop.tui.core.ranks.rankjob import job_signature
+    from dltop.tui.core.present.overlay import overlay_chart
+    from dltop.tui.core.present.rankjob import job_signature
+    from dltop.tui.core.ranks.jobs import overlay_runs
 
     steps = min(200_000, max(10_000, _steps_of(path)))
     recs = resumed_records(steps, 0)

@@ -3,7 +3,7 @@
     python3 scripts/importgraph.py            # every import placed? (exit 1 if not)
     python3 scripts/importgraph.py --cycles   # ... and the import cycles (exit 1 if any)
     python3 scripts/importgraph.py --dot      # the package-level graph, for graphviz
-    python3 scripts/importgraph.py --wings    # folders that import each other, and where
+    python3 scripts/importgraph.py --wings    # the wings' layers, and any import against them
 
 Why: inside ``probe/`` and ``tui/`` every import of our own code is relative, so it
 resolves by file location, the way editors, mypy and structure-drawing tools read a
@@ -26,6 +26,11 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("probe", "tui")  # the product's code; demos/, tests/ and benchmarks/ use dltop.*
+# the wings of tui/core, lowest first: a wing imports only from the wings before it (and
+# from probe/); every record's path reads left to right: bytes (files) become records in a
+# source, which feeds the store and the rules (store.pipeline); the diagnosis reads the
+# rules; a job of ranks is several runs; present shapes it all for a screen or a report
+WINGS = ("text", "files", "rules", "diagnosis", "store", "ranks", "sources", "present")
 
 # import names of the declared distributions whose import name is not their own
 IMPORT_NAMES = {
@@ -225,12 +230,31 @@ def wing_tangles(imports: list[Import]) -> dict[tuple[str, str], list[Import]]:
     return {k: v for k, v in sorted(arrows.items()) if (k[1], k[0]) in arrows}
 
 
+def wing_of(module: str) -> str | None:
+    """The wing of ``tui.core.<wing>...`` (sub-folders belong to their wing), else None."""
+    parts = module.split(".")
+    if parts[:2] != ["tui", "core"] or len(parts) < 3 or parts[2] not in WINGS:
+        return None
+    return parts[2]
+
+
+def against_layers(imports: list[Import]) -> list[Import]:
+    """Imports from a wing to one after it in ``WINGS`` (at import time or not: a late
+    import is still a dependency a reader has to know about)."""
+    out = []
+    for i in imports:
+        a, b = wing_of(i.source), wing_of(i.module or "")
+        if a is not None and b is not None and WINGS.index(b) > WINGS.index(a):
+            out.append(i)
+    return out
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--cycles", action="store_true", help="list import cycles among our modules")
     ap.add_argument("--dot", action="store_true", help="print the package graph as graphviz dot")
     ap.add_argument(
-        "--wings", action="store_true", help="list folders that import each other, and how"
+        "--wings", action="store_true", help="the wings' layers and imports against them"
     )
     args = ap.parse_args()
     imports = all_imports()
@@ -239,7 +263,14 @@ def main() -> int:
         print(f"{i.source}:{i.line}: {i.error}")
     if args.dot:
         print(dot(imports))
+    tangled = 0
     if args.wings:
+        print("wings, lowest first: " + " < ".join(WINGS))
+        up = against_layers(imports)
+        print(f"{len(up)} imports against the layers")
+        for i in up:
+            print(f"  {i.source}:{i.line} -> {i.module}")
+        tangled = len(up)
         tangles = wing_tangles(imports)
         print(f"{len(tangles) // 2} pairs of folders import each other")
         for (a, b), found in tangles.items():
@@ -247,14 +278,13 @@ def main() -> int:
             print(f"  {a} -> {b}: {len(found)} imports ({late} inside functions or for types)")
             for i in found:
                 print(f"    {i.source}:{i.line} -> {i.module}")
-    tangled = 0
     if args.cycles:
         for kind, only in (("at import time", True), ("any import", False)):
             found = cycles(imports, at_import_only=only)
             print(f"{len(found)} cycles ({kind})")
             for group in found:
                 print("  " + " <-> ".join(group))
-            tangled = len(found)
+            tangled += len(found)
     ours = sum(1 for i in imports if i.module)
     print(
         f"{len(python_files())} files, {len(imports)} imports, {ours} of our modules, "

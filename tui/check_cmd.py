@@ -28,6 +28,7 @@ from .check_output import (  # FileResult: re-exported, what check_file() return
     verdict_of,
 )
 from .check_progress import Progress
+from .core.files.sourcefiles import SourceError, is_missing, list_rank_files, total_size
 from .core.ranks import compare as ranks
 from .core.ranks import shardnorm
 from .core.ranks.jobs import choose as choose_job
@@ -35,7 +36,6 @@ from .core.rules import Config, ConfigError
 from .core.rules.alerts import SEVERITY_RANK
 from .core.sources import foreign, rules_worker, workers
 from .core.sources.socket_source import is_stream_spec, redact
-from .core.sources.sourcefiles import SourceError, is_missing, list_rank_files, total_size
 from .core.store.runstore import Store
 from .core.text.safetext import visible, visible_lines
 

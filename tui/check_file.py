@@ -12,14 +12,15 @@ import time
 from collections.abc import Callable
 
 from .check_output import FileResult
-from .core.diagnosis.status import explain_unrecorded_end, local_pid_alive
+from .core.diagnosis.status import explain_unrecorded_end, local_pid_alive, run_state
+from .core.files.logbytes import decoder
+from .core.files.sourcefiles import SourceError, open_log
 from .core.ranks import compare as ranks
 from .core.ranks import shardnorm
 from .core.rules import Config, RuleEngine
-from .core.sources import foreign, pipeline, rules_worker
-from .core.sources.logbytes import decoder
+from .core.sources import foreign, rules_worker
 from .core.sources.logread import Snapshot
-from .core.sources.sourcefiles import SourceError, open_log
+from .core.store import pipeline
 from .core.store.runstore import Store
 from .report_parallel import store_then_engine
 
@@ -58,7 +59,7 @@ def check_foreign(path: str, fmt: str, config: Config, store: Store | None = Non
     except SourceError as exc:
         raise CheckError(str(exc)) from None
     engine.finish()
-    state = engine.status(now=time.time(), pid_alive=None)
+    state = run_state(engine, now=time.time(), pid_alive=None)
     return FileResult(path, engine, state, log.skipped, notes=list(log.notes), store=store)
 
 
@@ -130,7 +131,7 @@ def check_file(
     if dec.records == 0:
         what = "is empty" if dec.bytes == 0 else 'is not a dltop log (no JSON record with a "kind")'
         raise CheckError(f"{path} {what}")
-    state = engine.status(now=time.time(), pid_alive=local_pid_alive(engine.meta))
+    state = run_state(engine, now=time.time(), pid_alive=local_pid_alive(engine.meta))
     state = explain_unrecorded_end(state, path)
     rank = (engine.meta or {}).get("rank")
     rank_ = rank if isinstance(rank, int) else None

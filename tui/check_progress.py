@@ -14,7 +14,7 @@ import sys
 import time
 from typing import TextIO
 
-from .core.sources.sourcefiles import total_size
+from .core.files.sourcefiles import total_size
 from .core.text.fmt import nbytes
 from .core.text.safetext import visible
 

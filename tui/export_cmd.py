@@ -69,8 +69,8 @@ def _fail(message: object) -> int:
 def open_watch(spec: str, config: Any, job: str | None) -> Any:
     """One SOURCE followed live: its reader started, its ranks in a ``JobView``."""
     from .core.present import metrics
+    from .core.present.rankjob import JobView
     from .core.ranks.jobs import RankLog
-    from .core.ranks.rankjob import JobView
     from .core.sources.filesource import SourceError
     from .core.sources.socket_source import StreamError, redact
     from .core.sources.source_open import open_source
@@ -92,8 +92,8 @@ def open_rank_files(paths: list[str], config: Any, job: str | None) -> Any:
     """Rank files of one folder named one by one (a node's share of a shared folder,
     ``rank{8..15}.jsonl``): one job, judged side by side like a folder."""
     from .core.present import metrics
+    from .core.present.rankjob import JobView
     from .core.ranks.jobs import RANK_FILE, RankLog
-    from .core.ranks.rankjob import JobView
     from .core.sources.filesource import FileSource, SourceError
     from .core.store.run import RunModel
 

@@ -18,16 +18,18 @@ import sys
 import time
 from pathlib import Path
 
-from .core.ranks.jobs import group_live, group_sources, is_rank_file, job_dir, merge_job
+from .core.files.sourcefiles import is_regular
+from .core.ranks.jobs import group_sources, is_rank_file, job_dir
 from .core.sources.discover import (
     DEFAULT_LOG_DIR,
     RunInfo,
     describe_live,
     describe_log,
+    group_live,
     live_runs,
+    merge_job,
     recent_logs,
 )
-from .core.sources.sourcefiles import is_regular
 from .core.text.safetext import visible
 
 RANKS_READ = 256  # rank files of one job read for its line (the first by name)

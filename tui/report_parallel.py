@@ -19,8 +19,9 @@ from ..probe.decoding import LineDecoder
 from .core.ranks import compare as ranks
 from .core.ranks import shardnorm
 from .core.rules import Config, RuleEngine
-from .core.sources import pipeline, rules_worker
-from .core.sources.pipeline import judge_range
+from .core.sources import rules_worker
+from .core.store import pipeline
+from .core.store.pipeline import judge_range
 from .core.store.runstore import Store
 
 
@@ -54,7 +55,8 @@ def store_then_engine(
 def _engine_here(fd: int, upto: int, config: Config, join: bool, chunk_size: int) -> RuleEngine:
     """The rules over ``[0, upto)``, read again here: what the child should have given
     (a job's only file joins its own grad-norm shares, as the whole-file loop does)."""
-    engine, error, _ = judge_range(fd, upto, config, join, chunk_size)
+    shares = shardnorm.GradNormJoin().primary() if join else None
+    engine, error, _ = judge_range(fd, upto, config, shares, chunk_size)
     if engine is None or error is not None:
         raise RuntimeError(error or "no rules engine")  # as a failing rule raises in check
     return engine

@@ -20,7 +20,7 @@ from .core.text.redact import redact
 from .core.text.safetext import visible
 
 EXIT_NO_SOURCE = 3
-MAX_OVERLAY = 8  # runs one viewer overlays: overlay.MAX_RUNS (a test holds them equal)
+MAX_OVERLAY = 8  # runs one viewer overlays: ranks.jobs.MAX_RUNS (a test holds them equal)
 START_HINT = (
     "no SOURCE given and no log under ./dltop-runs. Start a run with the probe, e.g.\n"
     "  from dltop.probe import Probe\n"
@@ -177,8 +177,8 @@ def resolve_source(source: str | None, cwd: Path | None = None) -> Path | str:
             raise SourceError(str(e)) from None
         return path
     if path.is_dir():
-        from .core.sources.sourcefiles import SourceError as CoreError
-        from .core.sources.sourcefiles import list_rank_files
+        from .core.files.sourcefiles import SourceError as CoreError
+        from .core.files.sourcefiles import list_rank_files
 
         skipped: list[str] = []  # a FIFO or device named *.jsonl: left out, never opened
         try:
@@ -192,7 +192,7 @@ def resolve_source(source: str | None, cwd: Path | None = None) -> Path | str:
         if not logs:
             raise SourceError(f"{source}: directory has no *.jsonl logs (hint: pass the log file)")
         return path
-    from .core.sources.sourcefiles import is_missing
+    from .core.files.sourcefiles import is_missing
 
     if is_missing(str(path)):  # a symlink loop or no permission: named by check_log_file
         hint = ""

@@ -69,7 +69,7 @@ def body(args: argparse.Namespace) -> Outcome:
         return "fail", f"the demo wrote no log (exit {demo.returncode}): {tail[0][:200]}", details
 
     from dltop.probe.decoding import read_records
-    from dltop.tui.core.diagnosis.crash_view import crash_info
+    from dltop.tui.core.present.crash_view import crash_info
     from dltop.tui.core.store.run import RunModel
 
     expect = EXPECT[device]

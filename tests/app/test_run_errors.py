@@ -21,9 +21,9 @@ from dltop.tui.app.header import Header
 from dltop.tui.app.rank_table import RankTable
 from dltop.tui.core.present import view_model as vm
 from dltop.tui.core.present.header_view import ERROR_NOTE, error_note
+from dltop.tui.core.present.jobview import pick_rows
 from dltop.tui.core.present.overlay import OverlayView
-from dltop.tui.core.ranks.jobview import pick_rows
-from dltop.tui.core.ranks.rankjob import JobView, RankLog
+from dltop.tui.core.present.rankjob import JobView, RankLog
 from dltop.tui.core.store.run import RunModel
 from dltop.tui.core.text.safetext import is_safe
 from test_app_live import wait_for

@@ -8,7 +8,7 @@ import subprocess
 import sys
 import time
 
-from dltop.tui.core.diagnosis.status import local_pid_alive
+from dltop.tui.core.diagnosis.status import local_pid_alive, run_state
 from dltop.tui.core.rules import RuleEngine
 from rulekit import Run
 
@@ -25,13 +25,13 @@ def live(steps: int = 200, **kw: object) -> RuleEngine:
 def test_finished_crashed_interrupted_from_the_exit_record() -> None:
     eng = RuleEngine()
     eng.feed_many(Run(steps=50).records())
-    st = eng.status(now=time.time(), pid_alive=False)
+    st = run_state(eng, now=time.time(), pid_alive=False)
     assert (st.status, st.last_step, st.steps) == ("finished", 49, 50)
     eng.feed({"kind": "event", "type": "exit", "status": "exception"})
-    assert eng.status().status == "crashed"
+    assert run_state(eng).status == "crashed"
     eng2 = RuleEngine()
     eng2.feed_many(Run(steps=50, end="interrupted").records())
-    assert eng2.status().status == "finished" and "interrupted" in eng2.status().reason
+    assert run_state(eng2).status == "finished" and "interrupted" in run_state(eng2).reason
 
 
 def test_exception_without_exit_record_is_a_crash() -> None:
@@ -45,18 +45,18 @@ def test_exception_without_exit_record_is_a_crash() -> None:
             "step": 49,
         }
     )
-    st = eng.status()
+    st = run_state(eng)
     assert st.status == "crashed" and st.reason.startswith("ValueError: bad value")
 
 
 def test_running_then_stalled_by_the_clock() -> None:
     eng = live(200)
     last = eng.last_t
-    assert eng.status(now=last + 1.0).status == "running"
-    st = eng.status(now=last + 8.0, pid_alive=True)  # heartbeats still expected within silent_s
+    assert run_state(eng, now=last + 1.0).status == "running"
+    st = run_state(eng, now=last + 8.0, pid_alive=True)  # heartbeats still expected within silent_s
     assert st.status == "running"
     eng.feed({"kind": "heartbeat", "t": last + 70.0})
-    st = eng.status(now=last + 71.0, pid_alive=True)
+    st = run_state(eng, now=last + 71.0, pid_alive=True)
     assert st.status == "stalled" and st.last_step_age >= 70
 
 
@@ -64,17 +64,17 @@ def test_stall_threshold_scales_with_step_time() -> None:
     eng = live(200, dt=10.0)  # 10 s steps: 10 x p95 is ~110 s, above the 60 s floor
     last = eng.last_t
     eng.feed({"kind": "heartbeat", "t": last + 80.0})
-    assert eng.status(now=last + 80.0).status == "running"
+    assert run_state(eng, now=last + 80.0).status == "running"
     eng.feed({"kind": "heartbeat", "t": last + 130.0})
-    assert eng.status(now=last + 130.0).status == "stalled"
+    assert run_state(eng, now=last + 130.0).status == "stalled"
 
 
 def test_silent_process() -> None:
     eng = live(100)
     later = eng.last_t + 60.0
-    assert eng.status(now=later, pid_alive=False).status == "crashed"
-    assert eng.status(now=later, pid_alive=True).status == "stalled"
-    assert eng.status(now=later, pid_alive=None).status == "unknown"
+    assert run_state(eng, now=later, pid_alive=False).status == "crashed"
+    assert run_state(eng, now=later, pid_alive=True).status == "stalled"
+    assert run_state(eng, now=later, pid_alive=None).status == "unknown"
 
 
 def test_phase_pauses_the_stall_watch() -> None:
@@ -82,12 +82,12 @@ def test_phase_pauses_the_stall_watch() -> None:
     t = eng.last_t
     eng.feed({"kind": "event", "type": "phase", "name": "checkpoint", "state": "begin", "t": t})
     eng.feed({"kind": "heartbeat", "t": t + 200.0})
-    st = eng.status(now=t + 200.0)
+    st = run_state(eng, now=t + 200.0)
     assert st.status == "running" and "checkpoint" in st.reason
 
 
 def test_no_records_is_unknown() -> None:
-    assert RuleEngine().status().status == "unknown"
+    assert run_state(RuleEngine()).status == "unknown"
 
 
 def test_local_pid_alive() -> None:
@@ -108,7 +108,7 @@ def test_a_phase_pauses_the_watch_only_up_to_its_cap() -> None:
     eng.feed({"kind": "event", "type": "phase", "name": "eval", "state": "begin", "t": t})
     for k in range(1, 200):
         eng.feed({"kind": "heartbeat", "t": t + 2.0 * k})
-    st = eng.status(now=t + 399.0)
+    st = run_state(eng, now=t + 399.0)
     assert st.status == "stalled" and "in phase 'eval'" in st.reason
 
 

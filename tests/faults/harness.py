@@ -208,13 +208,14 @@ def run_engine(sc: Scenario, log: str) -> tuple[int, dict[str, Any] | None, str]
     engine's, the exit code is derived the contract's way.
     """
     from dltop.probe.decoding import read_records
+    from dltop.tui.core.diagnosis.status import run_state
     from dltop.tui.core.rules.alerts import SEVERITY_RANK
 
     try:
         engine = _engine(sc)
         engine.feed_many(read_records(log)[0])
         alerts = [a.to_json() for a in engine.alerts()]
-        status = engine.status(pid_alive=False).status
+        status = run_state(engine, pid_alive=False).status
     except Exception as exc:
         return 3, None, f"engine: {exc!r}"
     worst = max((SEVERITY_RANK[a["severity"]] for a in alerts), default=0)

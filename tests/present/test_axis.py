@@ -287,8 +287,9 @@ def test_time_mode_reaches_every_panel_and_redraws_on_toggle() -> None:
 
 
 def test_a_job_follows_its_first_ranks_clock_and_overlays_stay_on_steps() -> None:
-    from dltop.tui.core.present.overlay import CLOCKS_DIFFER, overlay_chart, overlay_runs
-    from dltop.tui.core.ranks.rankjob import RankLog, job_chart, job_signature
+    from dltop.tui.core.present.overlay import CLOCKS_DIFFER, overlay_chart
+    from dltop.tui.core.present.rankjob import RankLog, job_chart, job_signature
+    from dltop.tui.core.ranks.jobs import overlay_runs
     from dltop.tui.core.store.run import RunModel
 
     models = []

@@ -24,8 +24,8 @@ from pathlib import Path
 import pytest
 from dltop.probe.encoding import encode_record
 from dltop.tui.core.present import metrics
+from dltop.tui.core.present.rankjob import JobView
 from dltop.tui.core.ranks.jobs import RankLog
-from dltop.tui.core.ranks.rankjob import JobView
 from dltop.tui.core.store.run import RunModel
 from test_app_support import records, write_log
 

@@ -15,16 +15,9 @@ import pytest
 from dltop.tui import view_cmd
 from dltop.tui.core.present import overlay, overlay_scale
 from dltop.tui.core.present.chartdata import Trace, off_scale_marks, y_range
-from dltop.tui.core.present.overlay import (
-    FAINT,
-    MAX_RUNS,
-    RUN_STYLES,
-    OverlayRun,
-    OverlayView,
-    overlay_chart,
-    overlay_runs,
-)
+from dltop.tui.core.present.overlay import FAINT, OverlayView, overlay_chart
 from dltop.tui.core.present.view_model import ViewState, alert_key
+from dltop.tui.core.ranks.jobs import LETTERS, MAX_RUNS, RUN_STYLES, OverlayRun, overlay_runs
 from dltop.tui.core.sources.filesource import SourceError
 from dltop.tui.core.sources.overlay_source import OverlaySource
 from dltop.tui.core.store.run import RunModel
@@ -209,7 +202,7 @@ def test_a_run_that_cannot_be_opened_is_one_error_naming_it(tmp_path: Path) -> N
 def test_the_command_line_overlays_at_most_the_runs_the_viewer_colours(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    assert view_cmd.MAX_OVERLAY == MAX_RUNS == len(overlay.RUN_COLOURS) == len(overlay.LETTERS)
+    assert view_cmd.MAX_OVERLAY == MAX_RUNS == len(overlay.RUN_COLOURS) == len(LETTERS)
     log = str(write_log(tmp_path / "x.jsonl", "healthy", 10))
     parser: Any = __import__("argparse").ArgumentParser()
     view_cmd.configure(parser)
@@ -224,8 +217,8 @@ def test_one_scale_decision_for_a_run_a_job_and_an_overlay() -> None:
     choice wins everywhere (panels.log_scale). Overlaid, the runs that agree decide:
     two blown-up runs are on a log axis, one beside a healthy run is off-scale instead
     (test_a_run_that_blows_up_is_drawn_off_scale...)."""
+    from dltop.tui.core.present.jobview import job_chart
     from dltop.tui.core.present.panels import panel_chart
-    from dltop.tui.core.ranks.jobview import job_chart
 
     runs = _runs("healthy", "blowup")
     both = _runs("blowup", "blowup")

@@ -8,7 +8,7 @@ from dltop.tui.app.header import render_header
 from dltop.tui.app.rank_table import RankTable
 from dltop.tui.core.present.header_view import HeaderInfo
 from dltop.tui.core.present.overlay import RUN_COLOURS
-from dltop.tui.core.ranks.rankjob import RankRow
+from dltop.tui.core.present.rankjob import RankRow
 from rich.style import Style
 from rich.text import Text
 

@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 from dltop.probe.decoding import read_records
+from dltop.tui.core.diagnosis.status import run_state
 from dltop.tui.core.rules import Config, RuleEngine
 from rulekit import Run, alerts_of, noisy, run_engine
 
@@ -67,7 +68,7 @@ def test_alerts_before_a_rewind_stay_and_the_nan_facts_too() -> None:
     (nan,) = alerts_of(eng, "nan_loss")
     assert nan.step == 250 and nan.severity == "critical"
     assert eng.first_nonfinite_step == 250, "the checklist of the NaN still reads its facts"
-    assert eng.status(now=time.time(), pid_alive=False).status == "finished"
+    assert run_state(eng, now=time.time(), pid_alive=False).status == "finished"
 
 
 def test_a_restart_appended_to_the_log_is_a_new_segment_not_a_stall() -> None:
@@ -78,7 +79,7 @@ def test_a_restart_appended_to_the_log_is_a_new_segment_not_a_stall() -> None:
     eng = _engine(first + second)
     assert alerts_of(eng, "stall") == [] and alerts_of(eng, "mixed_runs") == []
     assert [why for _, why in eng.segments.starts] == ["a new run (meta record) in the same file"]
-    assert eng.status(now=time.time(), pid_alive=False).status == "finished"
+    assert run_state(eng, now=time.time(), pid_alive=False).status == "finished"
 
 
 def _jumped(run: Run, at: int, seconds: float) -> list[dict[str, Any]]:
@@ -385,7 +386,7 @@ def test_a_crash_before_a_restart_is_history_not_a_critical_now() -> None:
     (crash,) = alerts_of(eng, "crash")
     assert crash.severity == "warning" and not crash.active
     assert crash.evidence["restarted"] is True
-    assert eng.status(now=t_end + 1e6).status == "finished"
+    assert run_state(eng, now=t_end + 1e6).status == "finished"
 
 
 def test_a_resumed_run_that_hits_the_same_nan_again_has_two_keys_stable_across_replays() -> None:

@@ -29,6 +29,7 @@ from dltop.probe.decoding import read_records
 from dltop.probe.filesink import FileSink
 from dltop.probe.writer import Writer
 from dltop.tui.check_file import check_file
+from dltop.tui.core.diagnosis.status import run_state
 from dltop.tui.core.present.view_model import ViewState, header_info
 from dltop.tui.core.rules.config import Config
 from dltop.tui.core.rules.engine import RuleEngine
@@ -166,7 +167,7 @@ def test_without_drops_the_status_counts_the_steps_in_the_log() -> None:
     for i in range(20):
         e.feed({"kind": "step", "step": i, "t": 1.0 + i, "loss": 1.0})
     e.feed({"kind": "event", "type": "exit", "status": "ok", "steps": 25, "t": 30.0})
-    assert e.status().reason == "finished after 20 steps"  # no drop on record: the log's
+    assert run_state(e).reason == "finished after 20 steps"  # no drop on record: the log's
 
 
 def test_a_viewer_side_drop_is_no_alert_about_the_run() -> None:

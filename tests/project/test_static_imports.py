@@ -109,3 +109,27 @@ def test_the_cli_commands_name_modules_that_exist() -> None:
     for name in [*cli.COMMANDS.values(), cli.VIEW_MODULE]:
         dotted = name.removeprefix("dltop.")
         assert ig._is_module(dotted, ROOT), name
+
+
+def test_the_wings_are_layers() -> None:
+    """Each wing of tui/core imports only from the wings before it in ``WINGS`` (text <
+    files < rules < diagnosis < store < ranks < sources < present), so the import graph
+    reads as layers; every module of tui/core lives in one of them."""
+    up = ig.against_layers(ig.all_imports())
+    assert not up, "imports against the wings' layers: " + "; ".join(
+        f"{i.source}:{i.line} -> {i.module}" for i in up
+    )
+    core = ROOT / "tui" / "core"
+    folders = sorted(p.name for p in core.iterdir() if p.is_dir() and p.name != "__pycache__")
+    assert folders == sorted(ig.WINGS)
+    assert [p.name for p in core.glob("*.py")] == ["__init__.py"]
+
+
+def test_the_layer_check_finds_an_import_going_up() -> None:
+    """The check is not empty by construction: a rule importing the store is caught, the
+    store importing a rule is not."""
+    up = ig.Import("tui.core.rules.plateau", 3, "tui.core.store.runstore", None, True)
+    down = ig.Import("tui.core.store.run", 3, "tui.core.rules.engine", None, True)
+    sub = ig.Import("tui.core.present.panels", 3, "tui.core.sources.foreign.common", None, False)
+    assert ig.against_layers([up, down, sub]) == [up]
+    assert ig.wing_of("tui.core.sources.foreign.tboard") == "sources"

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from dltop.tui.core.ranks.rankjob import JobView, RankLog
+from dltop.tui.core.present.rankjob import JobView, RankLog
 from dltop.tui.core.rules import Config
 from dltop.tui.core.store.run import RunModel
 from hangkit import RANKS, hung_job, rank_records

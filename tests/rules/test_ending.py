@@ -12,9 +12,10 @@ from typing import Any
 
 import pytest
 from dltop.tui import cli
-from dltop.tui.core.diagnosis.crashdiag import diagnose
+from dltop.tui.core.diagnosis.status import run_state
 from dltop.tui.core.present.view_model import ViewState, crash_info, header_info
 from dltop.tui.core.rules import RuleEngine
+from dltop.tui.core.rules.crashdiag import diagnose
 from dltop.tui.core.rules.ending import Ending, event_ending, is_fatal
 from dltop.tui.core.sources.discover import describe_log
 from dltop.tui.core.store.run import RunModel
@@ -84,7 +85,7 @@ def test_status_banner_and_ls_agree(
     records = [{"kind": "meta", "t": T, "pid": 1, "run_id": "r"}, *_steps(20), *events]
     engine = RuleEngine()
     engine.feed_many(records)
-    state = engine.status(now=T + 5, pid_alive=None)
+    state = run_state(engine, now=T + 5, pid_alive=None)
     assert state.status == status, state.reason
     model = RunModel("r")
     model.ingest(records)

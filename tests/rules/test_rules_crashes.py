@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from dltop.tui.core.diagnosis.status import run_state
 from rulekit import Run, alerts_of, run_engine
 
 CUDA_OOM = (
@@ -24,7 +25,7 @@ def test_cuda_oom_is_an_oom_alert_with_pattern_and_checklist() -> None:
     assert (a.step, a.severity) == (120, "critical")
     assert a.evidence["pattern"] and a.evidence["pattern"] != "unknown"
     assert a.checklist
-    assert eng.status().status == "crashed"
+    assert run_state(eng).status == "crashed"
 
 
 def test_shape_error_is_a_crash_alert() -> None:
@@ -41,7 +42,7 @@ def test_keyboard_interrupt_is_not_a_crash() -> None:
     run.end = "interrupted"
     eng = run_engine(run)
     assert [a.id for a in eng.alerts()] == []
-    assert eng.status().status == "finished"
+    assert run_state(eng).status == "finished"
 
 
 def test_the_same_exception_recorded_twice_is_one_alert() -> None:
@@ -59,11 +60,11 @@ def test_sigterm_is_a_crash_warning() -> None:
     eng = run_engine(run)
     (a,) = alerts_of(eng, "crash")
     assert a.severity == "warning" and "SIGTERM" in a.title
-    assert eng.status().status == "crashed"
+    assert run_state(eng).status == "crashed"
 
 
 def test_a_broken_catalogue_still_reports_the_crash(monkeypatch: pytest.MonkeyPatch) -> None:
-    import dltop.tui.core.diagnosis.crashdiag as crashdiag
+    import dltop.tui.core.rules.crashdiag as crashdiag
 
     def boom(event: dict[str, Any]) -> None:
         raise RuntimeError("catalogue exploded")
@@ -83,7 +84,7 @@ def test_an_exit_record_saying_exception_with_no_record_of_it_is_a_crash() -> No
     eng = run_engine(run)
     (a,) = alerts_of(eng, "crash")
     assert a.severity == "critical" and a.evidence["exit_status"] == "exception"
-    assert eng.status().status == "crashed"
+    assert run_state(eng).status == "crashed"
     run.end = "signal"
     (w,) = alerts_of(run_engine(run), "crash")
     assert w.severity == "warning" and "signal" in w.title
@@ -103,4 +104,4 @@ def test_a_signal_handled_by_the_run_is_no_crash() -> None:
     eng = run_engine(run)
     (a,) = alerts_of(eng, "crash")
     assert a.severity == "info" and not a.active and "handled" in a.title
-    assert eng.status().status == "finished"
+    assert run_state(eng).status == "finished"

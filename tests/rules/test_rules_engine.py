@@ -6,6 +6,7 @@ import math
 from pathlib import Path
 
 import pytest
+from dltop.tui.core.diagnosis.status import run_state
 from dltop.tui.core.rules import DEFAULTS, Config, ConfigError, RuleEngine, parse_override
 from dltop.tui.core.rules.alerts import ALERT_IDS
 from dltop.tui.core.rules.facts import FACT_NAMES
@@ -38,7 +39,7 @@ def test_same_alerts_fed_in_one_batch_or_record_by_record() -> None:
         (
             one.alerts(),
             one.facts(),
-            one.status(now=rec.get("t")),
+            run_state(one, now=rec.get("t")),
         )  # a viewer polling must change nothing
     batch.finish()
     one.finish()
@@ -221,7 +222,7 @@ def test_odd_records_never_raise() -> None:
     eng.finish()
     assert eng.steps == 90
     eng.facts()
-    eng.status(now=1e10, pid_alive=True)
+    run_state(eng, now=1e10, pid_alive=True)
 
 
 def test_an_episode_that_returns_soon_is_the_same_alert() -> None:

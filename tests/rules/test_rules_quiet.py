@@ -7,6 +7,7 @@ variant runs with several seeds; info alerts (a converged plateau) are allowed.
 from __future__ import annotations
 
 import pytest
+from dltop.tui.core.diagnosis.status import run_state
 from rulekit import Run, lr_constant, lr_step, lr_warmup_cosine, noisy, run_engine
 
 VARIANTS = {
@@ -35,4 +36,4 @@ def test_healthy_run_raises_no_warning(name: str, seed: int) -> None:
     run.seed = seed
     eng = run_engine(run)
     assert noisy(eng) == []
-    assert eng.status().status == "finished"
+    assert run_state(eng).status == "finished"

@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 from dltop.probe.decoding import read_records
+from dltop.tui.core.diagnosis.status import run_state
 from dltop.tui.core.rules import RuleEngine
 from rulekit import Run, lr_step
 from test_same_answers import RUNS
@@ -35,7 +36,7 @@ def _verdict(e: RuleEngine) -> str:
     alerts = [a.to_json() for a in e.alerts()]
     facts = {k: repr(v) for k, v in sorted(e.facts().items())}
     state = {k: repr(getattr(e, k)) for k in STATE}
-    status = e.status(now=2_000_000_000.0, pid_alive=False)
+    status = run_state(e, now=2_000_000_000.0, pid_alive=False)
     return json.dumps([alerts, facts, state, repr(status)], sort_keys=True, default=repr)
 
 

@@ -27,9 +27,9 @@ from textual.css.query import NoMatches
 from textual.geometry import Size
 from textual.widgets import Input, Static
 
+from ..core.present import rankjob
 from ..core.present import view_model as vm
 from ..core.present.overlay import OverlayView
-from ..core.ranks import rankjob
 from ..core.sources.filesource import FileSource
 from ..core.sources.foreign_source import ForeignSource
 from ..core.sources.overlay_source import OverlaySource

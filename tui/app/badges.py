@@ -21,8 +21,9 @@ from textual.containers import HorizontalScroll
 from textual.message import Message
 from textual.widgets import Static
 
-from ..core.present.overlay import LETTERS, RUN_COLOURS
+from ..core.present.overlay import RUN_COLOURS
 from ..core.present.view_model import alert_key, badge_label, newest_first
+from ..core.ranks.jobs import LETTERS
 from ..core.rules.alerts import Alert
 from ..core.text.textfit import cells
 

@@ -42,8 +42,9 @@ from ..core.present.chartdata import (
     off_scale_marks,
     y_range,
 )
-from ..core.present.overlay import FAINT, RUN_COLOURS, RUN_STYLES
+from ..core.present.overlay import FAINT, RUN_COLOURS
 from ..core.present.raster import rasterise
+from ..core.ranks.jobs import RUN_STYLES
 from ..core.text.textfit import fit_spans
 from .chart_thread import ChartThread
 

@@ -8,8 +8,9 @@ from rich.style import Style
 from rich.text import Text
 from textual.widgets import Static
 
-from ..core.present.overlay import LETTERS, RUN_COLOURS
+from ..core.present.overlay import RUN_COLOURS
 from ..core.present.view_model import HeaderInfo
+from ..core.ranks.jobs import LETTERS
 from ..core.text.i18n import tr
 from ..core.text.textfit import fit
 

@@ -17,17 +17,17 @@ from textual.css.query import NoMatches
 from textual.widgets import Static
 
 from ..core.diagnosis.ticks import Ticks
+from ..core.present import rankjob
 from ..core.present import view_model as vm
-from ..core.ranks import rankjob
-from ..core.ranks.jobview import pick_rows
+from ..core.present.jobview import pick_rows
 from ..core.text.i18n import tr
 from ..core.text.safetext import visible
 from .mixin_base import AppMixin
 from .rank_table import RankTable
 
 if TYPE_CHECKING:
-    from ..core.diagnosis.crash_view import CrashInfo
     from ..core.diagnosis.status import RunState
+    from ..core.present.crash_view import CrashInfo
     from ..core.rules.alerts import Alert
     from ..core.sources.filesource import FileSource
     from ..core.sources.foreign_source import ForeignSource

@@ -16,8 +16,9 @@ from rich.table import Table
 from rich.text import Text
 from textual.widgets import Static
 
-from ..core.present.overlay import LETTERS, RUN_COLOURS
-from ..core.ranks.rankjob import RankRow
+from ..core.present.overlay import RUN_COLOURS
+from ..core.present.rankjob import RankRow
+from ..core.ranks.jobs import LETTERS
 
 COLUMNS = ("rank", "host", "step", "step time", "data wait", "memory", "status", "alerts", "")
 

@@ -23,7 +23,7 @@ from .mixin_base import AppMixin
 if TYPE_CHECKING:
     from textual.widget import Widget
 
-    from ..core.ranks.rankjob import JobView
+    from ..core.present.rankjob import JobView
     from ..core.store.run import RunModel
 
 

@@ -17,11 +17,9 @@ from __future__ import annotations
 import re
 import tomllib
 from dataclasses import dataclass, field
-from importlib import resources
-from importlib.abc import Traversable
-from pathlib import Path
 from typing import Any
 
+from ..files.datafiles import Root, data_root, unreadable
 from ..rules.alerts import Alert
 from ..rules.facts import FACT_NAMES
 
@@ -35,8 +33,6 @@ _STEP_KEYS = {"id", "text", "why", "how", "check", "cause", "action"}
 _TEXT_KEYS = ("text", "why", "how", "cause", "action")
 _TOP_KEYS = {"id", "title", "summary", "steps", "verdict", "action"}
 _ID_RE = re.compile(r"^[a-z0-9][a-z0-9_]*$")
-
-Root = Path | Traversable
 
 
 class ChecklistDataError(ValueError):
@@ -81,11 +77,6 @@ class Checklist:
     # ``dltop.tui.core.diagnosis.verdict``)
     verdict: tuple[str, ...] = ()
     action: str | None = None
-
-
-def data_root() -> Traversable:
-    """The shipped data folder (``dltop/tui/data``), wherever the package is installed."""
-    return resources.files("dltop.tui") / "data"
 
 
 # ----------------------------------------------------------------------------- loading
@@ -157,15 +148,6 @@ def _read_toml(path: Root) -> dict[str, Any] | None:
         return tomllib.loads(path.read_bytes().decode("utf-8"))
     except (UnicodeDecodeError, tomllib.TOMLDecodeError, OSError) as exc:
         raise ChecklistDataError(f"checklist file {_display(path)} {unreadable(exc)}") from None
-
-
-def unreadable(exc: Exception) -> str:
-    """Why a data file could not be read, as the end of a one-line message."""
-    if isinstance(exc, UnicodeDecodeError):
-        return f"is not UTF-8 text: {exc.reason}"
-    if isinstance(exc, tomllib.TOMLDecodeError):
-        return f"is not valid TOML: {exc}"
-    return f"cannot be read: {getattr(exc, 'strerror', None) or exc}"
 
 
 def _text(data: dict[str, Any], key: str, where: str, required: bool = True) -> str | None:

@@ -25,7 +25,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from ..sources.sourcefiles import special_file
+from ..files.sourcefiles import special_file
 from ..text.fmt import nbytes
 
 SUFFIX = ".dltop-ticks.json"

@@ -24,7 +24,7 @@ from ..text.textfit import fit
 
 if TYPE_CHECKING:
     from ..diagnosis.status import RunState
-    from ..sources.sourcefiles import RankFile
+    from ..files.sourcefiles import RankFile
     from ..store.run import RunModel
     from .viewstate import ViewState
 

@@ -28,8 +28,8 @@ from ..text.safetext import visible
 
 if TYPE_CHECKING:
     from ..ranks.jobs import RankLog
-    from ..ranks.rankjob import JobView
     from ..store.runstore import Store
+    from .rankjob import JobView
 
 MAX_LABEL = 128  # characters of a label value taken from a log
 MAX_VERDICT = 240  # the verdict's label: one line, longer than the others

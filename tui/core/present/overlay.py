@@ -20,13 +20,18 @@ Everything here runs at the UI's fixed rate; no Textual (``tests/project/test_bo
 
 from __future__ import annotations
 
-import os
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from ..ranks.compare import FAILURES
-from ..ranks.rankjob import (
+from ..ranks.jobs import OverlayRun
+from ..rules.alerts import Alert
+from ..text.fmt import compact
+from ..text.safetext import visible
+from . import overlay_scale, panels
+from .chartdata import LEGEND, ChartData, Trace
+from .rankjob import (
     JobView,
     RankLog,
     RankRow,
@@ -35,20 +40,12 @@ from ..ranks.rankjob import (
     job_window,
     slowest_rank,
 )
-from ..rules.alerts import Alert
-from ..text.fmt import compact
-from ..text.safetext import visible
-from ..text.textfit import fit
-from . import overlay_scale, panels
-from .chartdata import LEGEND, ChartData, Trace
 from .timeaxis import TIME
 
 if TYPE_CHECKING:
     from ..store.run import RunModel
     from .view_model import ViewState
 
-MAX_RUNS = 8
-LETTERS = "ABCDEFGH"
 # one colour per run, told apart on dark and light backgrounds and by most colour-blind
 # readers (Tableau 10's first eight); the chart and the badges read them from here
 RUN_COLOURS = (
@@ -61,30 +58,8 @@ RUN_COLOURS = (
     "#b07aa1",
     "#ff9da7",
 )
-RUN_STYLES = tuple(f"run{i}" for i in range(MAX_RUNS))
 FAINT = "-faint"  # a run's raw loss under its smoothed line: its colour, dimmed
 CLOCKS_DIFFER = "x: step (runs' clocks differ)"  # the legend's word in time mode
-
-
-@dataclass(frozen=True)
-class OverlayRun(RankLog):
-    """One overlaid run: its letter (by position on the command line) and its log."""
-
-    index: int = 0
-
-    @property
-    def name(self) -> str:
-        return LETTERS[self.index]
-
-    @property
-    def style(self) -> str:
-        return RUN_STYLES[self.index]
-
-    @property
-    def label(self) -> str:
-        """``A run.jsonl``: the letter and the log's name (escaped: it is the user's)."""
-        base = os.path.basename(self.path.rstrip("/")) or self.path
-        return f"{self.name} {fit(visible(base), 41)}"  # between words: never mid-number
 
 
 def _metric(run: OverlayRun, key: str) -> tuple[str, bool] | None:
@@ -300,10 +275,3 @@ class OverlayView(JobView):
         title = f"{number} {visible(spec.title)}"
         focused = self.focused()
         return f"{title} · {focused.name}" if focused is not None else title
-
-
-def overlay_runs(paths: Sequence[str], models: Sequence[RunModel]) -> tuple[OverlayRun, ...]:
-    """The runs in command-line order, lettered A..H."""
-    return tuple(
-        OverlayRun(None, p, m, index=i) for i, (p, m) in enumerate(zip(paths, models, strict=True))
-    )

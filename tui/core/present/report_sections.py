@@ -16,12 +16,12 @@ from typing import TYPE_CHECKING, Any
 
 from ..diagnosis.checklist_eval import evaluate
 from ..diagnosis.checklists import checklist_for
-from ..diagnosis.crash_view import store_crash_info
-from ..diagnosis.crashdiag import last_user_frame
 from ..rules.alerts import SEVERITY_RANK, Alert
+from ..rules.crashdiag import last_user_frame
 from ..text import mdtext as md
 from ..text.fmt import duration, nbytes, styled
 from ..text.fmt import number as fmt_number
+from .crash_view import store_crash_info
 from .view_model import badge_label
 
 if TYPE_CHECKING:

@@ -14,12 +14,12 @@ from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
-from ..diagnosis.crash_view import CrashInfo, crash_info  # noqa: F401 - re-exported
 from ..rules.alerts import CRITICAL, Alert
 from ..text.i18n import tr_title
 from ..text.safetext import visible
 from . import panels
 from .chartdata import ChartData  # noqa: F401 - re-exported
+from .crash_view import CrashInfo, crash_info  # noqa: F401 - re-exported
 from .header_view import (  # noqa: F401 - re-exported
     HeaderInfo,
     gpu_na_reason,

@@ -30,8 +30,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ....probe.schema import as_float, as_step
-from ..diagnosis.crashcatalogue import CatalogueError, secondary_patterns
 from ..rules.alerts import CRITICAL, WARNING, Alert
+from ..rules.crashcatalogue import CatalogueError, secondary_patterns
 from ..rules.engine import RuleEngine
 from ..rules.window import median_of
 from ..text.fmt import number as fmt

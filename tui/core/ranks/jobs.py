@@ -1,5 +1,5 @@
 """Which rank files form one job: a folder's logs read as one run (never several jobs
-merged), a job as one line of ``dltop ls``, and one rank as the viewer holds it.
+merged), a job's folder in ``dltop ls``, and one rank as the viewer holds it.
 
 Why together: the three answer one question, "which files are this job, and which rank is
 each", that ``dltop DIR``, ``dltop check DIR``, ``dltop ls`` and a bare ``dltop`` all ask.
@@ -16,7 +16,7 @@ each", that ``dltop DIR``, ``dltop check DIR``, ``dltop ls`` and a bare ``dltop`
   cannot tell yet (no meta) joins the newest job when its name is one of that job's (or
   holds no rank number). The restart count is no part of a job's identity: an elastic
   restart appends to the same rank files.
-- **A job in ``dltop ls``** (:func:`group_sources`, :func:`job_info`): under a launcher
+- **A job in ``dltop ls``** (:func:`group_sources`; its line: ``discover.merge_job``): under a launcher
   every rank writes ``dltop-runs/<job>/rank<R>.jsonl`` (``probe/jobpath.py``); listed file
   by file, a 64-rank job filled ``dltop ls`` with 64 lines. The rank files of one folder
   become one line, and a live rank leads a bare ``dltop`` to its job's folder. Only the
@@ -30,22 +30,20 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ..sources.discover import RunInfo
-from ..sources.sourcefiles import RankFile, pick_rank_file, separate_note, separate_runs
+from ..files.sourcefiles import RankFile, pick_rank_file, separate_note, separate_runs
 from ..text.safetext import visible
+from ..text.textfit import fit
 
 if TYPE_CHECKING:
     from ..store.run import RunModel
 
 
 RANK_FILE = re.compile(r"^rank(\d+)\.jsonl$")
-# worst first: a job is as bad as its worst rank (one crashed rank stops the job)
-_WORST = ("crashed", "stalled", "unknown", "running", "finished")
 
 
 def is_rank_file(path: str | Path) -> bool:
@@ -70,64 +68,6 @@ def group_sources(paths: Iterable[Path]) -> list[Path]:
             seen.add(key)
             out.append(key)
     return out
-
-
-def worst_status(statuses: Iterable[str]) -> str:
-    found = set(statuses)
-    return next((s for s in _WORST if s in found), "unknown")
-
-
-def merge_job(folder: Path, ranks: list[RunInfo], live: bool) -> RunInfo:
-    """One line for a job: its worst status, the step of its slowest rank (how far the
-    job has got), its earliest start, and how many ranks it has."""
-    steps = [r.step for r in ranks if r.step is not None]
-    starts = [r.started for r in ranks if r.started is not None]
-    first = min(ranks, key=lambda r: r.started if r.started is not None else float("inf"))
-    # the job's verdict: its rank with the most severe fault (else the worst status)
-    said = max(ranks, key=lambda r: (_SEVERITY.get(r.severity, 0), -_order(r.status)))
-    verdict = said.verdict
-    if verdict and len(ranks) > 1:
-        rank = said.extra.get("rank")
-        verdict = f"rank {rank}: {verdict}" if rank is not None else verdict
-    return RunInfo(
-        source=str(folder),
-        run_id=f"{folder.name} ({len(ranks)} rank{'s' if len(ranks) != 1 else ''})",
-        pid=None,
-        started=min(starts) if starts else None,
-        step=min(steps) if steps else None,
-        status=worst_status(r.status for r in ranks),
-        live=live,
-        log_path=str(folder),
-        extra={"ranks": len(ranks), "run_id": first.run_id},
-        verdict=verdict,
-        severity=said.severity,
-    )
-
-
-_SEVERITY = {"": 0, "info": 0, "warning": 1, "critical": 2}
-
-
-def _order(status: str) -> int:
-    """Worse statuses first (``worst_status``'s order)."""
-    return _WORST.index(status) if status in _WORST else len(_WORST)
-
-
-def group_live(runs: list[RunInfo]) -> list[RunInfo]:
-    """Live runs with each job's ranks (by their log's folder) folded into one line, at
-    the place of the job's first rank in the list (newest first)."""
-    out: list[RunInfo] = []
-    jobs: dict[Path, list[RunInfo]] = {}
-    for r in runs:
-        folder = job_dir(r.log_path)
-        if folder is None:
-            out.append(r)
-            continue
-        if folder not in jobs:
-            jobs[folder] = []
-            out.append(r)  # a placeholder, replaced below
-        jobs[folder].append(r)
-    merged = {id(members[0]): merge_job(f, members, live=True) for f, members in jobs.items()}
-    return [merged.get(id(r), r) for r in out]
 
 
 NAMED_JOBS = 4  # jobs named in the note; the rest are counted
@@ -240,3 +180,38 @@ class RankLog:
         if self.rank is not None:
             return f"r{self.rank}"
         return visible(os.path.basename(self.path))
+
+
+# an overlay (``dltop A B [C...]``, present/overlay.py) holds its runs as a job holds
+# its ranks: one model and reader each, lettered by their place on the command line
+MAX_RUNS = 8
+LETTERS = "ABCDEFGH"
+RUN_STYLES = tuple(f"run{i}" for i in range(MAX_RUNS))
+
+
+@dataclass(frozen=True)
+class OverlayRun(RankLog):
+    """One overlaid run: its letter (by position on the command line) and its log."""
+
+    index: int = 0
+
+    @property
+    def name(self) -> str:
+        return LETTERS[self.index]
+
+    @property
+    def style(self) -> str:
+        return RUN_STYLES[self.index]
+
+    @property
+    def label(self) -> str:
+        """``A run.jsonl``: the letter and the log's name (escaped: it is the user's)."""
+        base = os.path.basename(self.path.rstrip("/")) or self.path
+        return f"{self.name} {fit(visible(base), 41)}"  # between words: never mid-number
+
+
+def overlay_runs(paths: Sequence[str], models: Sequence[RunModel]) -> tuple[OverlayRun, ...]:
+    """The runs in command-line order, lettered A..H."""
+    return tuple(
+        OverlayRun(None, p, m, index=i) for i, (p, m) in enumerate(zip(paths, models, strict=True))
+    )

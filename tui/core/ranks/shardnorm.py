@@ -32,8 +32,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ....probe.schema import GRAD_SQ_LOCAL, META, STEP, as_float, as_step
-from ..sources.logbytes import decoder, read_range
-from ..sources.sourcefiles import SourceError, open_log, read_head
+from ..files.logbytes import decoder, read_range
+from ..files.sourcefiles import SourceError, open_log, read_head
 
 
 def share_of(rec: dict[str, Any]) -> tuple[int, float] | None:

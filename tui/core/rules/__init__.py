@@ -1,7 +1,9 @@
-"""Incremental diagnosis: ``RuleEngine`` turns records into alerts, facts and a run status.
+"""Incremental diagnosis: ``RuleEngine`` turns records into alerts and facts (the run's
+status is judged from them one wing up, ``diagnosis.status.run_state``).
 
 One module per rule family (numeric, spikes, gradients, plateau, progress, overfitting,
-data_bound, memory, stall, crashes);
+data_bound, memory, stall, crashes, and the crash catalogue they are named from:
+``crashcatalogue``, ``crashdiag``);
 thresholds in :class:`Config` (defaults, TOML file, ``--set`` overrides), documented with
 their reasoning in ``docs/alerts.md``.
 """

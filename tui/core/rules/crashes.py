@@ -24,7 +24,7 @@ _OOM_TEXT = ("out of memory", "can't allocate memory", "cannot allocate memory")
 def _diagnose(event: dict[str, Any]) -> Any:
     """crashdiag.diagnose, or None when it is missing or fails: a crash must still be reported."""
     try:
-        from ..diagnosis.crashdiag import diagnose  # noqa: PLC0415 - optional at import time
+        from .crashdiag import diagnose  # noqa: PLC0415 - optional at import time
     except ImportError:
         return None
     try:

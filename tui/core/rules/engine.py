@@ -6,7 +6,8 @@ one record; ``feed_many`` takes a batch (a live tick, a replay chunk) and sends 
 of plain steps through ``steploop`` with the per-step state in locals: the same answers.
 Everything a rule decides depends only on the records and their order, never on when
 ``alerts()`` or ``facts()`` is called, so a log replayed in one batch gives the same
-alerts as the same log followed live. Only :meth:`RuleEngine.status` looks at the wall clock.
+alerts as the same log followed live. The run's status (``diagnosis.status.run_state``)
+is judged from this state and the wall clock, one wing up.
 
 Layers: ``state.EngineState`` (what the rules read), ``ruleset.RuleSet`` (the rules, a
 block's end, a new segment), this module (records routed by kind).
@@ -15,7 +16,7 @@ block's end, a new segment), this module (records routed by kind).
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ....probe.schema import as_float
 from .alerts import Alert
@@ -23,9 +24,6 @@ from .evals import eval_losses, eval_step
 from .facts import Fact
 from .ruleset import RuleSet
 from .steploop import feed_steps, on_step
-
-if TYPE_CHECKING:
-    from ..diagnosis.status import RunState
 
 
 class RuleEngine(RuleSet):
@@ -146,8 +144,3 @@ class RuleEngine(RuleSet):
         from .run_facts import collect_facts  # noqa: PLC0415
 
         return collect_facts(self)
-
-    def status(self, now: float | None = None, pid_alive: bool | None = None) -> RunState:
-        from ..diagnosis.status import run_state  # noqa: PLC0415
-
-        return run_state(self, now=now, pid_alive=pid_alive)

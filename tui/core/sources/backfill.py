@@ -26,9 +26,9 @@ import time
 from typing import TYPE_CHECKING
 
 from ....probe.schema import META
+from ..files.logbytes import decoder, first_record
+from ..store.pipeline import feed_engine, make_engine
 from . import rules_worker, workers
-from .logbytes import decoder, first_record
-from .pipeline import feed_engine, make_engine
 
 if TYPE_CHECKING:
     import threading

@@ -13,18 +13,18 @@ import os
 import time
 from typing import Any
 
-from ..ranks import jobs
-from ..ranks.jobs import RankLog
-from ..ranks.shardnorm import PeerJoin, has_shares
-from ..store.run import RunModel
-from .filesource import FileSource, OnUpdate
-from .sourcefiles import (
+from ..files.sourcefiles import (
     RankFile,
     SourceError,
     list_rank_files,
     pick_rank_file,
     separate_runs,
 )
+from ..ranks import jobs
+from ..ranks.jobs import RankLog
+from ..ranks.shardnorm import PeerJoin, has_shares
+from ..store.run import RunModel
+from .filesource import FileSource, OnUpdate
 
 
 class DirectorySource(FileSource):

@@ -16,16 +16,20 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from ....probe import rendezvous
-from .logbytes import decode_blob
+from ..files.logbytes import decode_blob
+from ..files.sourcefiles import is_regular, open_log
+from ..ranks.jobs import job_dir
 from .socket_source import Address, StreamError, parse_address, peek
-from .sourcefiles import is_regular, open_log
 
 DEFAULT_LOG_DIR = "dltop-runs"
+# worst first: a job is as bad as its worst rank (one crashed rank stops the job)
+_WORST = ("crashed", "stalled", "unknown", "running", "finished")
 STATUS_TAIL = 2000  # records of a live run's backlog judged for its status (~20 ms)
 # a log up to this size is read whole for its line (~0.1 s), so that `ls` says what
 # `check` says; a larger one is judged from its first line and its last TAIL_BYTES
@@ -127,7 +131,7 @@ def _judge(
     from ..diagnosis.status import run_state  # noqa: PLC0415
     from ..diagnosis.verdict import primary_fault, verdict  # noqa: PLC0415
     from ..rules import RuleEngine  # noqa: PLC0415
-    from .pipeline import feed  # noqa: PLC0415 - only `dltop ls` needs it
+    from ..store.pipeline import feed  # noqa: PLC0415 - only `dltop ls` needs it
 
     engine = RuleEngine()
     try:
@@ -190,11 +194,71 @@ def describe_log(
     return info
 
 
+def worst_status(statuses: Iterable[str]) -> str:
+    found = set(statuses)
+    return next((s for s in _WORST if s in found), "unknown")
+
+
+def merge_job(folder: Path, ranks: list[RunInfo], live: bool) -> RunInfo:
+    """One line for a job: its worst status, the step of its slowest rank (how far the
+    job has got), its earliest start, and how many ranks it has."""
+    steps = [r.step for r in ranks if r.step is not None]
+    starts = [r.started for r in ranks if r.started is not None]
+    first = min(ranks, key=lambda r: r.started if r.started is not None else float("inf"))
+    # the job's verdict: its rank with the most severe fault (else the worst status)
+    said = max(ranks, key=lambda r: (_SEVERITY.get(r.severity, 0), -_order(r.status)))
+    verdict = said.verdict
+    if verdict and len(ranks) > 1:
+        rank = said.extra.get("rank")
+        verdict = f"rank {rank}: {verdict}" if rank is not None else verdict
+    return RunInfo(
+        source=str(folder),
+        run_id=f"{folder.name} ({len(ranks)} rank{'s' if len(ranks) != 1 else ''})",
+        pid=None,
+        started=min(starts) if starts else None,
+        step=min(steps) if steps else None,
+        status=worst_status(r.status for r in ranks),
+        live=live,
+        log_path=str(folder),
+        extra={"ranks": len(ranks), "run_id": first.run_id},
+        verdict=verdict,
+        severity=said.severity,
+    )
+
+
+_SEVERITY = {"": 0, "info": 0, "warning": 1, "critical": 2}
+
+
+def _order(status: str) -> int:
+    """Worse statuses first (``worst_status``'s order)."""
+    return _WORST.index(status) if status in _WORST else len(_WORST)
+
+
+def group_live(runs: list[RunInfo]) -> list[RunInfo]:
+    """Live runs with each job's ranks (by their log's folder) folded into one line, at
+    the place of the job's first rank in the list (newest first)."""
+    out: list[RunInfo] = []
+    jobs: dict[Path, list[RunInfo]] = {}
+    for r in runs:
+        folder = job_dir(r.log_path)
+        if folder is None:
+            out.append(r)
+            continue
+        if folder not in jobs:
+            jobs[folder] = []
+            out.append(r)  # a placeholder, replaced below
+        jobs[folder].append(r)
+    merged = {id(members[0]): merge_job(f, members, live=True) for f, members in jobs.items()}
+    return [merged.get(id(r), r) for r in out]
+
+
 __all__ = [
     "Address",
     "RunInfo",
     "describe_live",
     "describe_log",
+    "group_live",
     "live_runs",
+    "merge_job",
     "recent_logs",
 ]

@@ -31,16 +31,16 @@ from typing import Any
 
 from ....probe.decoding import decode_line
 from ....probe.schema import META
-from ..store.run import RunModel
-from .backfill import TailFirst
-from .logbytes import decoder, first_line, pieces
-from .reader import ReaderThread
-from .sourcefiles import (
+from ..files.logbytes import decoder, first_line, pieces
+from ..files.sourcefiles import (
     SourceError,
     check_log_file,
     list_rank_files,
     open_log,
 )
+from ..store.run import RunModel
+from .backfill import TailFirst
+from .reader import ReaderThread
 
 __all__ = [
     "SourceError",

@@ -11,10 +11,10 @@ import os
 import traceback
 from typing import Any
 
+from ..files.sourcefiles import SourceError
 from ..store.run import RunModel
 from .filesource import SLICE, OnUpdate
 from .reader import ReaderThread
-from .sourcefiles import SourceError
 
 
 class ForeignSource(ReaderThread):

@@ -13,7 +13,7 @@ import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from ..present.overlay import MAX_RUNS, OverlayRun, overlay_runs
+from ..ranks.jobs import MAX_RUNS, OverlayRun, overlay_runs
 from ..store.run import RunModel
 from .filesource import SourceError
 from .reader import ReaderThread

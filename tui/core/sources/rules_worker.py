@@ -226,7 +226,8 @@ def _kill(proc: subprocess.Popen[bytes]) -> None:
 
 def _main() -> int:
     """The child: (fd, upto, config, join) on stdin; (engine, error, offset reached) on stdout."""
-    from .pipeline import judge_range
+    from ..ranks.shardnorm import GradNormJoin
+    from ..store.pipeline import judge_range
 
     fd, upto, config, join = pickle.load(sys.stdin.buffer)
     last = time.monotonic()
@@ -239,7 +240,8 @@ def _main() -> int:
             sys.stderr.write(f"{off}\n")
             sys.stderr.flush()
 
-    engine, error, off = judge_range(fd, upto, config, join, READ, progress)
+    shares = GradNormJoin().primary() if join else None
+    engine, error, off = judge_range(fd, upto, config, shares, READ, progress)
     result: Any = (engine, error, off)
     sys.stdout.buffer.write(pickle.dumps(result, protocol=pickle.HIGHEST_PROTOCOL))
     sys.stdout.flush()

@@ -20,8 +20,8 @@ from urllib.parse import parse_qs, urlsplit
 
 from ....probe.schema import EV_REFUSED, as_step
 from ....probe.viewerauth import is_loopback
+from ..files.logbytes import decoder
 from ..text.redact import redact
-from .logbytes import decoder
 from .reader import ReaderThread
 
 if TYPE_CHECKING:

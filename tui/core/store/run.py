@@ -20,11 +20,11 @@ import threading
 import time
 from typing import Any
 
-from ..diagnosis.status import RunState, explain_unrecorded_end, local_pid_alive
+from ..diagnosis.status import RunState, explain_unrecorded_end, local_pid_alive, run_state
 from ..rules import Config, RuleEngine
 from ..rules.alerts import Alert
 from ..rules.facts import Fact
-from ..sources.pipeline import feed_engine, make_engine
+from .pipeline import feed_engine, make_engine
 from .runstore import Store
 
 SETTLE_S = 1.0  # seconds without records before a crashed run's last block is judged
@@ -247,7 +247,7 @@ class RunModel:
             if self.engine is None:
                 return None
             state = explain_unrecorded_end(
-                self.engine.status(now, self.pid_alive(now)), self.log_path
+                run_state(self.engine, now, self.pid_alive(now)), self.log_path
             )
             if (
                 state.status == "crashed"

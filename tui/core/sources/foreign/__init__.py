@@ -15,7 +15,7 @@ schema, ``probe/schema.py``) flow through the usual path: ``RunModel.ingest`` an
 
 Everything read is untrusted: sizes, counts and depths are capped (``common.py``), bad
 values are dropped and counted (a ``warning:`` line in ``meta.notes``), and a file that
-cannot be read raises :class:`~dltop.tui.core.sources.sourcefiles.SourceError` (one line).
+cannot be read raises :class:`~dltop.tui.core.files.sourcefiles.SourceError` (one line).
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from __future__ import annotations
 import os
 
 from .....probe.decoding import decode_line
-from ..sourcefiles import SourceError, read_head
+from ...files.sourcefiles import SourceError, read_head
 from . import hf, lightning, tboard, tfrecord
 from .common import HF, LIGHTNING, TENSORBOARD, ForeignLog
 from .tboard import MissingExtra

@@ -3,7 +3,7 @@
 Everything in these files is untrusted (another person's file): every number goes through
 :func:`dltop.probe.schema.as_float` / :func:`~dltop.probe.schema.as_step`, every limit
 here bounds the work a file can cause, and a file that cannot be read is one
-:class:`~dltop.tui.core.sources.sourcefiles.SourceError` line, never a traceback.
+:class:`~dltop.tui.core.files.sourcefiles.SourceError` line, never a traceback.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .....probe.schema import EV_EXIT, EVAL, EVENT, META, SCHEMA_VERSION, STEP, as_float, as_step
-from ..sourcefiles import SourceError, open_log
+from ...files.sourcefiles import SourceError, open_log
 
 MAX_FILE_BYTES = 64 << 20  # bytes read whole from one file (the readers that cannot stream)
 # bytes of a file read as it streams (trainer_state.json, metrics.csv): memory does not grow

@@ -26,7 +26,7 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 from .....probe.schema import as_step
-from ..sourcefiles import read_head
+from ...files.sourcefiles import read_head
 from . import names, tfrecord
 from .common import (
     MAX_ENTRIES,

@@ -5,7 +5,7 @@ with regexes for the exception type and the message, the checklist that explains
 named regex groups that pull the numbers out of the message. ``docs/checklists.md`` and
 ``tui/data/README.md`` describe the format. Why a module of its own: reading and
 validating a damaged file (one-line :class:`CatalogueError` naming it) is a different job
-from matching a crash against it (``crashdiag.py``), and ``ranks.py`` needs only this side.
+from matching a crash against it (``crashdiag.py``), and ``ranks/compare.py`` needs only this side.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import tomllib
 from dataclasses import dataclass, field
 from typing import Any
 
-from .checklists import Root, data_root, unreadable
+from ..files.datafiles import Root, data_root, unreadable
 
 ALERT_IDS = ("oom", "crash")
 DETAIL_TYPES = ("int", "float", "bytes", "text", "dtype")

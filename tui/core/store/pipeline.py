@@ -15,25 +15,31 @@ fallback. ``tests/sources/test_pipeline.py`` fails when a second module calls th
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
+from ..files.logbytes import read_range
 from ..rules import Config, RuleEngine
-from .logbytes import read_range
 
 if TYPE_CHECKING:
-    from ..ranks.compare import RankTimes
-    from ..ranks.shardnorm import RankShares
-    from ..store.runstore import Store
+    from .runstore import Store
 
 Records = list[dict[str, Any]]
+
+
+class Reads(Protocol):
+    """What else reads a batch beside the rules and the store: a job's grad-norm shares
+    (``ranks.shardnorm``), its rank timings (``ranks.compare.RankTimes``). A protocol, so
+    that the store's wing never imports the ranks' wing, which builds on it."""
+
+    def feed(self, records: Records) -> None: ...
 
 
 def feed(
     records: Records,
     engine: RuleEngine | None = None,
     *,
-    shares: RankShares | None = None,
-    times: RankTimes | None = None,
+    shares: Reads | None = None,
+    times: Reads | None = None,
     store: Store | None = None,
 ) -> None:
     """One batch to everything that reads it, in the one order that is right: the grad-norm
@@ -75,17 +81,15 @@ def judge_range(
     fd: int,
     upto: int,
     config: Config | None,
-    join: bool,
+    shares: Reads | None,
     chunk_size: int,
     progress: Callable[[int], None] | None = None,
 ) -> tuple[RuleEngine | None, str | None, int]:
     """The rules over bytes ``[0, upto)`` of the open log ``fd`` (read with ``pread``, so
-    the file's position is left alone): (engine, error, offset reached). ``join``: the log
-    is a job's only file and joins its own sharded grad-norm shares, as the whole-file
-    loop does. ``progress``: called with the offset after each chunk."""
-    from ..ranks.shardnorm import GradNormJoin  # noqa: PLC0415 - only jobs join
-
-    shares = GradNormJoin().primary() if join else None
+    the file's position is left alone): (engine, error, offset reached). ``shares``: the
+    grad-norm join of a log that is a job's only file (``GradNormJoin().primary()``), as
+    the whole-file loop does; None for any other log. ``progress``: called with the
+    offset after each chunk."""
     engine, error = make_engine(config)
     off = 0
     if error is not None:

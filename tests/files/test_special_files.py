@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 from dltop.probe.encoding import encode_record
 from dltop.tui.app.app import DltopApp
-from dltop.tui.core.sources import sourcefiles
+from dltop.tui.core.files import sourcefiles
 from dltop.tui.core.sources.dirsource import DirectorySource
 from dltop.tui.core.sources.filesource import FileSource, SourceError, check_log_file
 from dltop.tui.core.store.run import RunModel

@@ -24,10 +24,10 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..rules.ending import is_fatal
+from ..files.datafiles import Root
 from ..text.fmt import nbytes as format_bytes
-from .checklists import Root
 from .crashcatalogue import CatalogueError, CrashPattern, PatternMatch, load_catalogue
+from .ending import is_fatal
 
 MAX_CAUSES = 4  # how deep a chain of causes ("raise X from Y") is followed
 # What the regexes see of untrusted text (see the module docstring). The probe keeps 4096

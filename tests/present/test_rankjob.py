@@ -16,9 +16,16 @@ from typing import Any
 
 import pytest
 from dltop.probe.encoding import encode_record
+from dltop.tui.core.present.rankjob import (
+    BAND,
+    CrossRank,
+    JobView,
+    RankLog,
+    job_chart,
+    job_signature,
+)
 from dltop.tui.core.present.view_model import ViewState
 from dltop.tui.core.ranks import crossrank
-from dltop.tui.core.ranks.rankjob import BAND, CrossRank, JobView, RankLog, job_chart, job_signature
 from dltop.tui.core.sources.dirsource import DirectorySource
 from dltop.tui.core.store.run import RunModel
 
@@ -289,7 +296,7 @@ def test_two_files_claiming_one_rank_are_told_apart_by_their_names(tmp_path: Pat
 
 
 def test_a_big_job_table_shows_the_ranks_that_matter_and_counts_the_rest() -> None:
-    from dltop.tui.core.ranks.jobview import RankRow, pick_rows
+    from dltop.tui.core.present.jobview import RankRow, pick_rows
 
     def row(i: int, **kw: Any) -> RankRow:
         base = dict(name=f"r{i}", host="h", step="9", step_time="1ms", data_wait="0", memory="",

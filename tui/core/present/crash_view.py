@@ -13,9 +13,9 @@ from ..text.safetext import escape_fields
 from ..text.textfit import fit
 
 if TYPE_CHECKING:
+    from ..diagnosis.status import RunState
     from ..store.run import RunModel
     from ..store.runstore import Store
-    from .status import RunState
 
 
 @dataclass(frozen=True)
@@ -84,7 +84,7 @@ def store_crash_info(store: Store, run_state: RunState | None = None) -> CrashIn
     diagnosis = summary = ""
     hint = ""
     try:
-        from .crashdiag import diagnose, last_user_frame
+        from ..rules.crashdiag import diagnose, last_user_frame
 
         d = diagnose(ev)
         if d is not None:

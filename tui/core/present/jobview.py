@@ -18,21 +18,21 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from ..present import panels
-from ..present.chartdata import EMA, ChartData, Trace
-from ..present.timeaxis import TIME, TimeColumns, has_wall_clock
+from ..ranks.compare import EXCESS_SHARE, MIN_EXCESS_S
+from ..ranks.crossrank import CrossRank
+from ..ranks.jobs import RankLog
 from ..rules.alerts import SEVERITY_RANK
 from ..rules.window import median_of
 from ..store import smoothing
 from ..text.fmt import compact, compact_bytes
-from .compare import EXCESS_SHARE, MIN_EXCESS_S
-from .crossrank import CrossRank
-from .jobs import RankLog
+from . import panels
+from .chartdata import EMA, ChartData, Trace
+from .timeaxis import TIME, TimeColumns, has_wall_clock
 
 if TYPE_CHECKING:
-    from ..present.view_model import ViewState
     from ..store.run import RunModel
     from ..store.runstore import Store
+    from .view_model import ViewState
 
 
 BAND = "band"  # the chart style of the min–max band across ranks

@@ -15,10 +15,10 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from dltop.tui.core.diagnosis import crashcatalogue
 from dltop.tui.core.diagnosis.checklists import load_checklist
-from dltop.tui.core.diagnosis.crashcatalogue import CatalogueError, load_catalogue
-from dltop.tui.core.diagnosis.crashdiag import diagnose, last_user_frame, parse_bytes
+from dltop.tui.core.rules import crashcatalogue
+from dltop.tui.core.rules.crashcatalogue import CatalogueError, load_catalogue
+from dltop.tui.core.rules.crashdiag import diagnose, last_user_frame, parse_bytes
 
 torch = pytest.importorskip("torch")
 nn = torch.nn
@@ -233,7 +233,7 @@ def test_conv_tensor_types_with_exactly_one_cuda_side_are_a_device_mismatch(mess
 
 
 def test_dtype_names_are_canonical():
-    from dltop.tui.core.diagnosis.crashdiag import canonical_dtype
+    from dltop.tui.core.rules.crashdiag import canonical_dtype
 
     spellings = ["Double", "double", "torch.float64", "torch.DoubleTensor", "c10::Double"]
     assert {canonical_dtype(x) for x in spellings + ["torch.cuda.DoubleTensor"]} == {"float64"}

@@ -35,15 +35,14 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from ..present import panels
-from ..present.chartdata import ChartData
-from ..present.header_view import error_note
-from ..present.view_model import ViewState, alert_key, alerts_of, locked
+from ..ranks.crossrank import JUDGE_EVERY, CrossRank
+from ..ranks.jobs import RankLog
 from ..rules.alerts import INFO, SEVERITY_RANK, Alert
 from ..store.run import DELETED_NOTE
 from ..text.safetext import visible
-from .crossrank import JUDGE_EVERY, CrossRank
-from .jobs import RankLog
+from . import panels
+from .chartdata import ChartData
+from .header_view import error_note
 from .jobview import (
     BAND,
     RankRow,
@@ -56,6 +55,7 @@ from .jobview import (
     seconds_text,
     slowest_rank,
 )
+from .view_model import ViewState, alert_key, alerts_of, locked
 
 if TYPE_CHECKING:
     from ..store.run import RunModel

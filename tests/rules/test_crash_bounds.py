@@ -19,9 +19,9 @@ from re import _parser as sre_parse  # type: ignore[attr-defined]
 from typing import Any
 
 import pytest
-from dltop.tui.core.diagnosis import crashcatalogue
-from dltop.tui.core.diagnosis.crashcatalogue import load_catalogue
-from dltop.tui.core.diagnosis.crashdiag import TEXT_HEAD, TEXT_TAIL, diagnose
+from dltop.tui.core.rules import crashcatalogue
+from dltop.tui.core.rules.crashcatalogue import load_catalogue
+from dltop.tui.core.rules.crashdiag import TEXT_HEAD, TEXT_TAIL, diagnose
 
 _REPEATS = (sre_c.MAX_REPEAT, sre_c.MIN_REPEAT, sre_c.POSSESSIVE_REPEAT)
 
@@ -107,8 +107,8 @@ def test_the_shape_checks_catch_the_old_quadratic_pattern():
 _CHILD = r"""
 import base64, random, sys
 from re import _constants as C, _parser as P
-from dltop.tui.core.diagnosis.crashcatalogue import load_catalogue
-from dltop.tui.core.diagnosis.crashdiag import diagnose, last_user_frame
+from dltop.tui.core.rules.crashcatalogue import load_catalogue
+from dltop.tui.core.rules.crashdiag import diagnose, last_user_frame
 
 def prefix(rx):
     # the literal text a pattern starts with: repeated, it is a near miss for that pattern
@@ -146,12 +146,13 @@ diagnose({"kind": "event", "type": "exception", "message": big, "traceback": [bi
 last_user_frame(['File "x.py", line 1, in f\n'] * 1_000_000)
 # the rule and the run status take a crash's first line: never by splitting all 8 MB
 from dltop.tui.core.rules import RuleEngine
+from dltop.tui.core.diagnosis.status import run_state
 e = RuleEngine()
 e.feed_many([{"kind": "meta", "v": 1, "pid": 1, "t": 0.0},
              {"kind": "step", "step": 0, "t": 0.0, "loss": 1.0},
              {"kind": "event", "type": "exception", "exc_type": "E", "t": 0.0,
               "message": "\n" * (8 * KB * KB - 2) + "x"}])
-assert e.status(now=0.0).status == "crashed"
+assert run_state(e, now=0.0).status == "crashed"
 print("8 MB", flush=True)
 """
 

@@ -1,4 +1,4 @@
-"""One path from records to the rules (tui/core/sources/pipeline.py): no second module feeds the
+"""One path from records to the rules (tui/core/store/pipeline.py): no second module feeds the
 engine, and the order (shares, rules, timings, store) holds for every consumer."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from dltop.tui.core.rules import Config
-from dltop.tui.core.sources import pipeline
+from dltop.tui.core.store import pipeline
 
 ROOT = Path(__file__).resolve().parents[2]
 PRODUCT = [ROOT / "probe", ROOT / "tui", ROOT / "demos"]
@@ -31,7 +31,7 @@ def _calls(attr: str) -> list[str]:
 
 def test_only_the_pipeline_feeds_the_rules_engine() -> None:
     calls = _calls("feed_many")
-    assert calls and all(c.startswith("tui/core/sources/pipeline.py:") for c in calls), calls
+    assert calls and all(c.startswith("tui/core/store/pipeline.py:") for c in calls), calls
 
 
 class _Seen:
@@ -71,7 +71,7 @@ def test_judge_range_reads_only_up_to_the_offset(tmp_path: Path) -> None:
     upto = data.rindex(b"\n", 0, upto) + 1  # the line end before step 50
     fd = os.open(log, os.O_RDONLY)
     try:
-        engine, error, off = pipeline.judge_range(fd, upto, Config.load(), False, 64)
+        engine, error, off = pipeline.judge_range(fd, upto, Config.load(), None, 64)
     finally:
         os.close(fd)
     assert error is None and engine is not None and off == upto

@@ -1,4 +1,4 @@
-"""The one place the viewer turns a log's bytes into records (tui/core/sources/logbytes.py): no
+"""The one place the viewer turns a log's bytes into records (tui/core/files/logbytes.py): no
 other module builds a decoder, and what it reads is what the file holds."""
 
 from __future__ import annotations
@@ -9,12 +9,12 @@ import os
 from pathlib import Path
 
 import pytest
-from dltop.tui.core.sources import logbytes
+from dltop.tui.core.files import logbytes
 
 ROOT = Path(__file__).resolve().parents[2]
 PRODUCT = [ROOT / "probe", ROOT / "tui", ROOT / "demos"]
 # the decoder's own module (the probe's ``read_records``) and the viewer's one place
-HOMES = {"probe/decoding.py", "tui/core/sources/logbytes.py"}
+HOMES = {"probe/decoding.py", "tui/core/files/logbytes.py"}
 
 
 def _decoder_builders(folders: list[Path], root: Path) -> set[str]:
