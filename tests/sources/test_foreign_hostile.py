@@ -5,6 +5,7 @@ in a traceback, a refusal, unbounded memory or silently lost values."""
 from __future__ import annotations
 
 import math
+import os
 import struct
 import tracemalloc
 from pathlib import Path
@@ -352,3 +353,40 @@ def test_a_state_cut_short_while_read_is_no_crash(tmp_path: Path) -> None:
     )
     assert done.returncode == 0, (done.returncode, done.stderr[-500:])
     assert done.stdout.strip() == "50001"
+
+
+def test_a_known_header_length_with_a_wrong_sum_is_still_damage(tmp_path: Path) -> None:
+    """The walk checks a header it has seen before only once (tfrecord.records): a header
+    of a length seen 30 times, with its checksum off by one, must still stop the walk."""
+    from dltop.tui.core.sources.foreign import tfrecord  # noqa: PLC0415
+
+    events = _events(range(40))
+    bad = bytearray(events[31])
+    bad[8] ^= 1  # the header's checksum, one bit off
+    assert len(bad) == len(events[30])  # the same length as the records read before it
+    path = tmp_path / "events.out.tfevents.1.host"
+    path.write_bytes(b"".join([*events[:31], bytes(bad), *events[32:]]))
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        walk = tfrecord.Walk()
+        read = list(tfrecord.records(fd, walk, 1000))
+    finally:
+        os.close(fd)
+    assert len(read) == walk.records == 31
+    assert walk.damage == "a record header with a bad checksum"
+
+
+def test_more_record_sizes_than_the_walk_remembers(tmp_path: Path) -> None:
+    """Records of more distinct lengths than HEADERS_KEPT are all read, each checked."""
+    from dltop.tui.core.sources.foreign import tfrecord  # noqa: PLC0415
+
+    datas = [b"x" * n for n in range(tfrecord.HEADERS_KEPT + 50)]
+    path = tmp_path / "records"
+    path.write_bytes(b"".join(map(tfrecord.frame, datas)))
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        walk = tfrecord.Walk()
+        read = list(tfrecord.records(fd, walk, len(datas) + 1))
+    finally:
+        os.close(fd)
+    assert read == datas and walk.records == len(datas) and walk.damage is None

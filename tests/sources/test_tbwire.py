@@ -23,7 +23,23 @@ from tensorboard.compat.proto.summary_pb2 import Summary  # noqa: E402
 
 TAGS = ["loss", "train/loss", "", "é/損失", "x" * 100, "y" * 120, "z" * 130]
 VALUES = [0.0, -0.0, 1.5, -2.25e-38, 3.0e38, math.inf, -math.inf, math.nan, 1e-45]
-STEPS = [0, 1, 127, 128, 300, 2**21, 2**40, 2**62 - 1, 2**62, 2**63 - 1, -1, -(2**40)]
+STEPS = [
+    0,
+    1,
+    127,
+    128,
+    300,
+    16383,
+    16384,
+    2**21 - 1,
+    2**21,
+    2**40,
+    2**62 - 1,
+    2**62,
+    2**63 - 1,
+    -1,
+    -(2**40),
+]
 WALLS = [0.0, 1.7e9, 1e-300, -5.0, math.inf, math.nan]
 
 

@@ -25,7 +25,7 @@ from collections import Counter
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from .....probe.schema import as_step
+from .....probe.schema import MAX_STEP
 from ...files.sourcefiles import read_head
 from . import names, tfrecord
 from .common import (
@@ -188,13 +188,16 @@ def _points(event_cls: Any, files: list[str], root: str, read: _Read) -> Iterato
         prefix = "val/" if os.path.basename(rel).lower() in EVAL_DIRS else ""
         walk = tfrecord.Walk()
         values: Sequence[tuple[str, float | bool | None]]  # False: not a scalar
+        step: int | None
         try:
             for data in tfrecord.records(fd, walk, budget):
                 common = scalar_event(data)  # the usual event, read without protobuf
                 if common is not None:
-                    wall, raw_step, values = common
-                    # wall_time() and step_of() of a float and an int, inline: per event
-                    step = as_step(raw_step)
+                    # a float per tag, a step of 0 .. 2**63-1 (varint), a double wall time:
+                    # as_step() and wall_time() of those, inline (this runs per event)
+                    wall, step, values = common
+                    if step >= MAX_STEP:
+                        step = None
                     t = wall if 0 < wall < WALL_TIME_MAX else None  # (NaN, Inf: False)
                 else:
                     try:
@@ -205,19 +208,18 @@ def _points(event_cls: Any, files: list[str], root: str, read: _Read) -> Iterato
                     if not event.HasField("summary"):
                         continue
                     step = step_of(event.step)
-                    values = [(v.tag, _scalar(v)) for v in event.summary.value]
+                    values = [(str(v.tag)[:200], _scalar(v)) for v in event.summary.value]
                     t = wall_time(event.wall_time)
                 for raw_tag, x in values:
-                    if x is False:
-                        continue
-                    if x is None or step is None or isinstance(x, bool):
-                        read.skipped += 1
+                    if type(x) is not float or step is None:  # (the usual event: never)
+                        if x is not False:  # False: not a scalar, not counted
+                            read.skipped += 1
                         continue
                     if read.values >= MAX_ENTRIES:  # one event can hold many values
                         read.capped = True
                         return
                     read.values += 1
-                    tag = prefix + str(raw_tag)[:200]
+                    tag = prefix + raw_tag
                     if not read.previewed:
                         read.counts[tag] += 1
                     elif tag not in read.counts and not _ends(tag):

@@ -3,11 +3,12 @@
 Each record is an 8-byte length, the masked CRC-32C of that length, the data, and the
 masked CRC-32C of the data. TensorBoard's own Python reader checks both sums byte by
 byte in Python, several microseconds a record; a 1 M-step run of six scalars is 6 M
-records. Here the file is read in large chunks, the headers are unpacked from the buffer,
-and the sums are checked with the ``crc32c`` C extension when it is installed (it comes
-with the ``[tensorboard]`` extra), else with the pure-Python table (the same answers,
-slower). A record whose sums do not hold is damage: the walk stops there and says so,
-as TensorBoard's loader does.
+records. Here the file is read in large chunks, the headers are unpacked from the buffer
+(a header already checked, the same length and sum again, is not checked twice: a run's
+events come in a few sizes), and the sums are checked with the ``crc32c`` C extension
+when it is installed (it comes with the ``[tensorboard]`` extra), else with the
+pure-Python table (the same answers, slower). A record whose sums do not hold is damage:
+the walk stops there and says so, as TensorBoard's loader does.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from collections.abc import Callable, Iterator
 
 MAX_RECORD = 1 << 26  # bytes in one record; a longer length is damage
 CHUNK = 4 << 20  # bytes read at a time
+HEADERS_KEPT = 4096  # distinct record headers remembered as checked
 _HEADER = struct.Struct("<QI")
 _U32 = struct.Struct("<I")
 
@@ -97,39 +99,54 @@ def records(fd: int, walk: Walk, limit: int) -> Iterator[bytes]:
     # two fails every test that reads a written file back
     crc = _crc32c
     unpack_header, unpack_u32 = _HEADER.unpack_from, _U32.unpack_from
-    while walk.records < limit:
-        if len(buf) - at < 12:
-            more = os.pread(fd, CHUNK, pos)
-            pos += len(more)
-            buf = buf[at:] + more
-            at = 0
-            if len(buf) < 12:
-                if buf:
-                    walk.damage = "cut inside a record header"
+    # a header (length and its checksum) already found whole -> its length: a run's
+    # events are of a few sizes, so most headers are checked once, not once per record
+    # (bounded: a file of records of every size gets no further than HEADERS_KEPT)
+    known: dict[bytes, int] = {}
+    n = walk.records
+    try:
+        while n < limit:
+            if len(buf) - at < 12:
+                more = os.pread(fd, CHUNK, pos)
+                pos += len(more)
+                buf = buf[at:] + more
+                at = 0
+                if len(buf) < 12:
+                    if buf:
+                        walk.damage = "cut inside a record header"
+                    return
+            head = buf[at : at + 12]
+            length = known.get(head)
+            if length is None:
+                length, sum_ = unpack_header(head)
+                c = crc(head[:8])
+                if ((((c >> 15) | (c << 17)) & 0xFFFFFFFF) + 0xA282EAD8) & 0xFFFFFFFF != sum_:
+                    walk.damage = "a record header with a bad checksum"
+                    return
+                if length >= MAX_RECORD:  # (a length of 0 is an empty record: read through)
+                    walk.damage = (
+                        f"a record of {length} bytes (over the {MAX_RECORD >> 20} MiB limit)"
+                    )
+                    return
+                if len(known) < HEADERS_KEPT:
+                    known[head] = length
+            end = at + 12 + length + 4
+            while len(buf) < end:
+                more = os.pread(fd, max(CHUNK, end - len(buf)), pos)
+                if not more:
+                    walk.damage = "cut inside a record"
+                    return
+                pos += len(more)
+                buf += more
+            data = buf[at + 12 : end - 4]
+            c = crc(data)
+            if ((((c >> 15) | (c << 17)) & 0xFFFFFFFF) + 0xA282EAD8) & 0xFFFFFFFF != unpack_u32(
+                buf, end - 4
+            )[0]:
+                walk.damage = "a damaged record"
                 return
-        length, sum_ = unpack_header(buf, at)
-        c = crc(buf[at : at + 8])
-        if ((((c >> 15) | (c << 17)) & 0xFFFFFFFF) + 0xA282EAD8) & 0xFFFFFFFF != sum_:
-            walk.damage = "a record header with a bad checksum"
-            return
-        if length >= MAX_RECORD:  # (a length of 0 is an empty record: read through)
-            walk.damage = f"a record of {length} bytes (over the {MAX_RECORD >> 20} MiB limit)"
-            return
-        end = at + 12 + length + 4
-        while len(buf) < end:
-            more = os.pread(fd, max(CHUNK, end - len(buf)), pos)
-            if not more:
-                walk.damage = "cut inside a record"
-                return
-            pos += len(more)
-            buf += more
-        data = buf[at + 12 : at + 12 + length]
-        c = crc(data)
-        if ((((c >> 15) | (c << 17)) & 0xFFFFFFFF) + 0xA282EAD8) & 0xFFFFFFFF != unpack_u32(
-            buf, at + 12 + length
-        )[0]:
-            walk.damage = "a damaged record"
-            return
-        at = end
-        walk.records += 1
-        yield data
+            at = end
+            n += 1
+            yield data
+    finally:
+        walk.records = n  # kept in a local while reading: written back however it ends
