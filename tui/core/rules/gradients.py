@@ -54,7 +54,6 @@ class LayerGradients(Rule):
         self.ng_run = 0
         # latest figures, for facts
         self.first_last_ratio: float | None = None
-        self.first_norm: float | None = None
         self.zero_frac_max: float | None = None
         self.zero_frac_layer: str | None = None
         self.without_grad: list[str] = []
@@ -64,7 +63,6 @@ class LayerGradients(Rule):
         self.zero_steps = max(1, int(d["zero_grad_steps"]))
         self.zero_run = 0  # consecutive records whose global grad norm is exactly zero
         self.zero_from = 0
-        self.dead_hidden: list[str] = []
 
     def alert_trackers(self) -> list[Tracker]:
         return [self.vt, self.dt]
@@ -140,7 +138,7 @@ class LayerGradients(Rule):
             self.first_last_ratio = None
             return
         ratio = first / last
-        self.first_last_ratio, self.first_norm = ratio, first
+        self.first_last_ratio = ratio
         if not self.v_on:
             return
         if ratio < self.v_ratio and first < self.v_first:
@@ -251,7 +249,6 @@ class LayerGradients(Rule):
         gain alone: a blow-up in the first steps must not make the total gain look good).
         Returns True when it raised (the dead-units wording would say less).
         """
-        self.dead_hidden = all_zero
         most = len(hidden) >= 1 and 2 * len(all_zero) > len(hidden)
         self.net_run = self.net_run + 1 if most else 0
         if not self.d_on or not most or self.net_run < self.d_checks:

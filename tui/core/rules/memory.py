@@ -59,7 +59,6 @@ class MemoryGrowth(Rule):
         self.peak: float | None = None
         self.limit: float | None = None
         self.slope: float | None = None  # bytes per step
-        self.last_sample_step: int | None = None
 
     def alert_trackers(self) -> list[Tracker]:
         return [self.tr]
@@ -105,7 +104,6 @@ class MemoryGrowth(Rule):
 
     def _sample(self, e: EngineState, step: int, t: float | None, v: float) -> None:
         self.last = v
-        self.last_sample_step = step
         if not self._warm(e, t):
             return  # start-up allocations (model, optimizer state, caches) are not a leak
         if self.start is None:

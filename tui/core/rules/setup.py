@@ -32,14 +32,13 @@ class Setup:
     """The latest known value of each set-up fact (``None``: the log does not say)."""
 
     __slots__ = (
-        "num_workers", "pin_memory", "loader_batch_size", "clip_max_norm", "amp_dtype",
+        "num_workers", "pin_memory", "clip_max_norm", "amp_dtype",
         "loss_scaler", "param_dtype", "optimizer", "momentum", "weight_decay", "precision",
     )  # fmt: skip
 
     def __init__(self) -> None:
         self.num_workers: int | None = None
         self.pin_memory: bool | None = None
-        self.loader_batch_size: int | None = None
         # the max norm clipped at; 0.0 when the framework says clipping is off
         self.clip_max_norm: float | None = None
         self.amp_dtype: str | None = None
@@ -56,7 +55,6 @@ class Setup:
         if isinstance(loader, dict):
             self.num_workers = _int(loader.get("num_workers"))
             self.pin_memory = _bool(loader.get("pin_memory"))
-            self.loader_batch_size = _int(loader.get("batch_size"))
         if "clip" in rec:
             clip = rec.get("clip")
             if isinstance(clip, dict):

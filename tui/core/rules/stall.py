@@ -32,7 +32,6 @@ class Stall(Rule):
         self.wf, self.cf = float(c["warn_factor"]), float(c["critical_factor"])
         self.wfloor, self.cfloor = float(c["floor_s"]), float(c["critical_floor_s"])
         self.startup = float(c["startup_s"])
-        self.silent_s = float(c["silent_s"])
         self.phase_floor = float(c["phase_floor_s"])
         self.intervals = Rolling(200, 50, q=0.95)
         self.tr = Tracker(engine, "stall")
