@@ -17,7 +17,7 @@ from itertools import repeat
 from typing import Any
 
 from .repair import repair
-from .schema import EVENT, MAX_LINE, META, NONFINITE_IN, as_float, as_step
+from .schema import EVENT, MAX_LINE, META, NONFINITE_IN, Record, Records, as_float, as_step
 
 # the markers as they stand in a line, each after one of its letters that numbers and
 # lower-case keys never hold: a block without that letter (memchr, ~50x faster than the
@@ -134,7 +134,7 @@ def _fits(value: Any, want: type) -> bool:
     return isinstance(value, want)
 
 
-def normalize(record: dict[str, Any]) -> dict[str, Any]:
+def normalize(record: Record) -> Record:
     """Drop the fields of a ``meta`` or ``event`` record whose type no reader can use
     (and list items of the wrong type); other kinds are returned as they are. In place."""
     kind = record.get("kind")
@@ -171,7 +171,7 @@ def normalize(record: dict[str, Any]) -> dict[str, Any]:
     return record
 
 
-def decode_line(line: bytes | str) -> dict[str, Any] | None:
+def decode_line(line: bytes | str) -> Record | None:
     """One line to a record, or ``None`` when it is not a JSON object with a ``kind``."""
     if isinstance(line, str):
         line = line.encode()
@@ -216,7 +216,7 @@ class LineDecoder:
         self.malformed = 0  # non-empty lines that were not a record
         self.bytes = 0  # bytes fed, partial line included
 
-    def feed(self, chunk: bytes) -> list[dict[str, Any]]:
+    def feed(self, chunk: bytes) -> Records:
         """Records completed by ``chunk``; an unterminated tail waits for the next call."""
         self.bytes += len(chunk)
         if self._skipping:
@@ -251,7 +251,7 @@ class LineDecoder:
         else:
             self._parts.append(piece)
 
-    def finish(self) -> list[dict[str, Any]]:
+    def finish(self) -> Records:
         """Flush the held partial line at end of input (a finished file without a final newline).
 
         A line cut by a crash is malformed and counted; a complete last record without its
@@ -268,14 +268,14 @@ class LineDecoder:
         """Bytes of the unfinished last line (held back, or being skipped as over-long)."""
         return self._held + self._skipping
 
-    def _decode_block(self, block: bytes) -> list[dict[str, Any]]:
+    def _decode_block(self, block: bytes) -> Records:
         fix = has_nonfinite_marker(block)
         if not fix and len(block) <= MAX_LINE:
             fast = _decode_plain(block)
             if fast is not None:
                 self.records += len(fast)
                 return fast
-        out: list[dict[str, Any]] = []
+        out: Records = []
         append = out.append
         decode = _get_decoder()
         for line in block.split(b"\n"):
@@ -309,7 +309,7 @@ class LineDecoder:
         return out
 
 
-def _decode_plain(block: bytes) -> list[dict[str, Any]] | None:
+def _decode_plain(block: bytes) -> Records | None:
     """The records of a block whose every non-empty line is a record, decoded in one
     ``map`` (no Python loop per line); ``None`` as soon as one line is not (a corrupt, a
     blank-but-spaces or a non-record line), and the caller decodes the block line by line,
@@ -338,14 +338,14 @@ def _decode_plain(block: bytes) -> list[dict[str, Any]] | None:
 _DICT = {dict}
 
 
-def read_records(path: str, chunk_size: int = 1 << 20) -> tuple[list[dict[str, Any]], LineDecoder]:
+def read_records(path: str, chunk_size: int = 1 << 20) -> tuple[Records, LineDecoder]:
     """Every record of a finished log, and the decoder holding the skip counts.
 
     Raises ``OSError`` for a missing or unreadable file: the caller turns it into
     a one-line message.
     """
     dec = LineDecoder()
-    out: list[dict[str, Any]] = []
+    out: Records = []
     with open(path, "rb") as f:
         while chunk := f.read(chunk_size):
             out.extend(dec.feed(chunk))

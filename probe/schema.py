@@ -22,6 +22,14 @@ from typing import Any
 
 SCHEMA_VERSION = 1
 
+# A record as a reader holds it once decoded: a JSON object whose values are untrusted
+# (a log, a socket and another tool's log are written by anyone). ``object``, not
+# ``Any``: the type checker then refuses a value used as a number, a string or a list
+# before the reader has looked at what it is (``as_float``, ``as_step``, ``type(x) is``).
+# ``Any`` stays only where JSON enters: the decoder's output and a foreign file's parse.
+Record = dict[str, object]
+Records = list[Record]
+
 # Record kinds. Readers must ignore kinds they do not know.
 META = "meta"  # first line: schema version "v", run id, host, pid, rank, versions, devices
 STEP = "step"  # one training step

@@ -77,7 +77,8 @@ def _compare(log: Path, refs: list[float], precision: str, scaler: bool) -> dict
         why.append(f"a reference norm {min(finite):.3g} <= the clip {CLIP}: no proof of pre-clip")
     if config.get("precision") != precision:
         why.append(f"config precision {config.get('precision')!r}, not {precision!r}")
-    if (config.get("amp") or {}).get("scaler") is not scaler:
+    amp = config.get("amp")
+    if (amp.get("scaler") if isinstance(amp, dict) else None) is not scaler:
         why.append(f"config amp {config.get('amp')!r}: scaler should be {scaler}")
     if scaler and out["loss_scale_steps"] != len(steps):
         why.append(f"loss_scale on {out['loss_scale_steps']} of {len(steps)} steps")

@@ -76,13 +76,14 @@ def body(args: argparse.Namespace) -> Outcome:
     recs, _ = read_records(str(log))
     events = [r for r in recs if r.get("type") == "oom"]
     steps = [r for r in recs if r.get("kind") == "step"]
-    mem = events[0].get("memory", {}) if events else {}
+    got = events[0].get("memory") if events else None
+    mem: dict[str, Any] = got if isinstance(got, dict) else {}
     details.update(
         steps=len(steps),
         last_batch_size=steps[-1].get("batch_size") if steps else None,
         oom_memory=mem,
-        oom_message=(events[0].get("message", "")[:400] if events else None),
-        mem_limit=sorted({s["mem_limit"] for s in steps if "mem_limit" in s}),
+        oom_message=(str(events[0].get("message", ""))[:400] if events else None),
+        mem_limit=sorted({v for s in steps if type(v := s.get("mem_limit")) is int}),
     )
     bad = []
     if demo.returncode == 0:

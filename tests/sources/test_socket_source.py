@@ -252,6 +252,33 @@ def test_socket_gone_follows_the_log_file_with_full_history(
     assert wait_for(lambda: len(steps_of(model)) == 201)
 
 
+@pytest.mark.parametrize("log_path", [["/tmp/run.jsonl"], 7, {"p": 1}])
+def test_a_log_path_that_is_not_text_is_not_followed(
+    log_path: object, short_dir: Path, stack: list
+) -> None:
+    """The meta comes from whoever holds the socket: a ``log_path`` that is a list, a
+    number (a file descriptor to ``os.path.isfile``) or an object is no file to fall back
+    to. The source keeps trying the socket instead of dying on a TypeError."""
+    seen: list[BaseException] = []
+    old_hook = threading.excepthook
+    threading.excepthook = lambda args: seen.append(args.exc_value)  # type: ignore[assignment]
+    try:
+        head = meta("r1", host=socket.gethostname(), log_path=log_path)
+        server = SocketServer(str(short_dir / "odd.sock"))
+        server.start(head)
+        stack.append(server)
+        server.write(step(0))
+        source, model = follow(f"unix:{short_dir / 'odd.sock'}", stack)
+        assert wait_for(lambda: len(steps_of(model)) == 1)
+        server.close()
+        time.sleep(0.5)  # the socket is gone: the source looks for a file, then retries
+        assert source.file_source is None
+        assert source._thread is not None and source._thread.is_alive()
+        assert not seen
+    finally:
+        threading.excepthook = old_hook
+
+
 def test_a_forward_whose_far_end_is_gone_is_retried_with_backoff(
     short_dir: Path, stack: list
 ) -> None:

@@ -14,8 +14,9 @@ from __future__ import annotations
 import os
 import socket
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Literal
 
+from ....probe.schema import Record
 from ..rules.ending import Ending
 from ..text.fmt import nbytes
 from ..text.fmt import number as fmt
@@ -45,7 +46,7 @@ class RunState:
     unrecorded_end: bool = False
     # the event that ended the run badly (an exception, an OOM, a fatal signal), as
     # ``ending.RunEnding`` decided: what the crash banner and the report show
-    fatal: dict[str, Any] | None = field(default=None, compare=False, repr=False)
+    fatal: Record | None = field(default=None, compare=False, repr=False)
 
 
 def run_state(e: RuleSet, now: float | None = None, pid_alive: bool | None = None) -> RunState:
@@ -155,12 +156,12 @@ def _steps_made(e: RuleSet) -> str:
     return f"{e.steps} steps"
 
 
-def _step_of(event: dict[str, Any] | None, default: int | None) -> int | None:
+def _step_of(event: Record | None, default: int | None) -> int | None:
     step = event.get("step") if event is not None else None
     return step if type(step) is int else default
 
 
-def _exception_words(event: dict[str, Any]) -> str:
+def _exception_words(event: Record) -> str:
     """``ValueError: bad shape`` (bounded), or the signal that ended the run."""
     if event.get("type") == "signal":
         return f"terminated by {event.get('signal') or 'a signal'}"
@@ -169,7 +170,7 @@ def _exception_words(event: dict[str, Any]) -> str:
     return name + (f": {fit(msg[0], 120)}" if msg else "")  # a number is never cut
 
 
-def _handled_words(event: dict[str, Any] | None, last_step: int | None) -> str:
+def _handled_words(event: Record | None, last_step: int | None) -> str:
     """ "; an exception at step 5 was handled" for a run that went on after it."""
     if event is None:
         return ""
@@ -190,7 +191,7 @@ def _nonfinite_end(e: RuleSet) -> str:
     return f"; the loss is {what} at the end{since}"
 
 
-def local_pid_alive(meta: dict[str, Any] | None) -> bool | None:
+def local_pid_alive(meta: Record | None) -> bool | None:
     """Whether the run's process still lives, for a run on this host; ``None`` when unknowable.
 
     Compares the process start time with the run's start so that a recycled pid of an

@@ -14,9 +14,9 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
-from typing import Any
 
 from ....probe.decoding import LineDecoder, decode_line
+from ....probe.schema import Record, Records
 
 HEAD_BYTES = 1 << 16  # a first line (the meta) longer than this is not looked for
 
@@ -26,7 +26,7 @@ def decoder() -> LineDecoder:
     return LineDecoder()
 
 
-def decode_blob(blob: bytes) -> tuple[list[dict[str, Any]], LineDecoder]:
+def decode_blob(blob: bytes) -> tuple[Records, LineDecoder]:
     """Every record of ``blob``, its unterminated last line included (a log read as it
     was), and the decoder holding the skip counts."""
     dec = LineDecoder()
@@ -42,7 +42,7 @@ def first_line(fd: int) -> bytes | None:
     return head[:nl] if nl >= 0 else None
 
 
-def first_record(fd: int) -> dict[str, Any] | None:
+def first_record(fd: int) -> Record | None:
     """The log's first record (normally its meta); ``None`` when its first line is not
     complete yet or is not a record."""
     line = first_line(fd)
@@ -67,7 +67,7 @@ def pieces(
 
 def read_range(
     fd: int, off: int, upto: int | None, block: int, chunk: int, dec: LineDecoder | None = None
-) -> Iterator[tuple[int, list[dict[str, Any]]]]:
+) -> Iterator[tuple[int, Records]]:
     """The records of bytes ``[off, upto)``, a chunk at a time, each with the offset
     reached; ``dec``: a decoder that holds a line cut at ``off`` (a fresh one when None).
     A partial last line stays in the decoder: the caller's ``finish`` says when it ends."""

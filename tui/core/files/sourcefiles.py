@@ -233,14 +233,12 @@ def _rank_of(path: str) -> tuple[int | None, bool | None, int | None, Family]:
     world = world if type(world) is int and world > 0 else None
     family = (_pattern(name), _pattern(meta.get("run_id")) if meta is not None else None)
     m = _RANK_RE.search(name)
+    said = meta.get("rank") if meta is not None else None
+    rank = said if type(said) is int else None
     if m is not None:
-        named = int(m.group(1))
-        if meta is not None and type(meta.get("rank")) is int:
-            return meta["rank"], True, world, family
-        return named, True, world, family
+        return (rank if rank is not None else int(m.group(1))), True, world, family
     if meta is None:
         return None, None, None, family  # no meta (yet): cannot tell
-    rank = meta["rank"] if type(meta.get("rank")) is int else None
     return rank, (world > 1) if world is not None else None, world, family
 
 

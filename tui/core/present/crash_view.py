@@ -71,7 +71,8 @@ def store_crash_info(store: Store, run_state: RunState | None = None) -> CrashIn
     if ev is None:  # crashed, but the log says nothing: the status's reason is all we know
         reason = str(getattr(run_state, "reason", "") or "the run crashed")
         return CrashInfo(reason, store.last_step, last, "process gone", VANISHED_HELP)
-    step = ev.get("step") if type(ev.get("step")) is int else store.last_step
+    given = ev.get("step")
+    step = given if type(given) is int else store.last_step
     if ev.get("type") == "signal":
         sig = str(ev.get("signal") or "a signal")
         why = SIGNAL_HELP.get(sig, "the process was sent a fatal signal")

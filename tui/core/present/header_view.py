@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from ....probe.schema import as_float
 from ..diagnosis.verdict import primary_fault
 from ..store.run import DELETED_NOTE
 from ..text.fmt import age as format_age
@@ -98,7 +99,7 @@ def header_info(
         finite = sorted(v for v in recent if v == v and v > 0 and v != math.inf)
         if finite:
             facts_rate = 1.0 / finite[len(finite) // 2]
-    first_t = getattr(engine, "first_t", None) or meta.get("t")
+    first_t = getattr(engine, "first_t", None) or as_float(meta.get("t"))
     last_t = store.last_t
     elapsed = format_duration(last_t - first_t) if first_t and last_t else ""
     span = store.step_range()
@@ -203,10 +204,12 @@ def gpu_na_reason(model: RunModel) -> str | None:
     if store.names("sys.gpus."):
         return None
     meta = store.meta or {}
-    for note in meta.get("notes") or ():
+    notes = meta.get("notes")
+    for note in notes if isinstance(notes, list) else ():
         if "GPU" in str(note) or "NVML" in str(note):
             return visible(note)
-    devices = meta.get("devices") or []
+    devices = meta.get("devices")
+    devices = devices if isinstance(devices, list) else []
     if any(isinstance(d, dict) and d.get("type") == "cuda" for d in devices):
         return "CUDA device, but no NVML readings in the log yet"
     if store.kinds.get("sys", 0) or devices:

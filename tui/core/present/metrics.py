@@ -22,6 +22,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from ....probe.schema import Record
 from ..diagnosis.status import STATUSES
 from ..rules.alerts import SEVERITY_RANK, Alert
 from ..text.safetext import visible
@@ -131,7 +132,7 @@ class Refused:
     alerts: int = 0
 
 
-def job_label(source: str, meta: dict[str, Any] | None) -> str:
+def job_label(source: str, meta: Record | None) -> str:
     """The default ``job`` label: a rank folder's name, a rank file's folder, else the run id."""
     path = source.rstrip("/")
     if os.path.isdir(path):
@@ -240,7 +241,7 @@ def collect(watched: Sequence[Watched], now: float | None = None) -> list[Family
             ranks_n, errors, *own]  # fmt: skip
 
 
-def _rank_of(r: RankLog, meta: dict[str, Any]) -> object:
+def _rank_of(r: RankLog, meta: Record) -> object:
     """A rank folder's number for the file; a single log's from its meta; else its name."""
     if r.rank is not None:
         return r.rank

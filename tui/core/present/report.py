@@ -183,7 +183,8 @@ def write_from_model(
         ]
         log_path = model.log_path
         meta = model.store.meta or {}
-        run_id = meta.get("run_id") if isinstance(meta.get("run_id"), str) else None
+        run_id = meta.get("run_id")
+        run_id = run_id if isinstance(run_id, str) else None
         # the followed file (the rank shown of a directory), else another tool's log path
         beside = log_path or (source if source and os.path.exists(source) else None)
         target = path or viewer_path(beside, run_id, now)

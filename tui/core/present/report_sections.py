@@ -14,6 +14,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from ....probe.schema import Record
 from ..diagnosis.checklist_eval import evaluate
 from ..diagnosis.checklists import checklist_for
 from ..rules.alerts import SEVERITY_RANK, Alert
@@ -82,11 +83,11 @@ def _when(t: Any) -> str:
     return "unknown"
 
 
-def _meta(meta: dict[str, Any] | None, key: str) -> Any:
+def _meta(meta: Record | None, key: str) -> Any:
     return (meta or {}).get(key)
 
 
-def heading(meta: dict[str, Any] | None, source: str, verdict: str = "") -> str:
+def heading(meta: Record | None, source: str, verdict: str = "") -> str:
     """The title, then the verdict (the same line ``dltop check`` starts with)."""
     run_id = _meta(meta, "run_id")
     title = md.code(run_id, 120) if isinstance(run_id, str) and run_id else md.code(source, 120)
@@ -120,7 +121,7 @@ def summary(state: RunState | None, store: Store, alerts: list[Alert], run: Repo
     return "\n".join(lines)
 
 
-def _devices(meta: dict[str, Any] | None) -> str:
+def _devices(meta: Record | None) -> str:
     devices = _meta(meta, "devices")
     if not isinstance(devices, list) or not devices:
         return "unknown"
@@ -142,7 +143,7 @@ def _devices(meta: dict[str, Any] | None) -> str:
     return "; ".join(out) + (f"; {more} more" if more > 0 else "") if out else "unknown"
 
 
-def environment(meta: dict[str, Any] | None, store: Store, ranks: list[str]) -> str:
+def environment(meta: Record | None, store: Store, ranks: list[str]) -> str:
     def val(key: str) -> str:
         v = _meta(meta, key)
         return md.code(v, 200) if isinstance(v, (str, int, float)) and v != "" else "unknown"
@@ -187,7 +188,7 @@ def environment(meta: dict[str, Any] | None, store: Store, ranks: list[str]) -> 
     return "\n".join(lines)
 
 
-def _traceback(ev: dict[str, Any]) -> str:
+def _traceback(ev: Record) -> str:
     """Python's own layout, the innermost ``MAX_FRAMES`` frames, each line bounded."""
     lines = ["Traceback (most recent call last):"]
     tb = ev.get("traceback")

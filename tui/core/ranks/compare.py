@@ -29,7 +29,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ....probe.schema import as_float, as_step
+from ....probe.schema import Record, as_float, as_step
 from ..rules.alerts import CRITICAL, WARNING, Alert
 from ..rules.crashcatalogue import CatalogueError, secondary_patterns
 from ..rules.engine import RuleEngine
@@ -64,7 +64,7 @@ class RankTimes:
     def phase(self, name: str) -> dict[int, float]:
         return self.data if name == "data" else self.forward
 
-    def feed(self, records: Iterable[dict[str, Any]]) -> None:
+    def feed(self, records: Iterable[Record]) -> None:
         for rec in records:
             if rec.get("kind") != "step":
                 continue

@@ -29,14 +29,13 @@ import os
 from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any
 
-from ....probe.schema import GRAD_SQ_LOCAL, META, STEP, as_float, as_step
+from ....probe.schema import GRAD_SQ_LOCAL, META, STEP, Record, Records, as_float, as_step
 from ..files.logbytes import decoder, read_range
 from ..files.sourcefiles import SourceError, open_log, read_head
 
 
-def share_of(rec: dict[str, Any]) -> tuple[int, float] | None:
+def share_of(rec: Record) -> tuple[int, float] | None:
     """A step record's (step, share of the squared norm), or None when it has none."""
     v = rec.get(GRAD_SQ_LOCAL)
     if v is None:
@@ -45,7 +44,7 @@ def share_of(rec: dict[str, Any]) -> tuple[int, float] | None:
     return None if step is None or f is None else (step, f)
 
 
-def world_of(rec: dict[str, Any]) -> int | None:
+def world_of(rec: Record) -> int | None:
     """A meta record's ``world_size``, when it is a believable one."""
     w = rec.get("world_size")
     return w if type(w) is int and 0 < w < 1 << 24 else None
@@ -105,7 +104,7 @@ class GradNormJoin:
             self._merge(rank.shares)
         rank.shares = {}
 
-    def _see_meta(self, rec: dict[str, Any]) -> None:
+    def _see_meta(self, rec: Record) -> None:
         w = world_of(rec)
         if w is not None and (self.world is None or w > self.world):
             self.world = w
@@ -158,7 +157,7 @@ class RankShares:
     deferred: bool = False  # GradNormJoin.detached: finish() keeps the shares for absorb()
     finished: bool = False
 
-    def feed(self, records: Iterable[dict[str, Any]]) -> None:
+    def feed(self, records: Iterable[Record]) -> None:
         join = self.join
         for rec in records:
             if GRAD_SQ_LOCAL not in rec:
@@ -246,7 +245,7 @@ class Peer:
             if not self.keep_open:
                 self.close()
 
-    def _take(self, records: list[dict[str, Any]]) -> None:
+    def _take(self, records: Records) -> None:
         shares = self.shares
         for rec in records:
             kind = rec.get("kind")
@@ -285,7 +284,7 @@ class PeerJoin:
     def __init__(self, hold_s: float = HOLD_S) -> None:
         self.hold_s = hold_s
         self.peers: dict[str, Peer] = {}
-        self.held: deque[tuple[float, dict[str, Any]]] = deque()
+        self.held: deque[tuple[float, Record]] = deque()
         self.world: int | None = None  # the followed rank's world_size
         self.joined = 0
         self.incomplete = 0
@@ -308,7 +307,7 @@ class PeerJoin:
             p.close()
         self.peers = {path: Peer(path, p.keep_open) for path, p in self.peers.items()}
 
-    def offer(self, records: list[dict[str, Any]], now: float) -> list[dict[str, Any]]:
+    def offer(self, records: Records, now: float) -> Records:
         """The records that may go to the model now, in order; the rest wait (``release``)."""
         if not self.held:
             for i, rec in enumerate(records):
@@ -324,10 +323,10 @@ class PeerJoin:
         self.held.extend((now, r) for r in records)
         return self.release(now)
 
-    def release(self, now: float, force: bool = False) -> list[dict[str, Any]]:
+    def release(self, now: float, force: bool = False) -> Records:
         """Held records whose step is complete, or waited ``hold_s``, or beyond ``MAX_HELD``
         (``force``: all)."""
-        out: list[dict[str, Any]] = []
+        out: Records = []
         held = self.held
         while held:
             t0, rec = held[0]
@@ -345,12 +344,12 @@ class PeerJoin:
             held.popleft()
         return out
 
-    def _see_meta(self, rec: dict[str, Any]) -> None:
+    def _see_meta(self, rec: Record) -> None:
         w = world_of(rec)
         if w is not None:
             self.world = w
 
-    def _norm(self, rec: dict[str, Any]) -> float | str:
+    def _norm(self, rec: Record) -> float | str:
         got = share_of(rec)
         if got is None:
             return _NEVER

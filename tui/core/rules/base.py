@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from ....probe.schema import Record
 from .alerts import SEVERITY_RANK, Alert, Severity
 
 if TYPE_CHECKING:
@@ -40,16 +41,16 @@ class Rule:
     def on_block(self, e: EngineState, b: Block) -> None:  # every block of steps
         pass
 
-    def on_eval(self, e: EngineState, rec: dict[str, Any]) -> None:
+    def on_eval(self, e: EngineState, rec: Record) -> None:
         pass
 
-    def on_layers(self, e: EngineState, rec: dict[str, Any]) -> None:
+    def on_layers(self, e: EngineState, rec: Record) -> None:
         pass
 
-    def on_event(self, e: EngineState, rec: dict[str, Any]) -> None:
+    def on_event(self, e: EngineState, rec: Record) -> None:
         pass
 
-    def on_sys(self, e: EngineState, rec: dict[str, Any]) -> None:
+    def on_sys(self, e: EngineState, rec: Record) -> None:
         pass
 
     def on_time(self, e: EngineState, t: float) -> None:  # heartbeat / sys: time passes

@@ -24,6 +24,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from ....probe.schema import Record
 from ..files.datafiles import Root
 from ..text.fmt import nbytes as format_bytes
 from .crashcatalogue import CatalogueError, CrashPattern, PatternMatch, load_catalogue
@@ -102,14 +103,14 @@ class CrashDiagnosis:
     details: dict[str, Any] = field(default_factory=dict)
 
 
-def diagnose(event: dict[str, Any], *, root: Root | None = None) -> CrashDiagnosis | None:
+def diagnose(event: Record, *, root: Root | None = None) -> CrashDiagnosis | None:
     """Diagnose an exception/oom event record; None for an interrupt, ``sys.exit(0)`` or a
     non-crash event (:func:`dltop.tui.core.rules.ending.is_fatal`)."""
     if not isinstance(event, dict) or event.get("type") not in ("exception", "oom"):
         return None
     if not is_fatal(event):  # an interrupt or sys.exit(0): no crash to diagnose
         return None
-    ev_type = event["type"]
+    ev_type = str(event["type"])  # "exception" or "oom": looked at above
     exc_type = _as_text(event.get("exc_type") or event.get("exception"))
     message = windows(_as_text(event.get("message")))
     try:
@@ -135,7 +136,7 @@ def diagnose(event: dict[str, Any], *, root: Root | None = None) -> CrashDiagnos
     return _diagnosis(catalogue.fallback, None, exc_type, message, event)
 
 
-def _causes(event: dict[str, Any]) -> list[tuple[str, tuple[str, ...]]]:
+def _causes(event: Record) -> list[tuple[str, tuple[str, ...]]]:
     """(type, message) of each recorded cause, nearest first: ``event["cause"]``, its own
     ``cause``, and so on (bounded; a malformed entry ends the chain)."""
     out: list[tuple[str, str]] = []
@@ -194,7 +195,7 @@ def _diagnosis(
     hit: tuple[re.Match[str] | None, PatternMatch | None] | None,
     exc_type: str,
     message: tuple[str, ...],
-    event: dict[str, Any],
+    event: Record,
 ) -> CrashDiagnosis:
     details: dict[str, Any] = {}
     if exc_type:
@@ -224,7 +225,7 @@ def _diagnosis(
     return CrashDiagnosis(pattern.id, alert, pattern.title, summary, pattern.checklist, details)
 
 
-def _fallback_for(ev_type: str, exc_type: str, event: dict[str, Any], error: str) -> CrashDiagnosis:
+def _fallback_for(ev_type: str, exc_type: str, event: Record, error: str) -> CrashDiagnosis:
     alert = "oom" if ev_type == "oom" else "crash"
     details: dict[str, Any] = {"catalogue_error": error}
     if exc_type:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from ....probe.schema import Record
 from .alerts import CRITICAL, INFO, WARNING, Severity
 from .base import Rule, Tracker
 from .ending import Ending, RunEnding, event_ending, is_clean_exit, is_interrupt
@@ -21,7 +22,7 @@ if TYPE_CHECKING:
 _OOM_TEXT = ("out of memory", "can't allocate memory", "cannot allocate memory")
 
 
-def _diagnose(event: dict[str, Any]) -> Any:
+def _diagnose(event: Record) -> Any:
     """crashdiag.diagnose, or None when it fails: a crash must still be reported. Imported
     when a crash comes: the catalogue's reader adds ~25 ms to importing the engine."""
     try:
@@ -41,7 +42,7 @@ class Crashes(Rule):
         self.seen: set[tuple[str, str]] = set()
         # how the run ended, for status.py
         self.exit_status: str | None = None
-        self.exception: dict[str, Any] | None = None  # the last crash event
+        self.exception: Record | None = None  # the last crash event
         self.signal: str | None = None
         self.system_exit_ok = False
         self.run_ending = RunEnding()  # how the run ended so far (dltop.tui.core.rules.ending)
@@ -57,7 +58,7 @@ class Crashes(Rule):
         if was is None and re.handled is not None:
             self._handled(re.handled)
 
-    def _handled(self, event: dict[str, Any]) -> None:
+    def _handled(self, event: Record) -> None:
         """Steps came after the exception: the run caught it and went on. What the crash
         alert said stays on record, as information (the run was not ended by it)."""
         if event.get("type") == "signal":
@@ -74,7 +75,7 @@ class Crashes(Rule):
                     + "; steps followed it: the run caught the exception and went on",
                 )
 
-    def on_event(self, e: EngineState, rec: dict[str, Any]) -> None:
+    def on_event(self, e: EngineState, rec: Record) -> None:
         typ = rec.get("type")
         self.run_ending.see(rec)
         if typ in ("exception", "oom"):
@@ -82,7 +83,8 @@ class Crashes(Rule):
         elif typ == "signal":
             self.signal = str(rec.get("signal") or "signal")
             if self.crash_on and event_ending(rec) is Ending.SIGNALLED:
-                step = rec.get("step") if type(rec.get("step")) is int else e.last_step
+                given = rec.get("step")
+                step = given if type(given) is int else e.last_step
                 ev = {"signal": self.signal, "pattern": "signal", "last_step": e.last_step}
                 msg = f"the process received {self.signal} after step {e.last_step}"
                 self.trackers["crash"].fire(
@@ -125,7 +127,7 @@ class Crashes(Rule):
         msg = f"the exit record says {status} after step {e.last_step}, with no record of it"
         self.trackers["crash"].fire(e.last_step, severity, title, msg, ev, t=e.last_t)
 
-    def _exception(self, e: EngineState, rec: dict[str, Any]) -> None:
+    def _exception(self, e: EngineState, rec: Record) -> None:
         if is_interrupt(rec):  # the user stopping the run: no crash
             return
         exc_type = str(rec.get("exc_type") or "")
@@ -138,7 +140,8 @@ class Crashes(Rule):
         if key in self.seen:
             return
         self.seen.add(key)
-        step = rec.get("step") if type(rec.get("step")) is int else e.last_step
+        given = rec.get("step")
+        step = given if type(given) is int else e.last_step
         diag = _diagnose(rec)
         if diag is not None:
             alert_id = diag.alert_id if diag.alert_id in self.trackers else "crash"

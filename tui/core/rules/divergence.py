@@ -18,9 +18,9 @@ from __future__ import annotations
 
 import math
 from collections import deque
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from ....probe.schema import EV_EXIT
+from ....probe.schema import EV_EXIT, Record
 from ..text.fmt import number as fmt
 from .alerts import CRITICAL, INFO, WARNING, Severity
 from .base import Rule, Tracker, held_steps
@@ -209,7 +209,7 @@ class Divergence(Rule):
         self.blown_from = ref
         self.tr.hold(step)
 
-    def on_event(self, e: EngineState, rec: dict[str, Any]) -> None:
+    def on_event(self, e: EngineState, rec: Record) -> None:
         if rec.get("type") == EV_EXIT and rec.get("status") == "ok":
             self._never_came_down(e)
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from ....probe.schema import MAX_STEP, as_step
+from ....probe.schema import MAX_STEP, Record, as_step
 from .alerts import WARNING
 from .base import Rule, Tracker
 
@@ -41,7 +41,7 @@ class RecordsDropped(Rule):
     def alert_trackers(self) -> list[Tracker]:
         return [self.tracker]
 
-    def on_event(self, e: EngineState, rec: dict[str, Any]) -> None:
+    def on_event(self, e: EngineState, rec: Record) -> None:
         typ = rec.get("type")
         if typ == "dropped" and rec.get("scope") == "log":
             self.records += _count(rec.get("records"))
@@ -59,7 +59,7 @@ class RecordsDropped(Rule):
         if self.on and self.records:
             self._raise(e, rec)
 
-    def _raise(self, e: EngineState, rec: dict[str, Any]) -> None:
+    def _raise(self, e: EngineState, rec: Record) -> None:
         n, gaps = self.records, max(1, self.gaps)
         where = (
             f"the first gap after step {self.first_after}"

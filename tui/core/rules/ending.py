@@ -16,7 +16,8 @@ the `with` block). Every reader asks here.
 from __future__ import annotations
 
 from enum import StrEnum
-from typing import Any
+
+from ....probe.schema import Record
 
 _FATAL_EVENTS = ("exception", "oom", "signal")
 
@@ -35,23 +36,23 @@ class Ending(StrEnum):
         return "finished" if self in (Ending.FINISHED, Ending.INTERRUPTED) else "crashed"
 
 
-def _exc_name(event: dict[str, Any]) -> str:
+def _exc_name(event: Record) -> str:
     return str(event.get("exc_type") or event.get("exception") or "").rsplit(".", 1)[-1]
 
 
-def is_interrupt(event: dict[str, Any]) -> bool:
+def is_interrupt(event: Record) -> bool:
     """Ctrl-C: the probe's ``interrupted`` mark, a ``KeyboardInterrupt``, or SIGINT."""
     if event.get("interrupted") is True or _exc_name(event) == "KeyboardInterrupt":
         return True
     return event.get("type") == "signal" and event.get("signal") == "SIGINT"
 
 
-def is_clean_exit(event: dict[str, Any]) -> bool:
+def is_clean_exit(event: Record) -> bool:
     """``sys.exit()`` / ``sys.exit(0)`` raised inside the run: a normal end."""
     return _exc_name(event) == "SystemExit" and event.get("exit_code") in (0, None)
 
 
-def event_ending(event: dict[str, Any]) -> Ending | None:
+def event_ending(event: Record) -> Ending | None:
     """What one event record says about the end; ``None`` for an event that ends nothing."""
     typ = event.get("type")
     if typ == "exit":
@@ -74,7 +75,7 @@ def event_ending(event: dict[str, Any]) -> Ending | None:
     return Ending.OOM if typ == "oom" else Ending.CRASHED
 
 
-def is_fatal(event: dict[str, Any]) -> bool:
+def is_fatal(event: Record) -> bool:
     """An event that ended the run badly: a crash, an OOM or a signal from outside."""
     return event_ending(event) in (Ending.CRASHED, Ending.OOM, Ending.SIGNALLED)
 
@@ -112,7 +113,7 @@ class RunEnding:
     def __init__(self) -> None:
         self.exit_status: str | None = None  # the exit record's status, once seen
         self.signal: str | None = None  # the last signal received
-        self.fatal: dict[str, Any] | None = None  # the last event that could end the run
+        self.fatal: Record | None = None  # the last event that could end the run
         self.fatal_step: int | None = None
         self.stepped_after = False  # a step came after that event
         self.interrupt = False  # Ctrl-C / SIGINT / KeyboardInterrupt on record
@@ -124,7 +125,7 @@ class RunEnding:
             self.stepped_after = True
         self.last_step = step
 
-    def see(self, event: dict[str, Any]) -> Ending | None:
+    def see(self, event: Record) -> Ending | None:
         """Take one event; returns what it says on its own (``event_ending``)."""
         end = event_ending(event)
         if end is None:
@@ -151,11 +152,11 @@ class RunEnding:
         return self.fatal_step is None or last_step > self.fatal_step
 
     @property
-    def handled(self) -> dict[str, Any] | None:
+    def handled(self) -> Record | None:
         """The fatal event the run survived (steps after it, or a signal then an ok exit)."""
         return self.handled_at(None)
 
-    def handled_at(self, last_step: int | None) -> dict[str, Any] | None:
+    def handled_at(self, last_step: int | None) -> Record | None:
         """``handled`` as of ``last_step`` (a reader's latest step, which the steps fed so
         far may not have reached yet): a pure read, never a change of state."""
         f = self.fatal
@@ -192,7 +193,7 @@ class RunEnding:
             return fatal
         return Ending.FINISHED
 
-    def fatal_event_at(self, last_step: int | None) -> dict[str, Any] | None:
+    def fatal_event_at(self, last_step: int | None) -> Record | None:
         """The event that ended the run badly (what the crash banner shows), if one did, as
         of ``last_step`` (see ``handled_at``)."""
         end = self.ending_at(last_step)

@@ -16,9 +16,8 @@ block's end, a new segment), this module (records routed by kind).
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any
 
-from ....probe.schema import as_float
+from ....probe.schema import Record, as_float
 from .alerts import Alert
 from .evals import eval_losses, eval_step
 from .facts import Fact
@@ -31,7 +30,7 @@ class RuleEngine(RuleSet):
 
     # ------------------------------------------------------------------ feeding
 
-    def feed_many(self, records: Iterable[dict[str, Any]]) -> None:
+    def feed_many(self, records: Iterable[Record]) -> None:
         """Take records in order; runs of plain steps go through ``steploop`` (the same
         answers as ``feed`` one record at a time, at about two thirds of its cost per step)."""
         recs = records if isinstance(records, list) else list(records)
@@ -45,7 +44,7 @@ class RuleEngine(RuleSet):
                 feed(rec)
                 i += 1
 
-    def feed(self, record: dict[str, Any]) -> None:
+    def feed(self, record: Record) -> None:
         """Take one record; unknown kinds and malformed fields are ignored."""
         kind = record.get("kind")
         self.records += 1
@@ -107,7 +106,7 @@ class RuleEngine(RuleSet):
             if isinstance(devs, list) and devs and isinstance(devs[0], dict):
                 self.device = str(devs[0].get("type") or "") or None
 
-    def _on_phase(self, rec: dict[str, Any], t: float | None) -> None:
+    def _on_phase(self, rec: Record, t: float | None) -> None:
         state = rec.get("state")
         if state == "begin":
             self.phase = self.phase_name = str(rec.get("name") or "phase")

@@ -9,15 +9,14 @@ loss falls 6 % is learning). Both read evaluations the same way, from this modul
 from __future__ import annotations
 
 from collections import deque
-from typing import Any
 
-from ....probe.schema import as_float
+from ....probe.schema import Record, as_float
 
 MAX_EVAL_SETS = 8  # evaluation sets followed (the first seen); a record's others are ignored
 MAX_SET_NAME = 200  # characters of a set's name kept (it is a key from the log: any length)
 
 
-def eval_losses(rec: dict[str, Any]) -> list[tuple[str, float]]:
+def eval_losses(rec: Record) -> list[tuple[str, float]]:
     """The eval losses of a record, by evaluation set: ``loss``; or, without one, every
     ``<set>_loss`` (a Hugging Face Trainer with several eval datasets logs
     ``eval_<set>_loss``, a probe user may call ``probe.eval(val_loss=..., test_loss=...)``).
@@ -39,7 +38,7 @@ def eval_losses(rec: dict[str, Any]) -> list[tuple[str, float]]:
     return out
 
 
-def eval_step(rec: dict[str, Any], last_step: int | None) -> int | None:
+def eval_step(rec: Record, last_step: int | None) -> int | None:
     """The step an evaluation belongs to: its own, else the latest training step."""
     step = rec.get("step")
     return step if type(step) is int else last_step

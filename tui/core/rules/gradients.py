@@ -12,7 +12,7 @@ from __future__ import annotations
 from itertools import repeat
 from typing import TYPE_CHECKING, Any
 
-from ....probe.schema import as_float
+from ....probe.schema import Record, as_float
 from ..text.fmt import number as fmt
 from .alerts import CRITICAL, INFO, WARNING, Severity
 from .base import Rule, Tracker
@@ -98,14 +98,15 @@ class LayerGradients(Rule):
                 self.dt.fire(self.zero_from, CRITICAL, NO_GRAD, msg, ev, t=e.t)
                 self.dt.hold(step)
 
-    def on_layers(self, e: EngineState, rec: dict[str, Any]) -> None:
+    def on_layers(self, e: EngineState, rec: Record) -> None:
         names = rec.get("names")
         if not isinstance(names, list) or not names:
             return
         n = len(names)
         norms = _floats(rec.get("grad_norm"), n)
         zero = _floats(rec.get("zero_frac"), n)
-        step = rec.get("step") if type(rec.get("step")) is int else e.last_step
+        given = rec.get("step")
+        step = given if type(given) is int else e.last_step
         self.layers_step = step
         without = self._without_grad(rec.get("no_grad"), names, norms)
         self.without_grad = without

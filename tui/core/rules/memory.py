@@ -15,9 +15,9 @@ seconds (``WARM_S``).
 from __future__ import annotations
 
 from collections import deque
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from ....probe.schema import as_float
+from ....probe.schema import Record, as_float
 from ..text.fmt import mib
 from ..text.fmt import number as fmt
 from .alerts import CRITICAL, WARNING, Severity
@@ -76,7 +76,7 @@ class MemoryGrowth(Rule):
             self._sample(e, blk.steps[i], blk.t[i], v)
             return
 
-    def on_sys(self, e: EngineState, rec: dict[str, Any]) -> None:
+    def on_sys(self, e: EngineState, rec: Record) -> None:
         if self.source == "cuda":
             return
         rss = as_float(rec.get("rss"))

@@ -15,7 +15,7 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING, Any
 
-from ....probe.schema import as_float
+from ....probe.schema import Record, as_float
 from ..text.fmt import number as fmt
 from .alerts import WARNING
 from .base import Rule, Tracker
@@ -110,7 +110,7 @@ class MetricMismatch(Rule):
     def alert_trackers(self) -> list[Tracker]:
         return [self.tr]
 
-    def on_eval(self, e: EngineState, rec: dict[str, Any]) -> None:
+    def on_eval(self, e: EngineState, rec: Record) -> None:
         for key, value in rec.items():
             if not isinstance(key, str) or type(value) is bool:
                 continue

@@ -13,8 +13,10 @@ only floats are looked at, so a record costs a pass over its values and nothing 
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, cast
 
+from ....probe.schema import Record
 from .alerts import INFO, WARNING, Severity
 from .base import Rule, Tracker
 
@@ -28,6 +30,7 @@ _EVAL_OWN = frozenset({"kind", "step", "t"})
 MAX_METRICS = 16  # metrics followed (names come from the log: any number of them)
 MAX_NAME = 80  # characters of a metric's name kept
 _DONE_MAX = 4 * MAX_METRICS + 8  # names the fast path remembers (ever_finite's bound + own)
+_FloatOf = Callable[[str], float]  # a record's lookup, for names whose values are floats
 
 
 class _Seen:
@@ -76,7 +79,7 @@ class NonFiniteMetrics(Rule):
             # Any other record, or a sum that overflowed, takes the exact path.
             floats = {k for k, v in rec.items() if type(v) is float}
             if quiet and floats <= done:
-                total = sum(map(rec.__getitem__, floats))
+                total = sum(map(cast(_FloatOf, rec.__getitem__), floats))
                 if total - total == 0.0:
                     continue
             self._record(e, rec, step, "")
@@ -85,14 +88,14 @@ class NonFiniteMetrics(Rule):
                 ever = self.ever_finite
                 done.update(k for k in floats if k in _STEP_OWN or k[:MAX_NAME] in ever)
 
-    def on_eval(self, e: EngineState, rec: dict[str, Any]) -> None:
+    def on_eval(self, e: EngineState, rec: Record) -> None:
         self.evals += 1
         if not self.on:
             return
         step = rec.get("step")
         self._record(e, rec, step if type(step) is int else e.last_step, "eval.")
 
-    def _record(self, e: EngineState, rec: dict[str, Any], step: int | None, prefix: str) -> None:
+    def _record(self, e: EngineState, rec: Record, step: int | None, prefix: str) -> None:
         bad: list[tuple[str, float]] = []
         own = _EVAL_OWN if prefix else _STEP_OWN
         for k, v in rec.items():

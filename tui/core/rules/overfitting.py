@@ -24,6 +24,7 @@ import math
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from ....probe.schema import Record
 from ..text.fmt import number as fmt
 from .alerts import INFO, WARNING, Alert
 from .base import Rule, Tracker
@@ -82,7 +83,7 @@ class Overfitting(Rule):
         p = self.primary
         return p.last if p is not None else None
 
-    def on_eval(self, e: EngineState, rec: dict[str, Any]) -> None:
+    def on_eval(self, e: EngineState, rec: Record) -> None:
         self.count += 1
         losses = eval_losses(rec)
         if not losses:

@@ -31,7 +31,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from ....probe.schema import EV_EXIT
+from ....probe.schema import EV_EXIT, Record
 from ..text.fmt import number as fmt
 from .alerts import INFO, WARNING, Alert, Severity
 from .base import Rule, Tracker
@@ -211,7 +211,7 @@ class Plateau(Rule):
                 self.tr.revise(severity=INFO, title="Loss plateau, then learning resumed")
             self.tr.clear(step)
 
-    def on_event(self, e: EngineState, rec: dict[str, Any]) -> None:
+    def on_event(self, e: EngineState, rec: Record) -> None:
         if self.on and rec.get("type") == EV_EXIT and rec.get("status") == "ok":
             self._end_of_run(e)
 

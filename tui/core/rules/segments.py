@@ -18,6 +18,7 @@ import hashlib
 from collections import deque
 from typing import TYPE_CHECKING, Any
 
+from ....probe.schema import Record, Records
 from .alerts import WARNING, Alert
 
 if TYPE_CHECKING:
@@ -30,7 +31,7 @@ MAX_RUNS_KEPT = 16  # metas kept to name the writers in a mixed_runs alert; the 
 MAX_KEY_TEXT = 256  # characters of a run's identity kept as is; a longer one is a digest
 
 
-def run_identity(meta: dict[str, Any]) -> tuple[Any, Any, Any] | bytes:
+def run_identity(meta: Record) -> tuple[Any, Any, Any] | bytes:
     """What tells two runs apart in their ``meta``: pid, run id, start time, as a set key.
 
     A digest of its ``repr`` when a hostile log gives a list or an object where a scalar
@@ -59,7 +60,7 @@ class Segments:
         self.jumps = max(2, int(section["jumps"]))
         # the first MAX_RUNS_KEPT distinct metas, in order; every run's identity is in
         # ``_seen`` (a set: a file appended by thousands of runs must not cost runs² compares)
-        self.runs: list[dict[str, Any]] = []
+        self.runs: Records = []
         self.count = 0  # distinct runs seen
         self._seen: set[tuple[Any, Any, Any] | bytes] = set()
         # (first step, why) of the first MAX_RUNS_KEPT later segments
@@ -73,7 +74,7 @@ class Segments:
         self._back = 0  # how many of _recent are True
         self.watching = False  # see _watch
 
-    def on_meta(self, meta: dict[str, Any]) -> bool:
+    def on_meta(self, meta: Record) -> bool:
         """A ``meta`` record: True when it announces a run not seen before in this file
         (the first one included)."""
         ident = run_identity(meta)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ....probe.schema import as_float
+from ....probe.schema import Record, as_float
 
 MAX_NAME = 64  # characters of a class or dtype name kept
 
@@ -49,7 +49,7 @@ class Setup:
         self.weight_decay: float | None = None
         self.precision: str | None = None
 
-    def take(self, rec: dict[str, Any]) -> None:
+    def take(self, rec: Record) -> None:
         """One ``config`` event: what it says replaces what was known."""
         loader = rec.get("loader")
         if isinstance(loader, dict):

@@ -12,7 +12,7 @@ from __future__ import annotations
 from operator import sub
 from typing import TYPE_CHECKING, Any, cast
 
-from ....probe.schema import as_float
+from ....probe.schema import Record, as_float
 from ..text.fmt import number as fmt
 from .alerts import CRITICAL, INFO, WARNING, Alert, Severity
 from .base import Rule, Tracker
@@ -127,7 +127,7 @@ class Stall(Rule):
         last = a.evidence.get("last_step") if a is not None else None
         return type(last) is not int or step > last
 
-    def _clock_jumped(self, e: EngineState, rec: dict[str, Any]) -> None:
+    def _clock_jumped(self, e: EngineState, rec: Record) -> None:
         """A stall raised from heartbeats while no step came, withdrawn when the step that
         ends the wait shows (its monotonic ``step_time``) that hardly any time passed: the
         wall clock jumped forward (NTP, a suspended VM), training never stopped."""
@@ -138,7 +138,7 @@ class Stall(Rule):
         if a.evidence.get("resumed") is False and st < self.thresholds()[0]:
             self.tr.retract()
 
-    def on_event(self, e: EngineState, rec: dict[str, Any]) -> None:
+    def on_event(self, e: EngineState, rec: Record) -> None:
         if rec.get("type") != "phase":
             return
         t = as_float(rec.get("t"))
@@ -163,7 +163,7 @@ class Stall(Rule):
             message=a.message + f"; the phase ended normally after {fmt(took)} s",
         )
 
-    def on_eval(self, e: EngineState, rec: dict[str, Any]) -> None:
+    def on_eval(self, e: EngineState, rec: Record) -> None:
         self.last_eval_step = e.last_step
         a = self.tr.alert
         if e.phase is not None:
@@ -274,7 +274,7 @@ class Stall(Rule):
         return a
 
 
-def _monotonic_gap(gap: float, rec: dict[str, Any]) -> float:
+def _monotonic_gap(gap: float, rec: Record) -> float:
     """The time between two steps: the gap of their wall-clock stamps ``t``, unless the
     later step's ``step_time`` (the probe measures it on a monotonic clock, from the end of
     the previous step) says less passed: then the wall clock jumped and ``step_time`` is

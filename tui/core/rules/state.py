@@ -15,6 +15,7 @@ import math
 from collections import deque
 from typing import Any
 
+from ....probe.schema import Record
 from .alerts import AlertSink
 from .config import Config
 from .figures import Figures
@@ -44,7 +45,7 @@ class EngineState:
         # counters and identity
         self.steps = 0
         self.last_step: int | None = None
-        self.meta: dict[str, Any] | None = None
+        self.meta: Record | None = None
         self.first_t: float | None = None
         self.last_t: float | None = None  # latest timestamp of any record
         self.last_step_t: float | None = None
@@ -69,7 +70,7 @@ class EngineState:
         self.grace_critical = False
         self.warm = False  # past warmup_steps
         self.timing_ok = True  # step timings are not distorted by a phase / pause
-        self.rec: dict[str, Any] = {}
+        self.rec: Record = {}
 
         # phases (eval, checkpoint...) declared by the user
         # (the one record of them: the stall rule and the run status read these)

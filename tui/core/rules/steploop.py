@@ -23,14 +23,14 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from ....probe.schema import as_float
+from ....probe.schema import Record, Records, as_float
 from .nonfinite import grad_before
 
 if TYPE_CHECKING:
     from .ruleset import RuleSet
 
 
-def on_step(e: RuleSet, rec: dict[str, Any], t: float | None) -> None:
+def on_step(e: RuleSet, rec: Record, t: float | None) -> None:
     """The per-step hot path: parse, judge the on-the-step conditions inline, buffer the rest.
 
     NaN/Inf, spikes and explosions must be flagged on their step, so they are compared
@@ -169,10 +169,10 @@ def _plain_ok(e: RuleSet) -> bool:
 
 def feed_steps(
     e: RuleSet,
-    recs: list[dict[str, Any]],
+    recs: Records,
     i: int,
     n: int,
-    feed: Callable[[dict[str, Any]], None],
+    feed: Callable[[Record], None],
 ) -> int:
     """Feed the step records from ``recs[i]`` on; return the index of the first record not
     taken (a record of another kind, or ``n``). A step that is not plain is fed through

@@ -14,7 +14,9 @@ import math
 from bisect import bisect_left
 from collections import deque
 from collections.abc import Iterable
-from typing import Any, cast
+from typing import cast
+
+from ....probe.schema import Records
 
 
 def median_of(values: Iterable[float]) -> float | None:
@@ -195,7 +197,7 @@ class Block:
         self.t: list[float | None] = []
         self.loss: list[float | None] = []
         self.gn: list[float | None] = []
-        self.recs: list[dict[str, Any]] = []
+        self.recs: Records = []
         self.timing: list[bool] = []  # False inside a phase or right after one
         self.t0: float | None = None
 

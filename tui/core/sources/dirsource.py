@@ -13,6 +13,7 @@ import os
 import time
 from typing import Any
 
+from ....probe.schema import Records
 from ..files.sourcefiles import (
     RankFile,
     SourceError,
@@ -143,7 +144,7 @@ class DirectorySource(FileSource):
         ok = self.caught_up.wait(left())
         return all([ok, *(s.wait_caught_up(left()) for s in list(self.others))])
 
-    def _deliver(self, records: list[dict[str, Any]]) -> None:
+    def _deliver(self, records: Records) -> None:
         now = time.monotonic()
         ready = self.join.offer(records, now)
         if not self.follow and self.caught_up.is_set():  # a replay's end: nothing comes later

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from ....probe import rendezvous
+from ....probe.schema import Records
 from ..files.logbytes import decode_blob
 from ..files.sourcefiles import is_regular, open_log
 from ..ranks.jobs import job_dir
@@ -119,8 +120,8 @@ def describe_live(entry: dict[str, Any], timeout: float = 0.5) -> RunInfo:
 
 def _judge(
     info: RunInfo,
-    head: list[dict[str, Any]],
-    records: list[dict[str, Any]],
+    head: Records,
+    records: Records,
     now: float,
     pid_alive: bool | None,
     whole: bool = False,

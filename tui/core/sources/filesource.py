@@ -30,7 +30,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from ....probe.decoding import decode_line
-from ....probe.schema import META
+from ....probe.schema import META, Record, Records
 from ..files.logbytes import decoder, first_line, pieces
 from ..files.sourcefiles import (
     SourceError,
@@ -69,7 +69,7 @@ _HEAD = 4096  # bytes of the first line kept to notice a rewrite in place
 OnUpdate = Callable[[int], Any]
 
 
-def _same_run(a: dict[str, Any] | None, b: dict[str, Any]) -> bool:
+def _same_run(a: Record | None, b: Record) -> bool:
     if a is None:
         return False
     for key in ("run_id", "run", "id"):
@@ -190,7 +190,7 @@ class FileSource(ReaderThread, TailFirst):  # ReaderThread first: its _notify is
         per ``os.pread`` (see READ_BLOCK)."""
         return pieces(fd, off, upto, READ_BLOCK, self.chunk_size)
 
-    def _deliver(self, records: list[dict[str, Any]]) -> None:
+    def _deliver(self, records: Records) -> None:
         model = self.model
         changed = self._dec.malformed != model.malformed
         for i in range(0, len(records), SLICE):

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs, urlsplit
 
-from ....probe.schema import EV_REFUSED, as_step
+from ....probe.schema import EV_REFUSED, Record, Records, as_step
 from ....probe.viewerauth import is_loopback
 from ..files.logbytes import decoder
 from ..text.redact import redact
@@ -106,14 +106,14 @@ def connect(addr: Address, timeout: float = 2.0) -> socket.socket:
     return sock
 
 
-def refusal(record: dict[str, Any]) -> str | None:
+def refusal(record: Record) -> str | None:
     """The server's refusal message, when ``record`` is one."""
     if record.get("kind") == "event" and record.get("type") == EV_REFUSED:
         return str(record.get("message") or "refused by the run")
     return None
 
 
-def peek(addr: Address, timeout: float = 0.5) -> list[dict[str, Any]]:
+def peek(addr: Address, timeout: float = 0.5) -> Records:
     """What a run serves a new viewer right away (meta + backlog), read for ``timeout`` s.
 
     The backlog ends where the live stream begins, and the server sends no mark between
@@ -126,7 +126,7 @@ def peek(addr: Address, timeout: float = 0.5) -> list[dict[str, Any]]:
     connected = time.time() if same_clock else math.inf
     sock = connect(addr, timeout=timeout)
     dec = decoder()
-    out: list[dict[str, Any]] = []
+    out: Records = []
     deadline = time.monotonic() + timeout
     try:
         sock.settimeout(0.05)
@@ -191,9 +191,9 @@ class SocketSource(ReaderThread):
         self.received = 0  # records read from the socket (before skipping replays)
         self.dropped = 0  # records the run skipped for us because we fell behind
         self.file_source: FileSource | None = None  # the FileSource we switched to, if any
-        self._run_meta: dict[str, Any] | None = None  # the meta of the run we are showing
+        self._run_meta: Record | None = None  # the meta of the run we are showing
         # where we are in the run, so a reconnect can skip the backlog we already have
-        self._last_rec: dict[str, Any] | None = None  # the newest record ingested
+        self._last_rec: Record | None = None  # the newest record ingested
         self._max_t = float("-inf")  # the largest "t" ingested
         self._skipping = False  # reading a replayed backlog after a reconnect
 
@@ -266,7 +266,7 @@ class SocketSource(ReaderThread):
                 self._notify(len(records))
         return False
 
-    def _start_of_stream(self, records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    def _start_of_stream(self, records: Records) -> Records:
         """A new connection opens with the run's meta: same run (a reconnect) or a new one."""
         meta = records[0] if records[0].get("kind") == "meta" else None
         if meta is None:
@@ -282,7 +282,7 @@ class SocketSource(ReaderThread):
         self._run_meta = meta
         return records
 
-    def _fresh(self, records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    def _fresh(self, records: Records) -> Records:
         """Drop what we already have (a reconnect replays the backlog) and count drops.
 
         Records are not in ``t`` order (a ``sys`` record is stamped on the sampler thread
@@ -307,7 +307,7 @@ class SocketSource(ReaderThread):
             self._last_rec = rec
         return records
 
-    def _skip_replayed(self, records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    def _skip_replayed(self, records: Records) -> Records:
         for i, rec in enumerate(records):
             if rec == self._last_rec:
                 self._skipping = False
@@ -323,8 +323,12 @@ class SocketSource(ReaderThread):
         if not self.fallback_to_file or self._stop.is_set():
             return False
         meta = self.model.meta or {}
-        path = meta.get("log_path")
-        if not path or meta.get("host") not in (None, socket.gethostname()):
+        path = meta.get("log_path")  # a peer's word: a path only when it is text
+        if (
+            not isinstance(path, str)
+            or not path
+            or meta.get("host") not in (None, socket.gethostname())
+        ):
             return False
         if not os.path.isfile(path):
             return False

@@ -27,11 +27,11 @@ is not kept here is still there for ``dltop check`` and a later replay.
 from __future__ import annotations
 
 from collections import Counter, deque
-from typing import Any
 
 import msgspec
 
 from ....probe import schema
+from ....probe.schema import Record, Records
 from ..text.fmt import nbytes
 from ..text.safetext import visible
 
@@ -59,7 +59,7 @@ _NOTE_TYPES = 3  # types named in the note; the rest are counted
 _encode = msgspec.json.Encoder().encode
 
 
-def _size(rec: dict[str, Any]) -> int:
+def _size(rec: Record) -> int:
     """The record's JSON text length: what one event costs the budget (C speed, linear in
     the record, as decoding it was). A record that will not encode counts as a whole line."""
     try:
@@ -68,7 +68,7 @@ def _size(rec: dict[str, Any]) -> int:
         return schema.MAX_LINE
 
 
-_Item = tuple[int, int, str, dict[str, Any]]
+_Item = tuple[int, int, str, Record]
 
 
 class _Keep:
@@ -111,7 +111,7 @@ class EventLog:
         self._over = 0  # events not kept (or let go early) because of MAX_BYTES
 
     # -- writing -------------------------------------------------------------------------
-    def add(self, rec: dict[str, Any]) -> None:
+    def add(self, rec: Record) -> None:
         """One event record, in log order (per event: a dict update, one encode)."""
         self.total += 1
         typ = rec.get("type")
@@ -165,7 +165,7 @@ class EventLog:
                 return
 
     # -- reading -------------------------------------------------------------------------
-    def events(self) -> list[dict[str, Any]]:
+    def events(self) -> Records:
         """The events kept, in log order."""
         keeps = [self._other, *self._key.values()]
         items = [it for k in keeps for part in (k.first, k.last) for it in part]

@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from ....probe import schema
+from ....probe.schema import Record
 
 STEP_NOT_SERIES = frozenset(("kind", "step"))  # step-record keys that are not series
 _NOT_SERIES = frozenset(("kind", "step", "t"))  # eval / sys keys that are not series
@@ -31,7 +32,7 @@ def dense(col: list[Any]) -> array | None:
     return arr
 
 
-def flatten(kind: str, rec: dict[str, Any]) -> list[tuple[str, float]]:
+def flatten(kind: str, rec: Record) -> list[tuple[str, float]]:
     """Numeric fields of an eval/sys record as (series name, value), one nesting level deep
     (``{"gpus": [{"index": 0, "util": 97}]}`` -> ``sys.gpus.0.util``)."""
     out: list[tuple[str, float]] = []

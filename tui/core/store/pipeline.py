@@ -15,15 +15,14 @@ fallback. ``tests/sources/test_pipeline.py`` fails when a second module calls th
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Protocol
 
+from ....probe.schema import Records
 from ..files.logbytes import read_range
 from ..rules import Config, RuleEngine
 
 if TYPE_CHECKING:
     from .runstore import Store
-
-Records = list[dict[str, Any]]
 
 
 class Reads(Protocol):

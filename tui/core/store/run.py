@@ -20,6 +20,7 @@ import threading
 import time
 from typing import Any
 
+from ....probe.schema import Record, Records
 from ..diagnosis.status import RunState, explain_unrecorded_end, local_pid_alive, run_state
 from ..rules import Config, RuleEngine
 from ..rules.alerts import Alert
@@ -39,7 +40,7 @@ class Staging:
         self.rules = rules
         self.records = 0
 
-    def ingest(self, records: list[dict[str, Any]]) -> None:
+    def ingest(self, records: Records) -> None:
         self.store.ingest(records)
         if self.engine_error is None:
             self.engine_error = feed_engine(self.engine, records)
@@ -75,7 +76,7 @@ class RunModel:
         # rules backfill progress 0..1 while the charts are whole but alerts are not yet;
         # None when the rules have seen every record
         self.diagnosing: float | None = None
-        self._backlog: list[dict[str, Any]] | None = None
+        self._backlog: Records | None = None
         self.source_error: str | None = None  # a one-line problem the reader thread hit
         # the followed log was deleted while open: the reader goes on from its descriptor,
         # but once this viewer closes, nothing of the run is left on disk: say so
@@ -89,7 +90,7 @@ class RunModel:
         self._verdict: tuple[tuple[Any, ...], str] | None = None  # (what it was made from, line)
 
     # -- the reader thread -----------------------------------------------------------------
-    def ingest(self, records: list[dict[str, Any]], malformed: int | None = None) -> None:
+    def ingest(self, records: Records, malformed: int | None = None) -> None:
         """Add records to store and engine under the lock; ``malformed`` is the decoder's
         running count of skipped lines for this run."""
         with self.lock:
@@ -138,7 +139,7 @@ class RunModel:
         with self.lock:
             self.restarted = False
 
-    def ingest_preview(self, records: list[dict[str, Any]]) -> None:
+    def ingest_preview(self, records: Records) -> None:
         """Start showing the tail of a huge log: a fresh store, no rules (they need the run
         in order); ``loading`` stays below 1 until :meth:`adopt` brings the whole run."""
         with self.lock:
@@ -149,7 +150,7 @@ class RunModel:
             self._bump()
         self.extend_preview(records)
 
-    def extend_preview(self, records: list[dict[str, Any]]) -> None:
+    def extend_preview(self, records: Records) -> None:
         """More of the preview: the rest of the tail, or records appended to a live log
         while its backfill runs (the backfill feeds them to the rules, in order)."""
         if not records:
@@ -216,7 +217,7 @@ class RunModel:
 
     # -- the UI ----------------------------------------------------------------------------
     @property
-    def meta(self) -> dict[str, Any] | None:
+    def meta(self) -> Record | None:
         return self.store.meta
 
     def pid_alive(self, now: float | None = None) -> bool | None:

@@ -37,6 +37,7 @@ from operator import eq, gt, ne
 from typing import Any
 
 from ....probe import schema
+from ....probe.schema import Record, Records
 from .decimate import Decimated
 from .eventlog import EventLog
 from .fieldnames import STEP_NOT_SERIES, dense, flatten, num, part_of, sub_columns
@@ -58,9 +59,9 @@ class Store:
         # records the probe could not write (scope "log": missing from the log itself)
         self.dropped = 0
         self.lost = 0
-        self.meta: dict[str, Any] | None = None  # the first meta record
+        self.meta: Record | None = None  # the first meta record
         self.event_log = EventLog()  # events counted by type, the first and last kept
-        self.layers: dict[str, Any] | None = None  # the latest layers record
+        self.layers: Record | None = None  # the latest layers record
         self.last_t: float | None = None  # ``t`` of the latest record that had one
         self.kinds: Counter[str] = Counter()  # records per kind, unknown kinds included
         self._series: dict[str, Series] = {}
@@ -73,7 +74,7 @@ class Store:
 
     # -- reading -------------------------------------------------------------------------
     @property
-    def events(self) -> list[dict[str, Any]]:
+    def events(self) -> Records:
         """The event records kept (``EventLog``: bounded), in log order."""
         return self.event_log.events()
 
@@ -149,7 +150,7 @@ class Store:
         for s in self._series.values():
             s.version = version
 
-    def ingest(self, records: list[dict[str, Any]]) -> int:
+    def ingest(self, records: Records) -> int:
         """Add a batch of decoded records (any kinds, in log order); returns the new version."""
         if not records:
             return self.version
@@ -187,7 +188,7 @@ class Store:
             s.summarize()
         return v
 
-    def _step_column(self, batch: list[dict[str, Any]]) -> array:
+    def _step_column(self, batch: Records) -> array:
         """The batch's steps as int64; a step that is absent or unusable (``schema.as_step``:
         not a whole number, beyond ±2**62) takes the previous step + 1."""
         raw: list[Any] = list(map(dict.get, batch, repeat("step")))
@@ -232,9 +233,9 @@ class Store:
 
     def _ingest_part(
         self,
-        records: list[dict[str, Any]],
+        records: Records,
         kinds: list[Any],
-        step_recs: list[dict[str, Any]],
+        step_recs: Records,
         steps: array,
         v: int,
     ) -> None:
@@ -259,7 +260,7 @@ class Store:
         if step_recs:
             self._ingest_steps(step_recs, steps, v)
 
-    def _ingest_steps(self, batch: list[dict[str, Any]], steps: array, v: int) -> None:
+    def _ingest_steps(self, batch: Records, steps: array, v: int) -> None:
         self._extended = set()
         base = len(self.step_x)
         self.step_x.extend(steps)
@@ -339,7 +340,7 @@ class Store:
         )
         self._changed.add(s)
 
-    def _ingest_other(self, rec: dict[str, Any], kind: Any, last_step: int | None, v: int) -> None:
+    def _ingest_other(self, rec: Record, kind: Any, last_step: int | None, v: int) -> None:
         self.kinds[kind if isinstance(kind, str) else "?"] += 1
         t = schema.as_float(rec.get("t"))
         if t is not None and math.isfinite(t):
@@ -354,8 +355,9 @@ class Store:
                 self._append_point(name, kind, x, val, v)
         elif kind == schema.EVENT:
             self.event_log.add(rec)
-            if rec.get("type") == "dropped" and type(rec.get("records")) is int:
-                n = max(0, min(rec["records"], schema.MAX_STEP))
+            dropped = rec.get("records")
+            if rec.get("type") == "dropped" and type(dropped) is int:
+                n = max(0, min(dropped, schema.MAX_STEP))
                 if rec.get("scope") == "log":
                     self.lost += n
                 else:

@@ -15,7 +15,18 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from .....probe.schema import EV_EXIT, EVAL, EVENT, META, SCHEMA_VERSION, STEP, as_float, as_step
+from .....probe.schema import (
+    EV_EXIT,
+    EVAL,
+    EVENT,
+    META,
+    SCHEMA_VERSION,
+    STEP,
+    Record,
+    Records,
+    as_float,
+    as_step,
+)
 from ...files.sourcefiles import SourceError, open_log
 
 MAX_FILE_BYTES = 64 << 20  # bytes read whole from one file (the readers that cannot stream)
@@ -41,7 +52,7 @@ SOURCE_NOTE = {
 TOOL_NAME = {HF: "Hugging Face Trainer", LIGHTNING: "Lightning", TENSORBOARD: "TensorBoard"}
 
 
-Stream = Callable[["ForeignLog"], Iterator[list[dict[str, Any]]]]
+Stream = Callable[["ForeignLog"], Iterator[Records]]
 
 
 @dataclass
@@ -61,9 +72,9 @@ class ForeignLog:
     skipped: int = 0  # entries (rows, events, values) left out as unusable
     notes: list[str] = field(default_factory=list)  # said once in meta.notes
     stream: Stream | None = None  # the reader's generator of batches, run once
-    _records: list[dict[str, Any]] | None = None
+    _records: Records | None = None
 
-    def batches(self) -> Iterator[list[dict[str, Any]]]:
+    def batches(self) -> Iterator[Records]:
         """The records in batches of about :data:`BATCH`, read and converted as they come.
         The stream runs once; after :attr:`records` was asked, its copy is replayed."""
         if self._records is not None:
@@ -76,7 +87,7 @@ class ForeignLog:
         yield from stream(self)
 
     @property
-    def records(self) -> list[dict[str, Any]]:
+    def records(self) -> Records:
         """Every record at once (tests, small logs): the stream read into a list."""
         if self._records is None:
             self._records = [r for b in self.batches() for r in b]
@@ -86,7 +97,7 @@ class ForeignLog:
     def steps(self) -> int:
         return sum(1 for r in self.records if r.get("kind") == STEP)
 
-    def said(self, meta: dict[str, Any], notes: list[str]) -> None:
+    def said(self, meta: Record, notes: list[str]) -> None:
         """The notes known at the end of the read, kept here and in the meta record."""
         self.notes = list(notes)
         meta_notes = meta.get("notes")
@@ -199,8 +210,8 @@ def run_id(path: str) -> str:
     return name
 
 
-def meta_record(fmt: str, path: str, notes: list[str], **extra: Any) -> dict[str, Any]:
-    rec: dict[str, Any] = {
+def meta_record(fmt: str, path: str, notes: list[str], **extra: Any) -> Record:
+    rec: Record = {
         "kind": META,
         "v": SCHEMA_VERSION,
         "run_id": run_id(path),
@@ -212,9 +223,9 @@ def meta_record(fmt: str, path: str, notes: list[str], **extra: Any) -> dict[str
     return rec
 
 
-def exit_record(step: int | None) -> dict[str, Any]:
+def exit_record(step: int | None) -> Record:
     """The tool's own end-of-training summary was logged: the run finished."""
-    rec: dict[str, Any] = {"kind": EVENT, "type": EV_EXIT, "status": "ok"}
+    rec: Record = {"kind": EVENT, "type": EV_EXIT, "status": "ok"}
     if step is not None:
         rec["step"] = step
     return rec
@@ -231,7 +242,7 @@ class Merger:
 
     def __init__(self, window: int | None = None) -> None:
         self._by_key: dict[tuple[str, int], dict[str, Any]] = {}
-        self.order: list[dict[str, Any]] = []
+        self.order: list[dict[str, Any]] = []  # built here: (kind, step) typed as put
         self.repeated = 0  # other values of a field a step already had: left out, said
         self.window = window
         # per kind, the steps handed on: the last ``window`` of them exactly, and a mark at
@@ -262,7 +273,7 @@ class Merger:
         if t is not None and "t" not in rec:
             rec["t"] = t
 
-    def take(self, final: bool = False) -> list[dict[str, Any]]:
+    def take(self, final: bool = False) -> Records:
         """The records to hand on now: all of them when ``final`` (or without a window),
         else the oldest half once more than ``window`` are held."""
         if not final and (self.window is None or len(self.order) <= self.window):

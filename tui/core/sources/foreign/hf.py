@@ -24,6 +24,7 @@ from typing import Any
 
 import msgspec
 
+from .....probe.schema import Record, Records
 from .common import (
     BATCH,
     EVAL,
@@ -214,7 +215,7 @@ def _entry_slow(raw: msgspec.Raw) -> Any:
 _NOT_EXTRA = frozenset(("step", *TRAIN_FIELDS, *SUMMARY_KEYS, "train_loss", "total_flos"))
 
 
-def _extras(entry: dict[str, Any], rec: dict[str, Any], kept: dict[str, str]) -> None:
+def _extras(entry: dict[str, Any], rec: Record, kept: dict[str, str]) -> None:
     """The entry's other numbers (``rewards/chosen``, ``mean_token_accuracy``...) as extras
     of the step, by their own names (``x/<name>`` where the name is one of our fields), the
     first :data:`MAX_EXTRAS` names met; what the viewer's ``m`` charts."""
@@ -239,7 +240,7 @@ def load(path: str, shown: str | None = None) -> ForeignLog:
     state, history, mapped = _read(path)
     log = ForeignLog(HF, shown or path, [path])
 
-    def stream(log: ForeignLog) -> Iterator[list[dict[str, Any]]]:
+    def stream(log: ForeignLog) -> Iterator[Records]:
         try:
             yield from _convert(log, state, history)
         finally:
@@ -251,9 +252,7 @@ def load(path: str, shown: str | None = None) -> ForeignLog:
     return log
 
 
-def _convert(
-    log: ForeignLog, state: dict[str, Any], history: list[Any]
-) -> Iterator[list[dict[str, Any]]]:
+def _convert(log: ForeignLog, state: dict[str, Any], history: list[Any]) -> Iterator[Records]:
     notes = [
         "another tool's log: no wall time, step time, data time, memory or GPU readings; "
         "each loss is the Trainer's mean over logging_steps steps"
@@ -270,7 +269,7 @@ def _convert(
     ended: int | None = None
     finished = False
     last_step: int | None = None
-    body: list[dict[str, Any]] = [meta]
+    body: Records = [meta]
     extras: dict[str, str] = {}  # the training log's other keys kept, and their field names
     for n, raw in enumerate(history):
         if n >= MAX_ENTRIES:
@@ -288,7 +287,7 @@ def _convert(
             continue
         made = False
         if "loss" in entry or "grad_norm" in entry or "learning_rate" in entry:
-            rec: dict[str, Any] = {"kind": STEP, "step": step}
+            rec: Record = {"kind": STEP, "step": step}
             for key, name in TRAIN_FIELDS.items():
                 if key in entry:
                     f = number(entry[key])

@@ -18,8 +18,8 @@ import csv
 import os
 from collections import Counter
 from collections.abc import Iterator
-from typing import Any
 
+from .....probe.schema import Records
 from . import names
 from .common import (
     LIGHTNING,
@@ -142,7 +142,7 @@ def load(path: str, shown: str | None = None) -> ForeignLog:
         raise SourceError(f"{path}: no training loss column in metrics.csv header")
     log = ForeignLog(LIGHTNING, shown or path, [path])
 
-    def stream(log: ForeignLog) -> Iterator[list[dict[str, Any]]]:
+    def stream(log: ForeignLog) -> Iterator[Records]:
         yield from _convert(log, path, cols, chosen)
 
     log.stream = stream
@@ -151,7 +151,7 @@ def load(path: str, shown: str | None = None) -> ForeignLog:
 
 def _convert(
     log: ForeignLog, path: str, cols: dict[str, int], chosen: dict[str, str]
-) -> Iterator[list[dict[str, Any]]]:
+) -> Iterator[Records]:
     loss_col = next(n for n, r in chosen.items() if r == names.TRAIN_LOSS)
     notes = [
         f"another tool's log: {names.lacking(chosen.values(), wall_time=False)}; "

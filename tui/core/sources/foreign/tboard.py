@@ -25,7 +25,7 @@ from collections import Counter
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from .....probe.schema import MAX_STEP
+from .....probe.schema import MAX_STEP, Records
 from ...files.sourcefiles import read_head
 from . import names, tfrecord
 from .common import (
@@ -279,7 +279,7 @@ def load(path: str, shown: str | None = None) -> ForeignLog:
     chosen = names.choose(read.counts, MAX_EXTRAS)
     log = ForeignLog(TENSORBOARD, shown or path, files)
 
-    def stream(log: ForeignLog) -> Iterator[list[dict[str, Any]]]:
+    def stream(log: ForeignLog) -> Iterator[Records]:
         yield from _convert(log, chosen, read, itertools.chain(preview, points), notes)
 
     log.stream = stream
@@ -288,7 +288,7 @@ def load(path: str, shown: str | None = None) -> ForeignLog:
 
 def _convert(
     log: ForeignLog, chosen: dict[str, str], read: _Read, points: Iterator[Point], notes: list[str]
-) -> Iterator[list[dict[str, Any]]]:
+) -> Iterator[Records]:
     notes.insert(
         0,
         f"another tool's log: {names.lacking(chosen.values(), wall_time=True)}",
