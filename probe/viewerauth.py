@@ -40,7 +40,12 @@ def parse_hello(line: bytes) -> bytes | None:
     except Exception:
         return None
     token = obj.get("token") if isinstance(obj, dict) else None
-    return token.encode() if isinstance(token, str) else None
+    if not isinstance(token, str):
+        return None
+    try:
+        return token.encode()
+    except UnicodeEncodeError:  # "\ud800": JSON allows a lone surrogate, UTF-8 does not
+        return None
 
 
 def is_loopback(host: str) -> bool:

@@ -193,7 +193,16 @@ def test_an_unexpected_error_in_one_connection_drops_only_that_one(served) -> No
 
 def test_parse_hello_is_total() -> None:
     assert parse_hello(b'{"token": "abc"}') == b"abc"
-    for bad in (b"[" * 3000, b'{"token": {"a": 1}}', b"{}", b"null", b"\xff\xfe", b'"abc"'):
+    lone_surrogate = b'{"token": "\\ud800"}'  # valid JSON; no UTF-8 text
+    for bad in (
+        b"[" * 3000,
+        b'{"token": {"a": 1}}',
+        b"{}",
+        b"null",
+        b"\xff\xfe",
+        b'"abc"',
+        lone_surrogate,
+    ):
         assert parse_hello(bad) is None
 
 
