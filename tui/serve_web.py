@@ -15,7 +15,11 @@ first. Three more things are ours instead of textual-serve's, each for a reason:
   process) and a registry so that stopping the server stops them all;
 - the serving loop: no access log (a ``/?token=`` request line would print the
   token), the port actually bound reported (``:0`` picks a free one), SIGINT/SIGTERM
-  stop it cleanly.
+  stop it cleanly;
+- aiohttp's own error log: a malformed request (a byte a URL may not hold) made it print
+  a traceback holding the request line, a token attempt included, to the terminal
+  ``dltop serve`` runs in. :class:`OneLineErrors` says it in one line, with no text from
+  the request, and only the first few times.
 """
 
 from __future__ import annotations
@@ -24,11 +28,13 @@ import asyncio
 import contextlib
 import html
 import json
+import logging
 import signal
 import string
+import sys
 from collections.abc import Awaitable, Callable
 from importlib import resources
-from typing import Any
+from typing import Any, TextIO
 
 from aiohttp import WSMsgType, web
 from textual_serve.app_service import AppService
@@ -43,6 +49,7 @@ from .serve_auth import (
 )
 
 MAX_VIEWERS = 8  # browser tabs served at once: each runs its own dltop process
+ERRORS_SHOWN = 3  # aiohttp errors said on stderr, then one line saying the rest are not
 STOP_WAIT = 3.0  # seconds a viewer gets to quit when the server stops, then it is killed
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
@@ -210,6 +217,7 @@ class DltopServer(Server):
     # -- serving -------------------------------------------------------------------------
     async def run(self, started: Callable[[int], None]) -> None:
         """Serve until SIGINT or SIGTERM; ``started(port)`` once bound (OSError if it cannot)."""
+        quiet_aiohttp_errors()
         runner = web.AppRunner(await self._make_app(), access_log=None, handle_signals=False)
         await runner.setup()
         try:
@@ -228,6 +236,46 @@ class DltopServer(Server):
         finally:
             await asyncio.gather(*(_stop(s) for s in list(self.services)))
             await runner.cleanup()
+
+
+class OneLineErrors(logging.Handler):
+    """aiohttp's server errors as one line each on stderr: the error's class and HTTP
+    status, never its message (it quotes the request, which anyone who reaches the port
+    writes) and never a traceback; the first ``ERRORS_SHOWN``, then one line that says
+    further ones are not shown (a flood of bad requests must not flood the terminal)."""
+
+    def __init__(self, stream: TextIO | None = None) -> None:
+        super().__init__(logging.WARNING)
+        self.stream = stream
+        self.count = 0
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.count += 1
+        if self.count > ERRORS_SHOWN + 1:
+            return
+        if self.count > ERRORS_SHOWN:
+            line = "dltop serve: more refused or failed requests; not shown"
+        else:
+            exc = record.exc_info[1] if record.exc_info else None
+            what = type(exc).__name__ if exc is not None else "an error"
+            code = getattr(exc, "status", None) or getattr(exc, "code", None)
+            status = f"HTTP {code}, " if isinstance(code, int) else ""
+            line = f"dltop serve: a request failed ({status}{what}); the server goes on"
+        try:
+            print(line, file=self.stream or sys.stderr, flush=True)
+        except Exception:  # a closed terminal must not stop the server
+            pass
+
+
+def quiet_aiohttp_errors(stream: TextIO | None = None) -> OneLineErrors:
+    """Route aiohttp's server log through :class:`OneLineErrors` (and nowhere else)."""
+    handler = OneLineErrors(stream)
+    log = logging.getLogger("aiohttp.server")
+    for old in [h for h in log.handlers if isinstance(h, OneLineErrors)]:
+        log.removeHandler(old)
+    log.addHandler(handler)
+    log.propagate = False
+    return handler
 
 
 async def _stop(service: AppService) -> None:

@@ -12,6 +12,7 @@ import http.client
 import importlib.util
 import os
 import re
+import socket
 import stat
 import subprocess
 import sys
@@ -126,6 +127,42 @@ def test_dltop_token_in_the_environment_is_required_on_loopback_too(log: Path) -
         assert secret not in line and "$DLTOP_TOKEN" in line
         assert request(port, "/").status == 401
         assert request(port, f"/?token={secret}").status == 303
+
+
+def _raw(port: int, data: bytes) -> bytes:
+    """The status line the server answers ``data`` with (sent as is, not as a client
+    library would let us)."""
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+        sock.sendall(data)
+        return sock.recv(4096).split(b"\r\n", 1)[0]
+
+
+@needs_web
+def test_a_malformed_request_is_one_line_without_its_text(log: Path) -> None:
+    """A byte no URL may hold after ``?token=``: aiohttp refuses the request (400) and used
+    to print a traceback quoting the request line, token attempt included. Now one line
+    per error, the first few only, none of the request's text."""
+    cmd = [sys.executable, "-m", "dltop.tui", "serve", "--bind", "127.0.0.1:0", "--token"]
+    proc = subprocess.Popen([*cmd, str(log)], stderr=subprocess.PIPE, env=_env())
+    try:
+        assert proc.stderr is not None
+        port = re.search(rb":(\d+)/ \(", proc.stderr.readline())
+        assert port, "no port said"
+        for _ in range(6):
+            status = _raw(int(port.group(1)), b"GET /?token=SECRET\xff HTTP/1.1\r\nHost: x\r\n\r\n")
+            assert status.startswith(b"HTTP/1.") and b" 400 " in status
+        assert _raw(int(port.group(1)), b"GET / HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n").endswith(
+            b"401 Unauthorized"
+        )
+    finally:
+        proc.terminate()
+        err = proc.communicate(timeout=20)[1].decode("utf-8", "replace")
+    assert "Traceback" not in err and "SECRET" not in err
+    said = [line for line in err.splitlines() if "request" in line]
+    assert said == [
+        *["dltop serve: a request failed (HTTP 400, InvalidURLError); the server goes on"] * 3,
+        "dltop serve: more refused or failed requests; not shown",
+    ], err
 
 
 @needs_web
