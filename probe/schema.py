@@ -155,6 +155,14 @@ def as_float(value: Any) -> float | None:
 MAX_STEP = 1 << 62
 
 
+def step_or(record: Record | None, default: int | None) -> int | None:
+    """The step a record says it belongs to when that is an int, else ``default`` (the
+    latest training step, usually). Stricter than :func:`as_step`: the records that carry
+    it (events, evals, layers) are the probe's, which writes an int or nothing."""
+    step = record.get("step") if record is not None else None
+    return step if type(step) is int else default
+
+
 def as_step(value: Any) -> int | None:
     """A record's ``step`` as an int, ``None`` when absent, not a whole number, or beyond
     ±:data:`MAX_STEP`. Whole floats (``12.0``, written by some tools) count."""

@@ -34,7 +34,7 @@ import string
 import sys
 from collections.abc import Awaitable, Callable
 from importlib import resources
-from typing import Any, TextIO
+from typing import Any
 
 from aiohttp import WSMsgType, web
 from textual_serve.app_service import AppService
@@ -244,9 +244,8 @@ class OneLineErrors(logging.Handler):
     writes) and never a traceback; the first ``ERRORS_SHOWN``, then one line that says
     further ones are not shown (a flood of bad requests must not flood the terminal)."""
 
-    def __init__(self, stream: TextIO | None = None) -> None:
+    def __init__(self) -> None:
         super().__init__(logging.WARNING)
-        self.stream = stream
         self.count = 0
 
     def emit(self, record: logging.LogRecord) -> None:
@@ -262,20 +261,17 @@ class OneLineErrors(logging.Handler):
             status = f"HTTP {code}, " if isinstance(code, int) else ""
             line = f"dltop serve: a request failed ({status}{what}); the server goes on"
         try:
-            print(line, file=self.stream or sys.stderr, flush=True)
+            print(line, file=sys.stderr, flush=True)
         except Exception:  # a closed terminal must not stop the server
             pass
 
 
-def quiet_aiohttp_errors(stream: TextIO | None = None) -> OneLineErrors:
-    """Route aiohttp's server log through :class:`OneLineErrors` (and nowhere else)."""
-    handler = OneLineErrors(stream)
+def quiet_aiohttp_errors() -> None:
+    """Route aiohttp's server log through one :class:`OneLineErrors` (and nowhere else)."""
     log = logging.getLogger("aiohttp.server")
-    for old in [h for h in log.handlers if isinstance(h, OneLineErrors)]:
-        log.removeHandler(old)
-    log.addHandler(handler)
+    if not any(isinstance(h, OneLineErrors) for h in log.handlers):
+        log.addHandler(OneLineErrors())
     log.propagate = False
-    return handler
 
 
 async def _stop(service: AppService) -> None:

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from dltop.probe.decoding import LineDecoder, decode_line, read_records
 from dltop.probe.encoding import encode_record
-from dltop.probe.schema import KINDS, as_float
+from dltop.probe.schema import KINDS, as_float, step_or
 
 
 def _same(a: object, b: object) -> bool:
@@ -363,3 +363,14 @@ def test_text_fields_keep_their_nan_strings() -> None:
     layers = {"kind": "layers", "names": ["NaN"], "grad_norm": [math.inf], "no_grad": ["NaN"]}
     out = decode_line(encode_record(layers))
     assert out["names"] == ["NaN"] and out["grad_norm"] == [math.inf] and out["no_grad"] == ["NaN"]
+
+
+def test_a_records_own_step_only_when_it_is_an_int() -> None:
+    """Events, evals and layers records carry the probe's int step; anything else in its
+    place (a float, a bool, text, nothing, no record) falls back to the default."""
+    assert step_or({"kind": "eval", "step": 7}, 3) == 7
+    assert step_or({"kind": "eval", "step": 0}, 3) == 0
+    for odd in (7.0, True, "7", None, [7]):
+        assert step_or({"kind": "eval", "step": odd}, 3) == 3
+    assert step_or({"kind": "eval"}, None) is None
+    assert step_or(None, 5) == 5

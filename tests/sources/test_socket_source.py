@@ -271,10 +271,13 @@ def test_a_log_path_that_is_not_text_is_not_followed(
         source, model = follow(f"unix:{short_dir / 'odd.sock'}", stack)
         assert wait_for(lambda: len(steps_of(model)) == 1)
         server.close()
-        time.sleep(0.5)  # the socket is gone: the source looks for a file, then retries
+        thread = source._thread
+        assert thread is not None
+        # the socket is gone: the source looks for a file at once, then retries with
+        # backoff. The old code died here; give it ample time to, on a busy machine too
+        assert wait_for(lambda: not source.connected.is_set())
+        assert not wait_for(lambda: bool(seen) or not thread.is_alive(), timeout=2.0)
         assert source.file_source is None
-        assert source._thread is not None and source._thread.is_alive()
-        assert not seen
     finally:
         threading.excepthook = old_hook
 

@@ -16,7 +16,7 @@ import socket
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Literal
 
-from ....probe.schema import Record
+from ....probe.schema import Record, step_or
 from ..rules.ending import Ending
 from ..text.fmt import nbytes
 from ..text.fmt import number as fmt
@@ -80,7 +80,7 @@ def run_state(e: RuleSet, now: float | None = None, pid_alive: bool | None = Non
     end = ending.ending_at(last)
     fatal = ending.fatal_event_at(last)
     what = _exception_words(fatal) if fatal is not None else ""
-    fatal_at = _step_of(fatal, e.last_step)
+    fatal_at = step_or(fatal, e.last_step)
     handled = ending.handled_at(last)
     also = _handled_words(handled, e.last_step) + _nonfinite_end(e)
     if end is Ending.INTERRUPTED:
@@ -156,11 +156,6 @@ def _steps_made(e: RuleSet) -> str:
     return f"{e.steps} steps"
 
 
-def _step_of(event: Record | None, default: int | None) -> int | None:
-    step = event.get("step") if event is not None else None
-    return step if type(step) is int else default
-
-
 def _exception_words(event: Record) -> str:
     """``ValueError: bad shape`` (bounded), or the signal that ended the run."""
     if event.get("type") == "signal":
@@ -174,7 +169,7 @@ def _handled_words(event: Record | None, last_step: int | None) -> str:
     """ "; an exception at step 5 was handled" for a run that went on after it."""
     if event is None:
         return ""
-    at = _step_of(event, None)
+    at = step_or(event, None)
     where = f" at step {at}" if at is not None else ""
     if event.get("type") == "signal":
         return f"; {event.get('signal') or 'a signal'}{where} was handled"

@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from ....probe.schema import step_or
 from ..text.fmt import compact as format_value
 from ..text.safetext import escape_fields
 from ..text.textfit import fit
@@ -71,8 +72,7 @@ def store_crash_info(store: Store, run_state: RunState | None = None) -> CrashIn
     if ev is None:  # crashed, but the log says nothing: the status's reason is all we know
         reason = str(getattr(run_state, "reason", "") or "the run crashed")
         return CrashInfo(reason, store.last_step, last, "process gone", VANISHED_HELP)
-    given = ev.get("step")
-    step = given if type(given) is int else store.last_step
+    step = step_or(ev, store.last_step)
     if ev.get("type") == "signal":
         sig = str(ev.get("signal") or "a signal")
         why = SIGNAL_HELP.get(sig, "the process was sent a fatal signal")

@@ -83,7 +83,7 @@ def _when(t: Any) -> str:
     return "unknown"
 
 
-def _meta(meta: Record | None, key: str) -> Any:
+def _meta(meta: Record | None, key: str) -> object:
     return (meta or {}).get(key)
 
 
@@ -114,7 +114,8 @@ def summary(state: RunState | None, store: Store, alerts: list[Alert], run: Repo
     events_cut = store.event_log.note()  # a flood of events: the report kept some of them
     if events_cut:
         lines.append(f"- Events: {md.text(events_cut)}.")
-    said_in_meta = _meta(store.meta, "notes") or []
+    in_meta = _meta(store.meta, "notes")
+    said_in_meta = in_meta if isinstance(in_meta, list) else []
     lines += [f"- Note: {md.text(n, 300)}" for n in run.notes if n not in said_in_meta]
     if run.rules_error:
         lines.append(f"- No diagnosis: {md.text(run.rules_error, 300)}")

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from ....probe.schema import Record
+from ....probe.schema import Record, step_or
 from .alerts import CRITICAL, INFO, WARNING, Severity
 from .base import Rule, Tracker
 from .ending import Ending, RunEnding, event_ending, is_clean_exit, is_interrupt
@@ -83,8 +83,7 @@ class Crashes(Rule):
         elif typ == "signal":
             self.signal = str(rec.get("signal") or "signal")
             if self.crash_on and event_ending(rec) is Ending.SIGNALLED:
-                given = rec.get("step")
-                step = given if type(given) is int else e.last_step
+                step = step_or(rec, e.last_step)
                 ev = {"signal": self.signal, "pattern": "signal", "last_step": e.last_step}
                 msg = f"the process received {self.signal} after step {e.last_step}"
                 self.trackers["crash"].fire(
@@ -140,8 +139,7 @@ class Crashes(Rule):
         if key in self.seen:
             return
         self.seen.add(key)
-        given = rec.get("step")
-        step = given if type(given) is int else e.last_step
+        step = step_or(rec, e.last_step)
         diag = _diagnose(rec)
         if diag is not None:
             alert_id = diag.alert_id if diag.alert_id in self.trackers else "crash"

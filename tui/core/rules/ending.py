@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from enum import StrEnum
 
-from ....probe.schema import Record
+from ....probe.schema import Record, step_or
 
 _FATAL_EVENTS = ("exception", "oom", "signal")
 
@@ -139,8 +139,7 @@ class RunEnding:
             self.interrupt = True
         elif end in (Ending.CRASHED, Ending.OOM, Ending.SIGNALLED):
             self.fatal = event
-            step = event.get("step")
-            self.fatal_step = step if type(step) is int else self.last_step
+            self.fatal_step = step_or(event, self.last_step)
             self.stepped_after = False
         return end
 

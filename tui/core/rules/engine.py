@@ -17,9 +17,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from ....probe.schema import Record, as_float
+from ....probe.schema import Record, as_float, step_or
 from .alerts import Alert
-from .evals import eval_losses, eval_step
+from .evals import eval_losses
 from .facts import Fact
 from .ruleset import RuleSet
 from .steploop import feed_steps, on_step
@@ -80,7 +80,7 @@ class RuleEngine(RuleSet):
                 for h in self._time_hooks:
                     h(self, t)
         elif kind == "eval":
-            self.fig.evals.push(eval_step(record, self.last_step), eval_losses(record))
+            self.fig.evals.push(step_or(record, self.last_step), eval_losses(record))
             for h in self._eval_hooks:
                 h(self, record)
         elif kind == "layers":

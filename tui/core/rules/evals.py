@@ -38,12 +38,6 @@ def eval_losses(rec: Record) -> list[tuple[str, float]]:
     return out
 
 
-def eval_step(rec: Record, last_step: int | None) -> int | None:
-    """The step an evaluation belongs to: its own, else the latest training step."""
-    step = rec.get("step")
-    return step if type(step) is int else last_step
-
-
 EVALS_KEPT = 256  # evaluations of the primary set kept for "improved since step S?"
 
 

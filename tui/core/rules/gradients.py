@@ -12,7 +12,7 @@ from __future__ import annotations
 from itertools import repeat
 from typing import TYPE_CHECKING, Any
 
-from ....probe.schema import Record, as_float
+from ....probe.schema import Record, as_float, step_or
 from ..text.fmt import number as fmt
 from .alerts import CRITICAL, INFO, WARNING, Severity
 from .base import Rule, Tracker
@@ -105,8 +105,7 @@ class LayerGradients(Rule):
         n = len(names)
         norms = _floats(rec.get("grad_norm"), n)
         zero = _floats(rec.get("zero_frac"), n)
-        given = rec.get("step")
-        step = given if type(given) is int else e.last_step
+        step = step_or(rec, e.last_step)
         self.layers_step = step
         without = self._without_grad(rec.get("no_grad"), names, norms)
         self.without_grad = without

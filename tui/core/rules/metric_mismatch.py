@@ -15,11 +15,11 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING, Any
 
-from ....probe.schema import Record, as_float
+from ....probe.schema import Record, as_float, step_or
 from ..text.fmt import number as fmt
 from .alerts import WARNING
 from .base import Rule, Tracker
-from .evals import MAX_EVAL_SETS, MAX_SET_NAME, eval_step
+from .evals import MAX_EVAL_SETS, MAX_SET_NAME
 
 if TYPE_CHECKING:
     from .state import EngineState
@@ -127,7 +127,7 @@ class MetricMismatch(Rule):
             else:
                 m.add(f)
         if self.on and self.metrics:
-            self._judge(e, eval_step(rec, e.last_step))
+            self._judge(e, step_or(rec, e.last_step))
 
     def _judge(self, e: EngineState, step: int | None) -> None:
         read = [(n, m) for n, m in self.metrics.items() if m.count >= 2]

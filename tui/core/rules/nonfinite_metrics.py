@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, cast
 
-from ....probe.schema import Record
+from ....probe.schema import Record, step_or
 from .alerts import INFO, WARNING, Severity
 from .base import Rule, Tracker
 
@@ -92,8 +92,7 @@ class NonFiniteMetrics(Rule):
         self.evals += 1
         if not self.on:
             return
-        step = rec.get("step")
-        self._record(e, rec, step if type(step) is int else e.last_step, "eval.")
+        self._record(e, rec, step_or(rec, e.last_step), "eval.")
 
     def _record(self, e: EngineState, rec: Record, step: int | None, prefix: str) -> None:
         bad: list[tuple[str, float]] = []

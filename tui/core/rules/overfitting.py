@@ -24,11 +24,11 @@ import math
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from ....probe.schema import Record
+from ....probe.schema import Record, step_or
 from ..text.fmt import number as fmt
 from .alerts import INFO, WARNING, Alert
 from .base import Rule, Tracker
-from .evals import MAX_EVAL_SETS, eval_losses, eval_step
+from .evals import MAX_EVAL_SETS, eval_losses
 from .evalseries import (
     NOISE_EVALS,
     EvalSet,
@@ -88,7 +88,7 @@ class Overfitting(Rule):
         losses = eval_losses(rec)
         if not losses:
             return
-        step = eval_step(rec, e.last_step)
+        step = step_or(rec, e.last_step)
         train = e.fig.loss_med
         if train is None:  # no block closed yet: the losses logged so far
             train = median_of(x for x in e.blk.loss if x is not None)
