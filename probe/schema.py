@@ -156,11 +156,12 @@ MAX_STEP = 1 << 62
 
 
 def step_or(record: Record | None, default: int | None) -> int | None:
-    """The step a record says it belongs to when that is an int, else ``default`` (the
-    latest training step, usually). Stricter than :func:`as_step`: the records that carry
-    it (events, evals, layers) are the probe's, which writes an int or nothing."""
+    """The step a record says it belongs to when that is an int within ±:data:`MAX_STEP`,
+    else ``default`` (the latest training step, usually). Stricter than :func:`as_step`:
+    the records that carry it (events, evals, layers) are the probe's, which writes an int
+    or nothing."""
     step = record.get("step") if record is not None else None
-    return step if type(step) is int else default
+    return step if type(step) is int and -MAX_STEP < step < MAX_STEP else default
 
 
 def as_step(value: Any) -> int | None:

@@ -75,3 +75,19 @@ def test_finite_floats_whose_sum_overflows_raise_nothing() -> None:
 def test_a_new_name_that_is_nan_from_its_first_value_is_information() -> None:
     got = _steps(lambda i: {"acc": 0.5} if i < 300 else {"acc": 0.5, "f1": math.nan})
     assert got == [("nan_metric", "info", 300)]
+
+
+def test_a_name_first_seen_finite_midway_then_nan_is_a_warning() -> None:
+    """A name that appears midway with finite values went bad when it turns NaN: the
+    block's quick look must hand its first values to the exact one, which remembers it
+    was finite (skipped, its NaN would read as never computed: information)."""
+    got = _steps(
+        lambda i: {"acc": 0.5} if i < 300 else {"acc": 0.5, "f1": 0.5 if i < 350 else math.nan}
+    )
+    assert got == [("nan_metric", "warning", 350)]
+
+
+def test_a_name_logged_as_ints_then_nan_is_named() -> None:
+    """Ints are never looked at; the first float under that name (a NaN) must be."""
+    got = _steps(lambda i: {"tokens": 512 if i < 300 else math.nan})
+    assert [(a, s) for a, s, _ in got] == [("nan_metric", "info")] and got[0][2] == 300

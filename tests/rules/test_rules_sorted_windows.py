@@ -12,7 +12,7 @@ import random
 from collections import deque
 
 import pytest
-from dltop.tui.core.rules.window import slide_sorted
+from dltop.tui.core.rules.window import slide_sorted, take_every
 
 
 @pytest.mark.parametrize("maxlen", [2, 5, 10, 100])
@@ -38,3 +38,36 @@ def test_slide_sorted_recovers_from_a_window_changed_elsewhere() -> None:
     s: list[float] = []
     slide_sorted(win, s, [2.0])
     assert s == sorted(win) == [1.0, 2.0, 3.0]
+
+
+def _one_at_a_time(
+    sample: list[int], values: list[int], taken: int, stride: int, cap: int
+) -> tuple[int, int]:
+    """The loop ``take_every`` replaced, as the rules had it."""
+    for x in values:
+        taken += 1
+        if taken % stride == 0:
+            sample.append(x)
+            if len(sample) >= cap:
+                del sample[1::2]
+                stride *= 2
+    return taken, stride
+
+
+@pytest.mark.parametrize("cap", [2, 3, 8, 64])
+@pytest.mark.parametrize("seed", range(4))
+def test_take_every_keeps_the_sample_value_for_value(cap: int, seed: int) -> None:
+    r = random.Random(seed)
+    fast: list[int] = []
+    slow: list[int] = []
+    fast_state = slow_state = (0, 1)
+    value = 0
+    for _ in range(400):
+        n = r.choice((0, 1, 2, 7, 10, 33, 500))
+        values = list(range(value, value + n))
+        value += n
+        fast_state = take_every(fast, n, values.__getitem__, *fast_state, cap)
+        slow_state = _one_at_a_time(slow, values, *slow_state, cap)
+        assert fast == slow
+        assert fast_state == slow_state
+    assert fast_state[1] > 1  # the stride doubled along the way: the halving was exercised

@@ -25,6 +25,7 @@ from ..text.fmt import number as fmt
 from .alerts import CRITICAL, INFO, WARNING, Severity
 from .base import Rule, Tracker, held_steps
 from .blowup import EARLY_WARN, EarlyWatch, never_came_down, step_noise
+from .window import present, take_every
 
 if TYPE_CHECKING:
     from .state import EngineState
@@ -172,11 +173,20 @@ class Divergence(Rule):
     def _take(self, e: EngineState, b: Block) -> None:
         """The block's losses into the run's sample, the first losses and the early window;
         the early median judged (the block ends before the figures take it)."""
-        for x in b.gn:
-            if x is not None:
-                self.grads += 1
-                self.zero_grads += x == 0.0
+        gns = present(b.gn)
+        if gns:
+            self.grads += len(gns)
+            self.zero_grads += gns.count(0.0)  # x == 0.0 (-0.0 too; no NaN: kept as None)
         watch = self.watch
+        if len(watch.first) >= 3 and not watch.median_open:
+            # the early watch is over: the sample is all that is left to take
+            xs = present(b.loss)
+            if xs and min(xs) <= 0:
+                xs = [x for x in xs if x > 0]
+            self.taken, self.stride = take_every(
+                self.sample, len(xs), xs.__getitem__, self.taken, self.stride, 2048
+            )
+            return
         for step, x in zip(b.steps, b.loss, strict=True):
             if x is None or x <= 0:
                 continue

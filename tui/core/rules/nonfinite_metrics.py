@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, cast
 
-from ....probe.schema import Record, step_or
+from ....probe.schema import Record, Records, step_or
 from .alerts import INFO, WARNING, Severity
 from .base import Rule, Tracker
 
@@ -47,6 +47,19 @@ class _Seen:
         self.value = ""
 
 
+def _all_skipped(recs: Records, done: set[str]) -> bool:
+    """Whether every record of the block is one ``on_block`` would skip: no float under a
+    name not yet in ``done``, every float finite. One pass for the block, not one set per
+    record: a NaN or an Inf makes the block's sum NaN or Inf, and a sum that overflows
+    only sends the block the per-record way, where each record is judged on its own."""
+    for rec in recs:
+        for k in rec.keys() - done:  # the step's int and text fields, usually
+            if type(rec[k]) is float:
+                return False
+    total = sum([v for rec in recs for v in rec.values() if type(v) is float])
+    return total - total == 0.0
+
+
 def _word(x: float) -> str:
     return "NaN" if x != x else ("Inf" if x > 0 else "-Inf")
 
@@ -72,6 +85,8 @@ class NonFiniteMetrics(Rule):
             return
         done = self.done
         quiet = not self.seen and not self.tr.active
+        if quiet and _all_skipped(b.recs, done):
+            return
         for step, rec in zip(b.steps, b.recs, strict=True):
             # the common record: no metric bad so far, every float finite (their sum is: a
             # NaN or an Inf would make it NaN or Inf), each float's name one of the step's

@@ -36,7 +36,7 @@ from ..text.fmt import number as fmt
 from .alerts import INFO, WARNING, Alert, Severity
 from .base import Rule, Tracker
 from .ending import Ending, RunEnding
-from .window import falling_z, finite_losses, median_of
+from .window import falling_z, finite_losses, median_of, take_every
 
 if TYPE_CHECKING:
     from .state import EngineState
@@ -122,13 +122,14 @@ class Plateau(Rule):
         if self.first_step is None:
             self.first_step = steps[0]
         first = self.first_step
-        for st, x in zip(steps, losses, strict=True):
-            self.taken += 1
-            if self.taken % self.stride == 0:
-                self.sample.append((st, x))
-                if len(self.sample) >= SAMPLE:
-                    del self.sample[1::2]
-                    self.stride *= 2
+        self.taken, self.stride = take_every(
+            self.sample,
+            len(steps),
+            lambda j: (steps[j], losses[j]),
+            self.taken,
+            self.stride,
+            SAMPLE,
+        )
         # windows in steps, not records: a window closes once it spans cur_len steps and
         # holds a few losses (a log written every 50 steps fills a 50-step window with one)
         for step, loss in zip(steps, losses, strict=True):

@@ -23,7 +23,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from ....probe.schema import Record, Records, as_float
+from ....probe.schema import MAX_STEP, Record, Records, as_float, as_step
 from .nonfinite import grad_before
 
 if TYPE_CHECKING:
@@ -37,9 +37,13 @@ def on_step(e: RuleSet, rec: Record, t: float | None) -> None:
     here against thresholds refreshed at each block end. Everything windowed runs once
     per block (``block_size`` steps, or one second of record time when steps are slow).
     """
-    step = rec.get("step")
-    if type(step) is not int:
-        step = 0 if e.last_step is None else e.last_step + 1
+    step: Any = rec.get("step")
+    if type(step) is not int or not -MAX_STEP < step < MAX_STEP:
+        # what the store makes of it too (schema.as_step): a whole float counts, an int
+        # of 400 digits is no step (the rules turn steps into floats: it would overflow)
+        step = as_step(step)
+        if step is None:
+            step = 0 if e.last_step is None else e.last_step + 1
     if e.last_step is not None:
         went_back = step < e.last_step
         seg = e.segments
@@ -221,6 +225,7 @@ def feed_steps(
         if (
             type(s) is not int
             or s <= last_step  # back (a rewind) or repeated (two writers?): on_step's
+            or s >= MAX_STEP  # no step (schema.as_step): on_step's
             or type(tt) is not float
             or tt - tt != 0.0
             or type(x) is not float

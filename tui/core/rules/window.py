@@ -13,10 +13,12 @@ from __future__ import annotations
 import math
 from bisect import bisect_left
 from collections import deque
-from collections.abc import Iterable
-from typing import cast
+from collections.abc import Callable, Iterable
+from typing import TypeVar, cast
 
 from ....probe.schema import Records
+
+T = TypeVar("T")
 
 
 def median_of(values: Iterable[float]) -> float | None:
@@ -70,6 +72,29 @@ def slide_sorted(win: deque[float], s: list[float], new: list[float]) -> None:
     win.extend(new)
     s += new
     s.sort()
+
+
+def take_every(
+    sample: list[T], n: int, pick: Callable[[int], T], taken: int, stride: int, cap: int
+) -> tuple[int, int]:
+    """A run's even sample, ``n`` new values at a time; returns the new ``(taken, stride)``.
+
+    The sample holds every ``stride``-th value of the run (by its count since the start);
+    at ``cap`` values it keeps every other one and the stride doubles. Why not one value
+    at a time: once a run is long, a block of ten values holds no pick at all, so this
+    steps from one pick to the next (``pick(j)`` makes the j-th new value) instead of
+    counting each value in Python; the sample is the same value for value
+    (``tests/rules/test_rules_sorted_windows.py`` holds it to the one-at-a-time loop)."""
+    i = 0
+    while True:
+        j = ((taken + i) // stride + 1) * stride - taken - 1  # the next count divisible
+        if j >= n:
+            return taken + n, stride
+        sample.append(pick(j))
+        if len(sample) >= cap:
+            del sample[1::2]
+            stride *= 2
+        i = j + 1
 
 
 def finite_losses(blk: Block) -> tuple[list[int], list[float]]:
