@@ -16,7 +16,7 @@ from typing import Any
 
 from ..text.fmt import number as fmt
 from .alerts import CRITICAL, WARNING, Severity
-from .window import median_of
+from .window import exp_or_inf, median_of
 
 TINY_LOG = math.log(1e-6)  # below this a loss is float noise: no early blow-up from there
 EARLY_KNOWN = 8  # losses before a rise that tell the start's noise well enough for two in a row
@@ -137,17 +137,17 @@ class EarlyWatch:
         self, loss: float, x: float, ref: float, step: int, lr: float | None
     ) -> Finding:
         """What a run of highs found (``high`` gave ``ref``): ``loss`` (log ``x``) at ``step``."""
-        r = math.exp(x - ref)
+        r = exp_or_inf(x - ref)
         ev = {
             "loss": loss,
-            "loss_before": math.exp(ref),
+            "loss_before": exp_or_inf(ref),
             "ratio": r,
             "onset_step": self.high_from,
-            "threshold_ratio": max(math.exp(self.log_early), math.exp(self.high_bar - ref)),
+            "threshold_ratio": max(exp_or_inf(self.log_early), exp_or_inf(self.high_bar - ref)),
             "lr": lr,
         }
         msg = (
-            f"the loss went from {fmt(math.exp(ref))} to {fmt(loss)} ({fmt(r)}x) by step "
+            f"the loss went from {fmt(exp_or_inf(ref))} to {fmt(loss)} ({fmt(r)}x) by step "
             f"{step}, within the first {self.steps} steps"
         )
         if lr is not None:
@@ -203,15 +203,15 @@ def window_blowup(
     mean = sum(logs) / len(logs)
     sd = (sum((v - mean) ** 2 for v in logs) / (len(logs) - 1)) ** 0.5
     sigma = max(1.4826 * sorted(abs(v - mid) for v in logs)[len(logs) // 2], sd)
-    ratio = math.exp(mid) / ref
-    bar = max(EARLY_WARN, math.exp(WINDOW_SIGMAS * sigma))
+    ratio = exp_or_inf(mid) / ref
+    bar = max(EARLY_WARN, exp_or_inf(WINDOW_SIGMAS * sigma))
     if ratio < bar:
         return None
-    crit = ratio >= max(math.exp(log_early), math.exp(CRITICAL_SIGMAS * sigma))
+    crit = ratio >= max(exp_or_inf(log_early), exp_or_inf(CRITICAL_SIGMAS * sigma))
     sev: Severity = CRITICAL if crit else WARNING
     onset = w[0][0]
     ev = {
-        "loss_median": math.exp(mid),
+        "loss_median": exp_or_inf(mid),
         "loss_before": ref,
         "ratio": ratio,
         "onset_step": onset,
@@ -220,7 +220,7 @@ def window_blowup(
         "lr": lr,
     }
     msg = (
-        f"the loss's median over steps {onset}-{step} is {fmt(math.exp(mid))}, "
+        f"the loss's median over steps {onset}-{step} is {fmt(exp_or_inf(mid))}, "
         f"{fmt(ratio)}x the {fmt(ref)} it started at"
     )
     if lr is not None:
@@ -252,7 +252,7 @@ def never_came_down(
     ev = {
         "loss_first": start,
         "loss_best": best,
-        "loss_median": math.exp(logs[len(logs) // 2]),
+        "loss_median": exp_or_inf(logs[len(logs) // 2]),
         "log_spread": spread,
         "zero_grad_share": zeros,
         "losses": len(xs),
@@ -261,7 +261,7 @@ def never_came_down(
     }
     why = []
     if spread >= NEVER_SPREAD:
-        why.append(f"it swings {fmt(math.exp(spread))}x around its median")
+        why.append(f"it swings {fmt(exp_or_inf(spread))}x around its median")
     if zeros >= NEVER_ZERO_GRADS:
         why.append(f"the grad norm is exactly 0 on {fmt(100 * zeros)} % of the steps")
     msg = (

@@ -25,7 +25,7 @@ from ..text.fmt import number as fmt
 from .alerts import CRITICAL, INFO, WARNING, Severity
 from .base import Rule, Tracker, held_steps
 from .blowup import EARLY_WARN, EarlyWatch, never_came_down, step_noise
-from .window import present, take_every
+from .window import exp_or_inf, present, take_every
 
 if TYPE_CHECKING:
     from .state import EngineState
@@ -275,7 +275,7 @@ class Divergence(Rule):
         ev, msg = self.watch.high_finding(loss, x, ref, step, e.lr)
         onset = self.watch.high_from
         self.tr.fire(onset, CRITICAL, "Loss blew up in the first steps", msg, ev, t=e.t)
-        self.blown_from = math.exp(ref)
+        self.blown_from = exp_or_inf(ref)
         self.tr.hold(step)
 
     def _recovered(self, step: int, ema: float) -> None:
@@ -294,12 +294,12 @@ class Divergence(Rule):
             severity=INFO if a.severity == WARNING else WARNING,
             title="Loss rose, then recovered",
             message=a.message
-            + f"; back below the line from step {step} (smoothed {fmt(math.exp(ema))})",
+            + f"; back below the line from step {step} (smoothed {fmt(exp_or_inf(ema))})",
         )
 
     def _judge(self, e: EngineState, step: int, ema: float, line: float) -> None:
         lo = self.base if self.base is not None else ema
-        level, low = math.exp(ema), math.exp(lo)
+        level, low = exp_or_inf(ema), exp_or_inf(lo)
         first = (
             e.fig.loss_first
             if e.fig.loss_first is not None
@@ -329,14 +329,14 @@ class Divergence(Rule):
                     "loss_smoothed_min": low,
                     "min_step": self.min_step,
                     "ratio": r,
-                    "threshold_ratio": math.exp(line),
+                    "threshold_ratio": exp_or_inf(line),
                     "steps_above": held,
                     "loss_first": first,
                     "lr": e.lr,
                 }
                 msg = (
                     f"smoothed loss {fmt(level)} = {fmt(r)}x its best median level {fmt(low)} (step {self.min_step}), "
-                    f"above {fmt(math.exp(line))}x for {held} steps"
+                    f"above {fmt(exp_or_inf(line))}x for {held} steps"
                 )
                 refresh = sev == CRITICAL or not self.tr.active
                 self.tr.fire(

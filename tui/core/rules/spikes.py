@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 from ..text.fmt import number as fmt
 from .alerts import CRITICAL, INFO, WARNING, Severity
 from .base import Rule, Tracker
-from .window import median_of
+from .window import exp_or_inf, median_of
 
 if TYPE_CHECKING:
     from .state import EngineState
@@ -146,7 +146,7 @@ class LossSpike(_Episodes):
         return max(
             self.ratio * med,
             self.over_max * self.wmax,
-            med * math.exp(self.sigmas * e.fig.loss_spread),
+            med * exp_or_inf(self.sigmas * e.fig.loss_spread),
         )
 
     def spike(self, e: EngineState) -> None:
@@ -216,14 +216,14 @@ class GradExplosion(_Episodes):
         hi = max(
             self.crit * med,
             self.over_max * self.wmax,
-            med * math.exp(self.sigmas * e.fig.gn_spread),
+            med * exp_or_inf(self.sigmas * e.fig.gn_spread),
         )
         # heavy-tailed grad norms (a converged model, tiny batches) reach 5x their median
         # routinely; a sustained blow-up also clears the window's 90th percentile by far
         warn = max(
             self.warn * med,
             self.warn_p90 * (e.fig.gn_p90 or med),
-            med * math.exp(self.warn_sigmas * e.fig.gn_spread),
+            med * exp_or_inf(self.warn_sigmas * e.fig.gn_spread),
         )
         return hi, min(warn, hi)
 

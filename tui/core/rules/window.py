@@ -150,6 +150,18 @@ class Rolling:
         return len(self.values)
 
 
+def exp_or_inf(x: float) -> float:
+    """``math.exp``, but ``inf`` where the result is past the largest float. The rules take
+    exponents of log-loss differences and noise spreads; a hostile or broken log's losses
+    can span 5e-324 to 1e308, a log ratio of 1 453, and ``math.exp`` raises past 709.78
+    (a traceback in ``dltop check``). A threshold that is infinite catches nothing: the
+    right answer for a loss whose own noise spans 600 orders of magnitude."""
+    try:
+        return math.exp(x)
+    except OverflowError:
+        return math.inf
+
+
 def linear_fit(xs: list[float], ys: list[float]) -> tuple[float, float]:
     """Least-squares slope and R² of ys against xs (slope 0, R² 0 when undefined)."""
     n = len(xs)
