@@ -69,6 +69,23 @@ def test_numbers_out_of_range_are_infinities_not_lost_entries(tmp_path: Path) ->
     assert steps[0]["grad_norm"] == 2.0
 
 
+@pytest.mark.parametrize("key", ["global_step", "max_steps", "logging_steps", "eval_steps"])
+def test_a_state_count_of_hundreds_of_digits_is_left_out(
+    tmp_path: Path, capsys: Any, key: str
+) -> None:
+    """The state's own counts go into the meta when they are finite numbers; an integer
+    past the float range made ``math.isfinite`` raise (a traceback in ``dltop check``)."""
+    big = "9" * 400
+    path = _state(
+        tmp_path,
+        f'{{"{key}": {big}, "log_history": [{{"loss": 1.0, "step": 1}}, {{"loss": 0.9, "step": 2}}]}}',
+    )
+    code, got = check_json(capsys, path)
+    assert code in (0, 1), got
+    meta = foreign.load(str(path)).records[0]
+    assert key not in (meta.get("trainer_state") or {})
+
+
 @pytest.mark.parametrize(
     "text",
     [

@@ -24,7 +24,7 @@ from typing import Any
 
 import msgspec
 
-from .....probe.schema import Record, Records
+from .....probe.schema import Record, Records, as_float
 from .common import (
     BATCH,
     EVAL,
@@ -258,10 +258,15 @@ def _convert(log: ForeignLog, state: dict[str, Any], history: list[Any]) -> Iter
         "each loss is the Trainer's mean over logging_steps steps"
     ]
     info = {k: state.get(k) for k in STATE_KEYS}
+    # finite numbers only: as_float, since an int past the float range (400 digits) makes
+    # math.isfinite raise, and it is no step count or batch size anyway
     info = {
         k: v
         for k, v in info.items()
-        if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+        if isinstance(v, (int, float))
+        and not isinstance(v, bool)
+        and (f := as_float(v)) is not None
+        and math.isfinite(f)
     }
     meta = meta_record(HF, log.path, notes, trainer_state=info or None)
     skipped = 0
