@@ -27,6 +27,7 @@ from .jobpath import default_path as default_path  # re-exported: demos/quicksta
 from .lifecycle import say_error
 from .loader import TimedLoader
 from .records import (
+    BATCH_MAX,
     StepItem,
     StepRecords,
     convert_values,
@@ -34,6 +35,7 @@ from .records import (
     event,
     heartbeat,
     needs_conversion,
+    whole_number,
 )
 from .runconfig import CONFIG_EVERY, RunConfig
 from .runsetup import learn_amp, learn_loader, refresh_config
@@ -201,6 +203,8 @@ class Probe(StartStop):
                     put(config)
             if step is None:
                 step = self._next_step
+            elif type(step) is not int:
+                step = self._whole("step", step, self._next_step)
             self._next_step = step + 1
             self._last_step = step
             self._steps += 1
@@ -243,6 +247,8 @@ class Probe(StartStop):
                 )
             if batch_size is None:
                 batch_size = self._loader_bs
+            elif type(batch_size) is not int or not 0 <= batch_size < BATCH_MAX:
+                batch_size = self._whole("batch_size", batch_size, None, BATCH_MAX)
             self._loader_bs = None  # the loader sums the next step's batches from zero
             mem = None
             cu = self._cuda
@@ -367,6 +373,19 @@ class Probe(StartStop):
         if loop is not None:
             with contextlib.suppress(Exception):
                 loop.drop_forward()  # the loader marks forward from now on
+
+    def _whole(self, name: str, value: Any, default: Any, bound: int | None = None) -> Any:
+        """``value`` as a whole number (``records.whole_number``), else ``default``, said
+        once: a wrongly typed ``step=`` or ``batch_size=`` must not cost the step its
+        loss (the record could not be built, and was dropped whole)."""
+        n = whole_number(value)
+        if n is not None and (bound is None or 0 <= n < bound):
+            return n
+        kind = type(value).__name__
+        self._error(
+            f"{name}=", ValueError(f"{name}= takes a whole number, not this {kind}: not recorded")
+        )
+        return default
 
     def _error(self, where: str, err: BaseException) -> None:
         """The probe's own failure: reported once per place, never raised."""

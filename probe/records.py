@@ -205,6 +205,28 @@ def device_batch(tensors: list[Any], on_error: OnError, timing: bool = False) ->
         return None
 
 
+BATCH_MAX = 1 << 53  # samples in one step: past this a rate (samples / seconds) loses digits
+
+
+def whole_number(value: Any) -> int | None:
+    """``step=`` or ``batch_size=`` given as something other than an int: a whole float
+    (``12.0``), a numpy integer or a CPU tensor holding one is that int; anything else is
+    None: text, a bool, a fraction, NaN, and a device tensor, which reading would sync."""
+    if isinstance(value, (bool, str, bytes)):
+        return None
+    try:
+        v = host_scalar(value)
+    except Exception:
+        return None
+    if isinstance(v, bool) or is_device(v):
+        return None
+    if isinstance(v, int):
+        return int(v)
+    if isinstance(v, float) and v.is_integer():
+        return int(v)
+    return None
+
+
 def num(v: Any) -> Any:
     """A record value: ints stay ints, host tensors and numpy scalars become numbers.
 

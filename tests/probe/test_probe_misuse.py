@@ -161,3 +161,42 @@ def test_the_probes_own_errors_are_one_line(
     assert "first line ..." in err[0] and "dispatch" not in err[0]
     said = _warnings(log)
     assert len(said) == 3 and all("\n" not in m for m in said)
+
+
+@pytest.mark.parametrize(
+    ("given", "kept"),
+    [("32", None), ([32], None), (True, None), (2.5, None), (float("nan"), None), (10**400, None),
+     (-1, None), (32.0, 32)],
+)  # fmt: skip
+def test_a_batch_size_that_is_no_count_costs_the_step_nothing(
+    tmp_path: Path, given: object, kept: int | None
+) -> None:
+    """``batch_size="32"`` made the writer's record builder raise (``bs / step_time``):
+    every step's loss was lost, said only as "could not build a record"."""
+    log = tmp_path / "run.jsonl"
+    with Probe(path=log, socket=False, system=False) as probe:
+        for i in range(3):
+            probe.step(loss=1.0 + i, batch_size=given)  # type: ignore[arg-type]
+    steps = _records(log, "step")
+    assert [s["loss"] for s in steps] == [1.0, 2.0, 3.0]
+    assert [s.get("batch_size") for s in steps] == [kept] * 3
+    said = [m for m in _warnings(log) if "batch_size=" in m]
+    assert len(said) == (0 if kept is not None else 1)  # once, not per step
+
+
+@pytest.mark.parametrize(
+    ("given", "kept"),
+    [("7", [0, 1, 2]), ([7], [0, 1, 2]), (None, [0, 1, 2]), (7.0, [7, 8, 9]), (7.5, [0, 1, 2])],
+)
+def test_a_step_that_is_no_whole_number_keeps_the_probes_count(
+    tmp_path: Path, given: object, kept: list[int]
+) -> None:
+    """``step="7"`` raised in ``step()`` (``step + 1``): the step was not recorded."""
+    log = tmp_path / "run.jsonl"
+    with Probe(path=log, socket=False, system=False) as probe:
+        probe.step(loss=1.0, step=given)  # type: ignore[arg-type]
+        probe.step(loss=2.0)
+        probe.step(loss=3.0)
+    steps = _records(log, "step")
+    assert [s["step"] for s in steps] == kept
+    assert [s["loss"] for s in steps] == [1.0, 2.0, 3.0]
