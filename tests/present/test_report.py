@@ -493,3 +493,21 @@ def test_the_report_charts_the_extras_and_evals_as_a_line_with_dots(tmp_path: Pa
     assert [c for c in os.listdir(tmp_path / "p") if c.startswith("extra-")] == [
         next(c for c in os.listdir(tmp_path / "p") if c.endswith("eval.f1.svg"))
     ]
+
+
+def test_a_crash_memory_state_of_hundreds_of_digits_is_no_traceback(tmp_path: Path) -> None:
+    """The crash's memory state is shown in binary units; an int of 400 digits there made
+    ``nbytes`` raise (found by fuzzing: the report printed a traceback)."""
+    recs: list[dict] = [{"kind": "meta", "v": 1, "run_id": "r", "t": 1_700_000_000.0, "pid": 7}]
+    recs += [{"kind": "step", "step": i, "t": 1_700_000_001.0 + i, "loss": 1.0} for i in range(20)]
+    recs.append(
+        {"kind": "event", "type": "oom", "t": 1_700_000_030.0, "step": 19,
+         "exc_type": "OutOfMemoryError", "message": "CUDA out of memory",
+         "memory": {"allocated": 10**400, "reserved": -(10**400), "limit": 1 << 34}}
+    )  # fmt: skip
+    log = tmp_path / "oom.jsonl"  # written by another tool: the digits, not the probe's "Infinity"
+    log.write_text("".join(json.dumps(r) + "\n" for r in recs), encoding="utf-8")
+    p = dltop("report", str(log), "-o", str(tmp_path / "r.md"))
+    assert p.returncode == 0 and "Traceback" not in p.stderr, p.stderr
+    text = (tmp_path / "r.md").read_text(encoding="utf-8")
+    assert "Inf" in text and "16 GiB" in text

@@ -30,6 +30,16 @@ def test_prose_numbers_units_and_non_finite() -> None:
     assert fmt.duration(1e300) != "" and fmt.age(2.4) == "2s ago" and fmt.age(None) == ""
 
 
+def test_numbers_past_the_float_range_are_infinities_not_exceptions() -> None:
+    """A log's memory state with an int of 400 digits made ``dltop report`` raise in
+    ``nbytes`` (``float()`` overflows on it); NaN and infinities are words there too."""
+    big = 10**400
+    assert fmt.nbytes(big) == "Inf" and fmt.nbytes(-big) == "-Inf"
+    assert fmt.nbytes(math.nan) == "NaN" and fmt.nbytes(math.inf) == "Inf"
+    assert fmt.mib(big) == "Inf MiB" and fmt.seconds(big) == "Inf s"
+    assert fmt.as_real(2**64) == float(2**64)
+
+
 def test_compact_chart_labels() -> None:
     assert fmt.compact(None) == "—" and fmt.compact(math.nan) == "NaN"
     assert fmt.compact(3 * 2**30, "B") == "3.0GiB" and fmt.compact(0.012, "s") == "12.0ms"

@@ -50,9 +50,21 @@ def number(value: Any) -> str:
     return f"{value:.4g}"
 
 
+def as_real(value: float) -> float:
+    """``float(value)``, with an int past the float range (a log's 400 digits) as the
+    infinity it stands for: ``float()`` raises on it, and a log's numbers reach here."""
+    try:
+        return float(value)
+    except OverflowError:
+        return math.inf if value > 0 else -math.inf
+
+
 def nbytes(n: float) -> str:
     """Binary units, the way allocators report them: 512 B, 20 MiB, 1.19 GiB."""
-    size = float(n)
+    size = as_real(n)
+    bad = _nonfinite(size)
+    if bad is not None:
+        return bad
     for unit in ("B", "KiB", "MiB", "GiB"):
         if abs(size) < 1024:
             return f"{int(size)} B" if unit == "B" else f"{size:.3g} {unit}"
@@ -62,12 +74,12 @@ def nbytes(n: float) -> str:
 
 def mib(value: float | None) -> str:
     """A byte count in MiB (memory growth rates and totals); "unknown" for None."""
-    return "unknown" if value is None else f"{number(value / 2**20)} MiB"
+    return "unknown" if value is None else f"{number(as_real(value) / 2**20)} MiB"
 
 
 def seconds(value: float) -> str:
     """A duration: "350 ms" under a second, "1.5 s" above."""
-    return f"{value * 1000:.0f} ms" if abs(value) < 1 else f"{number(float(value))} s"
+    return f"{value * 1000:.0f} ms" if abs(value) < 1 else f"{number(as_real(value))} s"
 
 
 def duration(seconds: float | None) -> str:
