@@ -381,9 +381,10 @@ class Probe(StartStop):
         n = whole_number(value)
         if n is not None and (bound is None or 0 <= n < bound):
             return n
-        kind = type(value).__name__
+        want = "a whole number" if bound is None else f"a whole number from 0 to {bound - 1}"
         self._error(
-            f"{name}=", ValueError(f"{name}= takes a whole number, not this {kind}: not recorded")
+            f"{name}=",
+            ValueError(f"{name}= takes {want}, not this {type(value).__name__}: not recorded"),
         )
         return default
 

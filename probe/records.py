@@ -16,7 +16,7 @@ from typing import Any
 
 from .gradnorm import layers_record
 from .readback import Deadline, DeviceBatch, elapsed_s, host_scalar, is_device
-from .schema import EVAL, EVENT, HEARTBEAT, STEP
+from .schema import EVAL, EVENT, HEARTBEAT, STEP, as_step
 from .whereabouts import Whereabouts
 
 OnError = Callable[[str, BaseException], None]
@@ -209,22 +209,17 @@ BATCH_MAX = 1 << 53  # samples in one step: past this a rate (samples / seconds)
 
 
 def whole_number(value: Any) -> int | None:
-    """``step=`` or ``batch_size=`` given as something other than an int: a whole float
-    (``12.0``), a numpy integer or a CPU tensor holding one is that int; anything else is
-    None: text, a bool, a fraction, NaN, and a device tensor, which reading would sync."""
-    if isinstance(value, (bool, str, bytes)):
+    """``step=`` or ``batch_size=`` given as something other than an int: what the log's
+    readers take as a step (``schema.as_step``: a whole number within ±2^62, whole floats
+    included), after a numpy or CPU tensor scalar becomes a number; None for text, a bool,
+    a fraction, NaN, and a device tensor, which reading would sync."""
+    if isinstance(value, (str, bytes)):
         return None
     try:
         v = host_scalar(value)
     except Exception:
         return None
-    if isinstance(v, bool) or is_device(v):
-        return None
-    if isinstance(v, int):
-        return int(v)
-    if isinstance(v, float) and v.is_integer():
-        return int(v)
-    return None
+    return None if is_device(v) else as_step(v)
 
 
 def num(v: Any) -> Any:

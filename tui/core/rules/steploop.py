@@ -37,13 +37,11 @@ def on_step(e: RuleSet, rec: Record, t: float | None) -> None:
     here against thresholds refreshed at each block end. Everything windowed runs once
     per block (``block_size`` steps, or one second of record time when steps are slow).
     """
-    step: Any = rec.get("step")
-    if type(step) is not int or not -MAX_STEP < step < MAX_STEP:
-        # what the store makes of it too (schema.as_step): a whole float counts, an int
-        # of 400 digits is no step (the rules turn steps into floats: it would overflow)
-        step = as_step(step)
-        if step is None:
-            step = 0 if e.last_step is None else e.last_step + 1
+    # what the store makes of it too (schema.as_step): a whole float counts, an int of 400
+    # digits is no step (the rules turn steps into floats: it would overflow)
+    step = as_step(rec.get("step"))
+    if step is None:
+        step = 0 if e.last_step is None else e.last_step + 1
     if e.last_step is not None:
         went_back = step < e.last_step
         seg = e.segments

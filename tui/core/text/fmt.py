@@ -16,6 +16,8 @@ from __future__ import annotations
 import math
 from typing import Any, Literal
 
+from ....probe.schema import as_float
+
 Style = Literal["number", "percent", "bytes", "ratio", "seconds"]  # checklist `format =` values
 
 
@@ -50,18 +52,13 @@ def number(value: Any) -> str:
     return f"{value:.4g}"
 
 
-def as_real(value: float) -> float:
-    """``float(value)``, with an int past the float range (a log's 400 digits) as the
-    infinity it stands for: ``float()`` raises on it, and a log's numbers reach here."""
-    try:
-        return float(value)
-    except OverflowError:
-        return math.inf if value > 0 else -math.inf
-
-
 def nbytes(n: float) -> str:
-    """Binary units, the way allocators report them: 512 B, 20 MiB, 1.19 GiB."""
-    size = as_real(n)
+    """Binary units, the way allocators report them: 512 B, 20 MiB, 1.19 GiB. An int past
+    the float range (a log's 400 digits) is the infinity it stands for (``as_float``):
+    ``float()`` raises on it."""
+    size = as_float(n)
+    if size is None:
+        return str(n)
     bad = _nonfinite(size)
     if bad is not None:
         return bad
@@ -74,12 +71,16 @@ def nbytes(n: float) -> str:
 
 def mib(value: float | None) -> str:
     """A byte count in MiB (memory growth rates and totals); "unknown" for None."""
-    return "unknown" if value is None else f"{number(as_real(value) / 2**20)} MiB"
+    f = as_float(value)
+    return "unknown" if f is None else f"{number(f / 2**20)} MiB"
 
 
 def seconds(value: float) -> str:
     """A duration: "350 ms" under a second, "1.5 s" above."""
-    return f"{value * 1000:.0f} ms" if abs(value) < 1 else f"{number(as_real(value))} s"
+    f = as_float(value)
+    if f is None:
+        return str(value)
+    return f"{f * 1000:.0f} ms" if abs(f) < 1 else f"{number(f)} s"
 
 
 def duration(seconds: float | None) -> str:

@@ -258,16 +258,9 @@ def _convert(log: ForeignLog, state: dict[str, Any], history: list[Any]) -> Iter
         "each loss is the Trainer's mean over logging_steps steps"
     ]
     info = {k: state.get(k) for k in STATE_KEYS}
-    # finite numbers only: as_float, since an int past the float range (400 digits) makes
-    # math.isfinite raise, and it is no step count or batch size anyway
-    info = {
-        k: v
-        for k, v in info.items()
-        if isinstance(v, (int, float))
-        and not isinstance(v, bool)
-        and (f := as_float(v)) is not None
-        and math.isfinite(f)
-    }
+    # finite numbers only (as_float: no bool, no text; an int past the float range, on
+    # which math.isfinite raises, is infinite there)
+    info = {k: v for k, v in info.items() if (f := as_float(v)) is not None and math.isfinite(f)}
     meta = meta_record(HF, log.path, notes, trainer_state=info or None)
     skipped = 0
     extra_skipped = max(0, len(history) - MAX_ENTRIES)
