@@ -47,8 +47,8 @@ def dot_of(at: float, lo: float, hi: float, dots: int) -> int:
     if hi <= lo:
         return 0
     scale = (dots - 1) / (hi - lo)
-    d = int((hi - at) * scale + 0.5)
-    return 0 if d < 0 else (dots - 1 if d > dots - 1 else d)
+    f = (hi - at) * scale + 0.5  # a float until it is known to fit (at = 1e308: inf)
+    return 0 if not f >= 1.0 else (dots - 1 if f > dots - 1 else int(f))
 
 
 def row_of(at: float, lo: float, hi: float, rows: int) -> int:

@@ -48,8 +48,10 @@ def rasterise(data: ChartData, rng: tuple[float, float] | None, cols: int, plot_
         def to_dot(v: float) -> int:  # axis.dot_of, inlined: called per bucket
             if log:
                 v = math.log10(v)
-            d = int((hi_v - v) * scale + 0.5)
-            return 0 if d < 0 else (last_dot if d > last_dot else d)
+            f = (hi_v - v) * scale + 0.5
+            # compared as a float first: a trace drawn clipped (an overlaid run off the
+            # range) may sit at 1e308, where the product is infinite and int() raises
+            return 0 if not f >= 1.0 else (last_dot if f > last_dot else int(f))
 
         for trace in data.traces:
             n = len(trace.hi)
