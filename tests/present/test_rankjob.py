@@ -388,3 +388,40 @@ def test_waiting_for_a_job_to_catch_up_takes_one_timeout_not_one_per_rank(tmp_pa
     assert not src.wait_caught_up(1.0)
     # 5 ranks one after the other would take 5 s: room for a busy machine on either side
     assert time.monotonic() - t0 < 3.0
+
+
+@pytest.mark.parametrize("log_loss", [False, True])
+def test_ranks_at_the_float_limit_are_a_finite_median_and_a_drawable_axis(log_loss: bool) -> None:
+    """Two ranks whose loss is 1e308 at the same steps (a hostile or broken log): their
+    bucket's mid-point and median were ``0.5 * (a + b)``, an infinity; on a log axis the
+    range then spanned 1e300 decades and the tick search walked them one by one, growing
+    until the machine ran out of memory (found by fuzzing the app on rank folders)."""
+    from dltop.tui.core.present.axis import y_ticks
+    from dltop.tui.core.present.chartdata import y_range
+
+    big = _steps(60, loss=1.0)
+    for r in big[30:]:
+        r["loss"] = 1e308
+    ranks = _job(big, [dict(r) for r in big], _steps(60, loss=1.0))
+    data = job_chart(ranks, "loss", ViewState(smoothing=False, log_loss=log_loss), 40)
+    med = next(t for t in data.traces if t.style != BAND)
+    assert max(v for v in med.hi if v is not None) == 1e308
+    rng = y_range(data)
+    assert rng is not None and all(map(math.isfinite, rng))
+    assert (rng[1] - rng[0] < 700) if data.log else rng[1] >= 1e300  # the top: 1e300 at most
+    assert y_ticks(rng[0], rng[1], 10, data.log)  # placed, and in bounded time
+
+
+def test_an_infinite_bucket_value_does_not_size_the_axis() -> None:
+    """A trace's values are finite by contract; one that overflowed is left out of the
+    range (it sized a log axis of 1e300 decades before), and a log axis wider than floats
+    have gets no ticks rather than a walk over every decade."""
+    from dltop.tui.core.present.axis import log_ticks
+    from dltop.tui.core.present.chartdata import ChartData, Trace, y_range
+
+    trace = Trace("eval", [0.6, math.inf], [0.7, math.inf])
+    for log in (False, True):
+        data = ChartData(0, 1, (trace,), log=log)
+        rng = y_range(data)
+        assert rng is not None and rng[1] < 1.0
+    assert log_ticks(-5e298, 1.05e300, 5) == []

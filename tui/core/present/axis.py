@@ -212,6 +212,9 @@ def linear_ticks(
     return _best(candidates(), spot, target, least, 2)
 
 
+MAX_DECADES = 700.0  # 5e-324 to 1.8e308 spans 632 decades; padding takes it a little wider
+
+
 def log_ticks(
     lo: float, hi: float, rows: int, unit: str = "", width: int = LABEL_WIDTH
 ) -> list[Tick]:
@@ -220,6 +223,8 @@ def log_ticks(
     on a tall plot of few decades; 1/2/5 × 10^k in value when no two powers fit."""
     if not (hi > lo) or rows < 1 or not (math.isfinite(lo) and math.isfinite(hi)):
         return []
+    if hi - lo > MAX_DECADES:  # more decades than floats have: not a float's log10, and
+        return []  # a tick per decade would take as long as the range is wide
     suffix = unit if unit in ("s", "B", "%") else ""
     first, last = math.ceil(lo - _EPS), math.floor(hi + _EPS)
     if last - first < 1:  # less than a decade: round values in it, placed by their log

@@ -119,7 +119,7 @@ def y_range(data: ChartData) -> tuple[float, float] | None:
             if a is None or b is None:
                 continue
             for v in (transform(a, data.log), transform(b, data.log)):
-                if v is not None:
+                if v is not None and v - v == 0.0:  # an overflowed inf has no place either
                     lo = min(lo, v)
                     hi = max(hi, v)
     floor = transform(data.y_floor, data.log) if data.y_floor is not None else None
