@@ -61,5 +61,5 @@ def test_a_hostile_rank_folder_on_a_log_axis_is_drawn_in_bounded_time(tmp_path: 
             meta.update(rank=rank, world_size=2, run_id="job39")
         write_jsonl(tmp_path / f"rank{rank}.jsonl", recs)
     app = DltopApp(str(tmp_path), follow=False, now=NOW, poll_interval=0.05)
-    keys = "end a f l end a f l a f home l".split()
+    keys = ["end", "a", "f", "l", "end", "a", "f", "l", "a", "f", "home", "l"]
     asyncio.run(_drive(app, keys))
