@@ -73,8 +73,10 @@ async def _test_zeros_on_a_log_axis_sit_on_the_floor_with_their_own_mark() -> No
 
 
 async def _test_values_at_the_edges_of_a_float_draw_instead_of_crashing() -> None:
-    # subnormal values (a broken log): their span made the drawing scale infinite
-    for values in ([1e-310, 1.05e-310, 1.1e-310], [0.0, 1e-323], [-1e300, 1e300]):
+    # subnormal values (a broken log): their span made the drawing scale infinite; values
+    # all past the drawable edge (an lr of 1e308 throughout) gave a range of no height
+    edge = ([1e308] * 3, [-1e308] * 3, [1e302, 1e303, 1e304], [-1e304, -1e303, -1e302])
+    for values in ([1e-310, 1.05e-310, 1.1e-310], [0.0, 1e-323], [-1e300, 1e300], *edge):
         v: list[float | None] = list(values)
         app = ChartApp(ChartData(start=0, end=2, traces=(Trace("x", v, v, [False] * 3),)))
         async with app.run_test(size=(40, 12)) as pilot:

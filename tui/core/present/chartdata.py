@@ -130,7 +130,9 @@ def y_range(data: ChartData) -> tuple[float, float] | None:
         return None
     # values near the float limit (1e308 from a hostile or broken log) would make the
     # span, the padding and the drawing scale overflow: they are drawn at the edge instead
-    lo, hi = max(lo, -_EDGE), min(hi, _EDGE)
+    # (both ends into [-_EDGE, _EDGE]: a run whose every value is past it, an lr of 1e308
+    # throughout, must not get a low end above its high end and a range of no height)
+    lo, hi = min(max(lo, -_EDGE), _EDGE), max(min(hi, _EDGE), -_EDGE)
     pad = (abs(hi) * 0.1 if hi else 1.0) if hi - lo < 1e-12 else (hi - lo) * 0.05
     # a floor (0 B, 0 s) is a real bound: never pad below it into impossible values; nor
     # below zero for a series that never goes there (a loss axis at -1e34 reads as a
