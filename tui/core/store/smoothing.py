@@ -105,7 +105,10 @@ class Smoother:
             keep = w ** (dx if dx > 0 else 1) if w > 0.0 else 0.0
             acc = acc * keep + (1.0 - keep) * y
             norm = norm * keep + (1.0 - keep)
-            append(acc / norm if norm > 0.0 else y)
+            v = acc / norm if norm > 0.0 else y
+            if v - v != 0.0:  # rounding past the largest float (a loss of 1.8e308): the
+                acc, norm, v = (1.0 - keep) * y, 1.0 - keep, y  # average starts again here
+            append(v)
             last_x = x
         self.acc, self.norm, self.last_x = acc, norm, last_x
         return out
