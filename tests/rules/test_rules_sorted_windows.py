@@ -10,9 +10,12 @@ from __future__ import annotations
 
 import random
 from collections import deque
+from typing import TypeVar
 
 import pytest
-from dltop.tui.core.rules.window import slide_sorted, take_every
+from dltop.tui.core.rules.window import Rolling, median_of, slide_sorted, take_every
+
+T = TypeVar("T")
 
 
 @pytest.mark.parametrize("maxlen", [2, 5, 10, 100])
@@ -41,7 +44,7 @@ def test_slide_sorted_recovers_from_a_window_changed_elsewhere() -> None:
 
 
 def _one_at_a_time(
-    sample: list[int], values: list[int], taken: int, stride: int, cap: int
+    sample: list[T], values: list[T], taken: int, stride: int, cap: int
 ) -> tuple[int, int]:
     """The loop ``take_every`` replaced, as the rules had it."""
     for x in values:
@@ -71,3 +74,18 @@ def test_take_every_keeps_the_sample_value_for_value(cap: int, seed: int) -> Non
         assert fast == slow
         assert fast_state == slow_state
     assert fast_state[1] > 1  # the stride doubled along the way: the halving was exercised
+
+
+def test_a_median_of_values_at_the_float_limit_is_that_value() -> None:
+    """The two middle values are halved before they are added: 1e308 and 1e308 have a
+    median of 1e308 (``0.5 * (a + b)`` overflowed to inf), and ordinary values the same
+    median as before, bit for bit."""
+    top = 1.7976931348623157e308
+    assert median_of([top, top]) == top and median_of([-top, -top]) == -top
+    rolling = Rolling(4)
+    rolling.extend([top] * 4)
+    assert rolling.median == top
+    rng = random.Random(3)
+    for _ in range(2000):
+        a, b = sorted(rng.uniform(-1e6, 1e6) * 10.0 ** rng.randint(-30, 30) for _ in range(2))
+        assert median_of([a, b]) == 0.5 * (a + b)

@@ -126,17 +126,6 @@ def column(
     return _Column(lo, hi, d.bad, value)
 
 
-def _median(values: list[float]) -> float | None:
-    """The median of a bucket's values, halving before adding: two ranks at 1e308 (a
-    hostile or broken log) are a median of 1e308, not an infinity the chart cannot place."""
-    s = sorted(values)
-    n = len(s)
-    if not n:
-        return None
-    mid = n // 2
-    return s[mid] if n % 2 else 0.5 * s[mid - 1] + 0.5 * s[mid]
-
-
 def _combine(
     columns: list[_Column], width: int
 ) -> tuple[list[float | None], list[float | None], list[float | None], list[bool]]:
@@ -160,7 +149,7 @@ def _combine(
             mids.append(0.5 * a + 0.5 * b)  # the same number, but 1e308 + 1e308 is inf
             lo = a if lo is None or a < lo else lo
             hi = b if hi is None or b > hi else hi
-        med.append(_median(mids))
+        med.append(median_of(mids))
         lows.append(lo)
         highs.append(hi)
         bad.append(flag)

@@ -40,7 +40,7 @@ def start_level(first: list[float]) -> float | None:
 
 def _median_sorted(s: list[float]) -> float:
     n = len(s)
-    return s[n // 2] if n % 2 else 0.5 * (s[n // 2 - 1] + s[n // 2])
+    return s[n // 2] if n % 2 else 0.5 * s[n // 2 - 1] + 0.5 * s[n // 2]  # as median_of
 
 
 class Figures:

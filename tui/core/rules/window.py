@@ -22,13 +22,15 @@ T = TypeVar("T")
 
 
 def median_of(values: Iterable[float]) -> float | None:
-    """Median of a finite collection, ``None`` when empty."""
+    """Median of a finite collection, ``None`` when empty. The two middle values are
+    halved before they are added: the same number (halving is exact), but two values of
+    1e308 (a hostile or broken log) have a median of 1e308, not an overflowed inf."""
     s = sorted(values)
     n = len(s)
     if not n:
         return None
     mid = n // 2
-    return s[mid] if n % 2 else 0.5 * (s[mid - 1] + s[mid])
+    return s[mid] if n % 2 else 0.5 * s[mid - 1] + 0.5 * s[mid]
 
 
 def quantile_of(values: Iterable[float], q: float) -> float | None:
@@ -136,7 +138,7 @@ class Rolling:
         s = sorted(self.values)
         n = len(s)
         mid = n // 2
-        self.median = s[mid] if n % 2 else 0.5 * (s[mid - 1] + s[mid])
+        self.median = s[mid] if n % 2 else 0.5 * s[mid - 1] + 0.5 * s[mid]  # as median_of
         if self.q is not None:
             self.quantile = s[min(n - 1, int(round(self.q * (n - 1))))]
 
