@@ -14,12 +14,11 @@ from __future__ import annotations
 
 import itertools
 import math
-import time
 from typing import Any
 
 import pytest
 from dltop.tui.core.present import view_model as vm
-from dltop.tui.core.present.axis import step_ticks, time_ticks, y_ticks
+from dltop.tui.core.present.axis import MAX_DECADES, step_ticks, time_ticks, y_ticks
 from dltop.tui.core.present.chartdata import ChartData, y_range
 from dltop.tui.core.present.jobview import job_chart
 from dltop.tui.core.present.overlay import overlay_chart
@@ -74,10 +73,11 @@ def _draw(data: ChartData, where: str) -> None:
     rng = y_range(data)
     if rng is not None:
         assert all(map(math.isfinite, rng)) and rng[1] > rng[0], (where, rng)
+        # a log axis is in decades: more than floats span is a range the tick search
+        # would walk one decade at a time (1e300 of them: out of memory)
+        assert not data.log or rng[1] - rng[0] <= MAX_DECADES, (where, rng)
         rasterise(data, rng, 60, 10)
-        began = time.perf_counter()
         y_ticks(rng[0], rng[1], 10, data.log, data.unit, 7)
-        assert time.perf_counter() - began < 5.0, (where, "ticks took seconds", rng)
     step_ticks(data.start, data.end, 60)
     if data.x_time is not None:
         time_ticks(data.x_time[0], data.x_time[1], 60)

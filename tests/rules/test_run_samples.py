@@ -12,18 +12,13 @@ import math
 
 import pytest
 from dltop.tui.core.rules import RuleEngine
+from test_rules_sorted_windows import _one_at_a_time
 
 
-def _plain(values: list[object], cap: int) -> tuple[list[object], int, int]:
-    sample: list[object] = []
-    taken, stride = 0, 1
-    for x in values:
-        taken += 1
-        if taken % stride == 0:
-            sample.append(x)
-            if len(sample) >= cap:
-                del sample[1::2]
-                stride *= 2
+def _plain(values: list[float], cap: int) -> tuple[list[float], int, int]:
+    """The one-at-a-time loop ``take_every`` replaced (``test_rules_sorted_windows``)."""
+    sample: list[float] = []
+    taken, stride = _one_at_a_time(sample, values, 0, 1, cap)
     return sample, taken, stride
 
 
