@@ -11,7 +11,11 @@ from __future__ import annotations
 
 import json
 import math
+import multiprocessing
 import os
+import sys
+import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +32,30 @@ T0 = 1_700_000_000.0
 WORLD = 6
 STEPS = 1500
 
-pytestmark = pytest.mark.skipif(not workers.can_fork(), reason="workers need Linux's fork")
+pytestmark = pytest.mark.skipif(
+    sys.platform != "linux" or "fork" not in multiprocessing.get_all_start_methods(),
+    reason="workers need Linux's fork",
+)
+
+
+@pytest.fixture(autouse=True)
+def _this_thread_alone() -> None:
+    """Workers are forked only while this process runs one thread (``workers.can_fork``).
+    An earlier test in this pytest process may have left one ending (a socket helper, a
+    DataLoader's queue feeder): wait for it, and end tqdm's monitor, which a Trainer's
+    progress bars start and which lives until told (the next bar starts a new one).
+    A thread still left is named here: otherwise the check would quietly run in one process."""
+    deadline = time.monotonic() + 15.0
+    monitor = sys.modules.get("tqdm._monitor")
+    for thread in threading.enumerate():
+        if thread is threading.main_thread():
+            continue
+        if monitor is not None and isinstance(thread, monitor.TMonitor):
+            thread.exit()
+        thread.join(max(0.0, deadline - time.monotonic()))
+    left = [t.name for t in threading.enumerate() if t is not threading.main_thread()]
+    assert not left, f"threads an earlier test left running keep workers from forking: {left}"
+    assert workers.can_fork()
 
 
 def _rank(rank: int) -> list[dict[str, Any]]:

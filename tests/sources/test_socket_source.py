@@ -125,6 +125,10 @@ class Proxy:
 
     def close(self) -> None:
         self.cut()
+        try:  # wakes the accept() of its thread (close alone would leave it blocked)
+            self.listener.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
         self.listener.close()
 
 
