@@ -5,12 +5,14 @@ from __future__ import annotations
 import os
 import shutil
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from threadkit import threads_left
 
 
 @pytest.fixture(scope="session")
@@ -39,3 +41,17 @@ def short_dir() -> Iterator[Path]:
     d.mkdir(mode=0o700)
     yield d
     shutil.rmtree(d, ignore_errors=True)
+
+
+@pytest.fixture(autouse=True)
+def _no_thread_left_running(request: pytest.FixtureRequest) -> Iterator[None]:
+    """A test ends the threads it starts (``tests/threadkit.py`` says why): after its own
+    fixtures are torn down, each new thread gets up to 10 s to end; one still running
+    fails the test that left it, by name. Not for the slow tier's trainings and jobs,
+    which run one test after the other in one process and fork nothing there."""
+    before = set(threading.enumerate())
+    yield
+    if request.node.get_closest_marker("slow") is None:
+        left = threads_left(before, within=10.0)
+        if left:
+            pytest.fail(f"the test left threads running: {', '.join(left)}", pytrace=False)

@@ -15,7 +15,6 @@ import multiprocessing
 import os
 import sys
 import threading
-import time
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +25,7 @@ from dltop.tui.check_output import as_json, verdict_of
 from dltop.tui.core.rules import Config
 from dltop.tui.core.sources import workers
 from test_check_cmd import ctrl_c
+from threadkit import threads_left
 
 ROOT = Path(__file__).resolve().parents[2]
 T0 = 1_700_000_000.0
@@ -40,20 +40,10 @@ pytestmark = pytest.mark.skipif(
 
 @pytest.fixture(autouse=True)
 def _this_thread_alone() -> None:
-    """Workers are forked only while this process runs one thread (``workers.can_fork``).
-    An earlier test in this pytest process may have left one ending (a socket helper, a
-    DataLoader's queue feeder): wait for it, and end tqdm's monitor, which a Trainer's
-    progress bars start and which lives until told (the next bar starts a new one).
-    A thread still left is named here: otherwise the check would quietly run in one process."""
-    deadline = time.monotonic() + 15.0
-    monitor = sys.modules.get("tqdm._monitor")
-    for thread in threading.enumerate():
-        if thread is threading.main_thread():
-            continue
-        if monitor is not None and isinstance(thread, monitor.TMonitor):
-            thread.exit()
-        thread.join(max(0.0, deadline - time.monotonic()))
-    left = [t.name for t in threading.enumerate() if t is not threading.main_thread()]
+    """Workers are forked only while this process runs one thread (``workers.can_fork``):
+    what an earlier test in this pytest process left ending is waited for, and a thread
+    still running is named here; otherwise the check would quietly run in one process."""
+    left = threads_left([threading.main_thread()], within=15.0)
     assert not left, f"threads an earlier test left running keep workers from forking: {left}"
     assert workers.can_fork()
 
