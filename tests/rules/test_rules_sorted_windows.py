@@ -8,12 +8,14 @@ order, equal values (ties, ``0.0`` and ``-0.0``) included.
 
 from __future__ import annotations
 
+import math
 import random
 from collections import deque
 from typing import TypeVar
 
 import pytest
-from dltop.tui.core.rules.window import Rolling, median_of, slide_sorted, take_every
+from dltop.tui.core.rules.evalseries import centred_medians
+from dltop.tui.core.rules.window import Rolling, median_of, midpoint, slide_sorted, take_every
 
 T = TypeVar("T")
 
@@ -77,15 +79,31 @@ def test_take_every_keeps_the_sample_value_for_value(cap: int, seed: int) -> Non
 
 
 def test_a_median_of_values_at_the_float_limit_is_that_value() -> None:
-    """The two middle values are halved before they are added: 1e308 and 1e308 have a
-    median of 1e308 (``0.5 * (a + b)`` overflowed to inf), and ordinary values the same
-    median as before, bit for bit."""
+    """1e308 and 1e308 have a median of 1e308 (``0.5 * (a + b)`` overflowed to inf); every
+    other pair the same median as ``0.5 * (a + b)``, bit for bit: subnormals too, where
+    halving before adding loses the last bit (5e-324 and 5e-324 had a median of 0.0)."""
     top = 1.7976931348623157e308
     assert median_of([top, top]) == top and median_of([-top, -top]) == -top
+    assert midpoint(top, top / 2) == 0.5 * top + 0.25 * top
+    assert median_of([math.inf, 1.0]) == math.inf and math.isnan(midpoint(math.inf, -math.inf))
     rolling = Rolling(4)
     rolling.extend([top] * 4)
     assert rolling.median == top
+    tiny = 5e-324
+    assert median_of([tiny, tiny]) == tiny and median_of([-tiny, -tiny]) == -tiny
+    assert (
+        centred_medians([tiny, tiny, tiny])
+        == [tiny] * 3
+        == [median_of([tiny] * k) for k in (2, 3, 2)]
+    )
     rng = random.Random(3)
-    for _ in range(2000):
-        a, b = sorted(rng.uniform(-1e6, 1e6) * 10.0 ** rng.randint(-30, 30) for _ in range(2))
-        assert median_of([a, b]) == 0.5 * (a + b)
+    for _ in range(20000):
+        a, b = sorted(
+            rng.choice((1, -1)) * rng.random() * 2.0 ** rng.randint(-1074, 1023) for _ in range(2)
+        )
+        want = 0.5 * (a + b)
+        got = median_of([a, b])
+        if math.isinf(want):
+            assert got is not None and a <= got <= b and not math.isinf(got)
+        else:
+            assert repr(got) == repr(want), (a, b)

@@ -22,7 +22,7 @@ from ..ranks.compare import EXCESS_SHARE, MIN_EXCESS_S
 from ..ranks.crossrank import CrossRank
 from ..ranks.jobs import RankLog
 from ..rules.alerts import SEVERITY_RANK
-from ..rules.window import median_of
+from ..rules.window import median_of, midpoint
 from ..store import smoothing
 from ..text.fmt import compact, compact_bytes
 from . import panels
@@ -146,7 +146,7 @@ def _combine(
             a, b = c.lo[i], c.hi[i]
             if a is None or b is None:
                 continue
-            mids.append(0.5 * a + 0.5 * b)  # the same number, but 1e308 + 1e308 is inf
+            mids.append(midpoint(a, b))  # not inf for two values of 1e308
             lo = a if lo is None or a < lo else lo
             hi = b if hi is None or b > hi else hi
         med.append(median_of(mids))

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections import deque
 
 from .evals import EvalTrend
-from .window import log_spread, median_of, slide_sorted
+from .window import log_spread, median_of, midpoint, slide_sorted
 
 FIRST_VALUES = 20  # finite losses whose median is "the start" of the run
 PROGRESS_BLOCKS = 64  # block medians kept for the progress gate (the first one always)
@@ -40,7 +40,7 @@ def start_level(first: list[float]) -> float | None:
 
 def _median_sorted(s: list[float]) -> float:
     n = len(s)
-    return s[n // 2] if n % 2 else 0.5 * s[n // 2 - 1] + 0.5 * s[n // 2]  # as median_of
+    return s[n // 2] if n % 2 else midpoint(s[n // 2 - 1], s[n // 2])  # as median_of
 
 
 class Figures:

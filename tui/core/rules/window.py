@@ -21,16 +21,30 @@ from ....probe.schema import Records
 T = TypeVar("T")
 
 
+def midpoint(a: float, b: float) -> float:
+    """Half-way between two values (a median of an even count): ``0.5 * (a + b)``, to the
+    bit, except where the sum overflows and both are finite (two values near 1e308, from a
+    hostile or broken log): then they are halved before they are added, a finite number
+    instead of an inf. Not halved first always: halving a subnormal loses its last bit
+    (the two middle values 5e-324 and 5e-324 would have a median of 0.0)."""
+    m = 0.5 * (a + b)
+    if m == _INF or m == -_INF:  # overflowed, or one of them is infinite (then the same inf)
+        return 0.5 * a + 0.5 * b
+    return m
+
+
+_INF = math.inf
+
+
 def median_of(values: Iterable[float]) -> float | None:
-    """Median of a finite collection, ``None`` when empty. The two middle values are
-    halved before they are added: the same number (halving is exact), but two values of
-    1e308 (a hostile or broken log) have a median of 1e308, not an overflowed inf."""
+    """Median of a finite collection, ``None`` when empty; an even count's two middle
+    values meet at their :func:`midpoint`."""
     s = sorted(values)
     n = len(s)
     if not n:
         return None
     mid = n // 2
-    return s[mid] if n % 2 else 0.5 * s[mid - 1] + 0.5 * s[mid]
+    return s[mid] if n % 2 else midpoint(s[mid - 1], s[mid])
 
 
 def quantile_of(values: Iterable[float], q: float) -> float | None:
@@ -138,7 +152,7 @@ class Rolling:
         s = sorted(self.values)
         n = len(s)
         mid = n // 2
-        self.median = s[mid] if n % 2 else 0.5 * s[mid - 1] + 0.5 * s[mid]  # as median_of
+        self.median = s[mid] if n % 2 else midpoint(s[mid - 1], s[mid])  # as median_of
         if self.q is not None:
             self.quantile = s[min(n - 1, int(round(self.q * (n - 1))))]
 
