@@ -17,9 +17,10 @@ import math
 from typing import Any
 
 import pytest
+from dltop.tui.core.present import svgchart
 from dltop.tui.core.present import view_model as vm
 from dltop.tui.core.present.axis import MAX_DECADES, step_ticks, time_ticks, y_ticks
-from dltop.tui.core.present.chartdata import ChartData, y_range
+from dltop.tui.core.present.chartdata import ChartData, off_scale_marks, y_range
 from dltop.tui.core.present.jobview import job_chart
 from dltop.tui.core.present.overlay import overlay_chart
 from dltop.tui.core.present.panels import PANELS, panel_chart
@@ -68,8 +69,9 @@ def _model(records: list[dict[str, Any]], name: str) -> RunModel:
     return m
 
 
-def _draw(data: ChartData, where: str) -> None:
-    """What the chart widget does with a panel's data, without the widget."""
+def _draw(data: ChartData, where: str, svg: bool) -> None:
+    """What the chart widget does with a panel's data, without the widget; ``svg``: and
+    the report's chart of it (``svgchart.render``)."""
     rng = y_range(data)
     if rng is not None:
         assert all(map(math.isfinite, rng)) and rng[1] > rng[0], (where, rng)
@@ -77,7 +79,10 @@ def _draw(data: ChartData, where: str) -> None:
         # would walk one decade at a time (1e300 of them: out of memory)
         assert not data.log or rng[1] - rng[0] <= MAX_DECADES, (where, rng)
         rasterise(data, rng, 60, 10)
+        off_scale_marks(data, rng, 60)
         y_ticks(rng[0], rng[1], 10, data.log, data.unit, 7)
+    if svg:
+        assert svgchart.render(data, where).startswith("<svg"), where
     step_ticks(data.start, data.end, 60)
     if data.x_time is not None:
         time_ticks(data.x_time[0], data.x_time[1], 60)
@@ -98,10 +103,12 @@ def test_every_panel_draws_fields_at_the_float_limits() -> None:
             overlay = overlay_runs(["/a.jsonl", "/b.jsonl"], [healthy, single])
             for spec in PANELS:
                 for state in STATES:
+                    svg = state == STATES[0]  # the report draws the default view
+                    at = f"{where} {spec.key}"
                     with vm.locked(single):
-                        _draw(panel_chart(single, spec.key, state, 60), f"{where} {spec.key}")
-                    _draw(overlay_chart(overlay, spec.key, state, 60), f"{where} {spec.key} A B")
-                    _draw(job_chart(ranks, spec.key, state, 60), f"{where} {spec.key} job")
+                        _draw(panel_chart(single, spec.key, state, 60), at, svg)
+                    _draw(overlay_chart(overlay, spec.key, state, 60), f"{at} A B", svg)
+                    _draw(job_chart(ranks, spec.key, state, 60), f"{at} job", svg)
         except Exception as exc:  # every case is reported, not only the first
             failures.append(f"{where}: {type(exc).__name__}: {str(exc)[:160]}")
     assert not failures, f"{len(failures)} cases failed:\n" + "\n".join(failures[:20])

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import math
 
+from .window import midpoint
+
 # one evaluation: (step, eval loss, train loss at that step)
 Evaluation = tuple[int | None, float, float | None]
 RECENT = 64  # evaluations a judgement reads
@@ -71,7 +73,7 @@ def centred_medians(raw: list[float]) -> list[float]:
     if n < 2:
         return [raw[0] or 0.0] if n else []
     # ``or 0.0``: as the slices' medians were taken (``median_of(...) or 0.0``), a -0.0 is 0.0
-    out = [0.5 * (raw[0] + raw[1]) or 0.0]
+    out = [midpoint(raw[0], raw[1]) or 0.0]
     for x, y, z in zip(raw, raw[1:], raw[2:], strict=False):
         # the middle of a stable sort of three (equal values keep their order, as in
         # sorted(): 0.0 and -0.0 are equal and must come out as sorted() leaves them)
@@ -80,7 +82,7 @@ def centred_medians(raw: list[float]) -> list[float]:
         if z < y:
             y = x if z < x else z
         out.append(y or 0.0)
-    out.append(0.5 * (raw[-2] + raw[-1]) or 0.0)
+    out.append(midpoint(raw[-2], raw[-1]) or 0.0)
     return out
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections import deque
 
 from .evals import EvalTrend
-from .window import log_spread, median_of, midpoint, slide_sorted
+from .window import log_spread, median_of, median_of_sorted, slide_sorted
 
 FIRST_VALUES = 20  # finite losses whose median is "the start" of the run
 PROGRESS_BLOCKS = 64  # block medians kept for the progress gate (the first one always)
@@ -36,11 +36,6 @@ def start_level(first: list[float]) -> float | None:
     if onset is None:
         return median_of(first)
     return median_of(first[:onset]) if onset else median_of([x for x in first if x < cap])
-
-
-def _median_sorted(s: list[float]) -> float:
-    n = len(s)
-    return s[n // 2] if n % 2 else midpoint(s[n // 2 - 1], s[n // 2])  # as median_of
 
 
 class Figures:
@@ -104,7 +99,7 @@ class Figures:
             self.loss_seen += len(losses)
             s = self._loss_sorted
             slide_sorted(self.loss_win, s, losses)
-            self.loss_med = _median_sorted(s)
+            self.loss_med = median_of_sorted(s)
             self.loss_wmax = s[-1]
             self.loss_p90 = s[int(0.9 * (len(s) - 1))]
             self.loss_spread = log_spread(s)
@@ -126,7 +121,7 @@ class Figures:
             s = self._gn_sorted
             slide_sorted(self.gn_win, s, gns)
             n = len(s)
-            self.gn_med = _median_sorted(s)
+            self.gn_med = median_of_sorted(s)
             self.gn_wmax = s[-1]
             self.gn_p90 = s[int(0.9 * (n - 1))]
             self.gn_spread = log_spread(s)

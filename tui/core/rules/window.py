@@ -13,12 +13,15 @@ from __future__ import annotations
 import math
 from bisect import bisect_left
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from typing import TypeVar, cast
 
 from ....probe.schema import Records
 
 T = TypeVar("T")
+
+
+_INF = math.inf
 
 
 def midpoint(a: float, b: float) -> float:
@@ -33,18 +36,18 @@ def midpoint(a: float, b: float) -> float:
     return m
 
 
-_INF = math.inf
+def median_of_sorted(s: Sequence[float]) -> float:
+    """The median of values already sorted (at least one): the middle one, or the
+    :func:`midpoint` of the two middle ones. Every median of the rules is this one."""
+    n = len(s)
+    mid = n // 2
+    return s[mid] if n % 2 else midpoint(s[mid - 1], s[mid])
 
 
 def median_of(values: Iterable[float]) -> float | None:
-    """Median of a finite collection, ``None`` when empty; an even count's two middle
-    values meet at their :func:`midpoint`."""
+    """Median of a finite collection, ``None`` when empty."""
     s = sorted(values)
-    n = len(s)
-    if not n:
-        return None
-    mid = n // 2
-    return s[mid] if n % 2 else midpoint(s[mid - 1], s[mid])
+    return median_of_sorted(s) if s else None
 
 
 def quantile_of(values: Iterable[float], q: float) -> float | None:
@@ -150,10 +153,9 @@ class Rolling:
 
     def _recompute(self) -> None:
         s = sorted(self.values)
-        n = len(s)
-        mid = n // 2
-        self.median = s[mid] if n % 2 else midpoint(s[mid - 1], s[mid])  # as median_of
+        self.median = median_of_sorted(s)
         if self.q is not None:
+            n = len(s)
             self.quantile = s[min(n - 1, int(round(self.q * (n - 1))))]
 
     def clear(self) -> None:
