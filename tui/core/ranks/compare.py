@@ -29,7 +29,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ....probe.schema import Record, as_float, as_step
+from ....probe.schema import MAX_STEP, Record, as_float, as_step
 from ..rules.alerts import CRITICAL, WARNING, Alert
 from ..rules.crashcatalogue import CatalogueError, secondary_patterns
 from ..rules.engine import RuleEngine
@@ -65,11 +65,19 @@ class RankTimes:
         return self.data if name == "data" else self.forward
 
     def feed(self, records: Iterable[Record]) -> None:
+        # every rank's every step passes here: the usual values (an int step, float
+        # times) are taken as they are, anything else goes through as_step / as_float
+        # (the same values: both return an int or a float unchanged)
+        get = dict.get
         for rec in records:
-            if rec.get("kind") != "step":
+            if get(rec, "kind") != "step":
                 continue
-            step = as_step(rec.get("step"))
-            st = as_float(rec.get("step_time"))
+            step = get(rec, "step")
+            if type(step) is not int or not -MAX_STEP < step < MAX_STEP:
+                step = as_step(step)
+            st = get(rec, "step_time")
+            if type(st) is not float:
+                st = as_float(st)
             if step is None or st is None or not 0 < st < 1e6:
                 continue
             b = step // BUCKET_STEPS
@@ -78,10 +86,14 @@ class RankTimes:
                 self._cur = b
             if len(self._s) >= BUCKET_RECORDS:
                 continue  # a step number that never advances: the block has its sample
-            dt = as_float(rec.get("data_time"))
+            dt = get(rec, "data_time")
+            if type(dt) is not float:
+                dt = as_float(dt)
             self._s.append(st)
             self._d.append(dt if dt is not None and 0 <= dt < 1e6 else 0.0)
-            ft = as_float(rec.get("forward_time"))
+            ft = get(rec, "forward_time")
+            if type(ft) is not float:
+                ft = as_float(ft)
             if ft is not None and 0 <= ft < 1e6:
                 self._f.append(ft)
 

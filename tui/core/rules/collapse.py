@@ -128,22 +128,20 @@ class LossCollapse(Rule):
             and 2 * self.zeros >= self.since_zero
             and step - self.zero_from >= self.zero_from - first
         )
-        start = median_of(self.start) or 0.0
         value = self.c_lo
-        precise = 10.0**-self.places <= 1e-3 * abs(value) if value else False
+        # the cheap conditions first: the start level and the decimals are worked out
+        # only for a stretch long enough to count (most blocks end before them)
         constant = (
             not zero
             and self.c_from is not None
             and self.c_n >= self.min_records
             and value != 0.0
-            and precise
-            and abs(value) >= self.floor_ratio * abs(start)
             and step - self.c_from >= self.c_from - first
+            and 10.0**-self.places <= 1e-3 * abs(value)  # precise: the losses' decimals
+            and abs(value) >= self.floor_ratio * abs(median_of(self.start) or 0.0)
         )
-        if zero:
-            self._fire(e, step, "zero", start)
-        elif constant:
-            self._fire(e, step, "constant", start)
+        if zero or constant:
+            self._fire(e, step, "zero" if zero else "constant", median_of(self.start) or 0.0)
         elif self.tr.active:
             self.tr.clear(step)
 

@@ -45,7 +45,6 @@ class DataBound(Rule):
         self.hits = 0
         self.hit_start: int | None = None
         self.pushed = 0
-        self.median_share: float | None = None
 
     def alert_trackers(self) -> list[Tracker]:
         return [self.tr]
@@ -96,10 +95,10 @@ class DataBound(Rule):
         self.pushed += pushed
         if not pushed or self.pushed < self.min_steps or self.pushed // 10 == before // 10:
             return  # judged every 10 timed steps
-        share = median_of(self.share) or 0.0
-        self.median_share = share
         if not self.on:
             return
+        # no share at the bar: the median is below it too (no sort; the usual healthy run)
+        share = (median_of(self.share) or 0.0) if max(self.share) >= self.warn else -1.0
         if share >= self.warn and (median_of(self.dt) or 0.0) >= self.min_dt:
             if self.hits == 0:
                 self.hit_start = self._onset()

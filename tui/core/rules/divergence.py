@@ -88,7 +88,12 @@ class Divergence(Rule):
         self.ema_step: int | None = None  # the step of the last loss the smoother took
         self.below_from = 0  # the step the current run below the line began
         self.nonpositive = False
-        self.spread_at_min = 0.0
+        # the noise of one record when the baseline was set; None: not worked out yet
+        # (``_noise``: its sort is paid only when a loss nears the line, not at every new
+        # low of a falling loss), from ``noise_src`` and ``noise_else`` as they were then
+        self.spread_at_min: float | None = 0.0
+        self.noise_src: list[float] = []
+        self.noise_else = 0.0
         self.diffs_src: deque[float] = deque(maxlen=101)  # the last log losses (noise)
 
     def alert_trackers(self) -> list[Tracker]:
@@ -123,9 +128,14 @@ class Divergence(Rule):
                 # noise of one record, from record-to-record differences: the window's
                 # spread would also hold the trend (a sparse log's 100 records can span
                 # the whole early descent), the differences hold only the noise
-                self.spread_at_min = step_noise(list(self.diffs_src)) or fig.loss_spread
+                self.spread_at_min = None
+                self.noise_src = list(self.diffs_src)
+                self.noise_else = fig.loss_spread
         a = self.alpha
-        dense = max(self.log_ratio, self.noise_sigmas * self.noise_gain * self.spread_at_min)
+        # the line a loss must cross is at least ``log_ratio`` (the noise allowance only
+        # raises it): below that no loss needs the allowance, whose sort is paid only then
+        floor = self.log_ratio
+        dense: float | None = None
         log = math.log
         # the per-loss state in locals, written back before anything that may read it (a
         # judgement, the return on a non-positive loss, the end): this loop runs for every
@@ -143,14 +153,10 @@ class Divergence(Rule):
             append(x)
             gap = step - ema_step if ema_step is not None else 1
             ema_step = step
-            if gap == 1 or gap <= 0:
-                a_eff, line = a, dense
-            else:
-                # a log written every `gap` steps: the smoother runs in steps, not records
-                # (each record already averages its steps in HF / Lightning logs)
-                a_eff = 1.0 - (1.0 - a) ** min(gap, 10_000)
-                gain = math.sqrt(a_eff / (2.0 - a_eff))
-                line = max(self.log_ratio, self.noise_sigmas * gain * self.spread_at_min)
+            # a log written every `gap` steps: the smoother runs in steps, not records
+            # (each record already averages its steps in HF / Lightning logs)
+            each = gap == 1 or gap <= 0
+            a_eff = a if each else 1.0 - (1.0 - a) ** min(gap, 10_000)
             ema = x if ema is None else ema + a_eff * (x - ema)
             seen += 1
             if first_step is None:
@@ -158,8 +164,17 @@ class Divergence(Rule):
             if (
                 base is not None
                 and (seen > warmup or (seen >= 3 and step - first_step > warmup))
-                and (ema - base >= line or run_or_active)
+                and (ema - base >= floor or run_or_active)
             ):
+                if each:
+                    if dense is None:
+                        dense = max(floor, self.noise_sigmas * self.noise_gain * self._noise())
+                    line = dense
+                else:
+                    gain = math.sqrt(a_eff / (2.0 - a_eff))
+                    line = max(floor, self.noise_sigmas * gain * self._noise())
+                if ema - base < line and not run_or_active:
+                    continue
                 self.ema, self.ema_step, self.seen, self.first_step = (
                     ema,
                     ema_step,
@@ -169,6 +184,15 @@ class Divergence(Rule):
                 self._judge(e, step, ema, line)
                 run_or_active = bool(self.run) or self.tr.active
         self.ema, self.ema_step, self.seen, self.first_step = ema, ema_step, seen, first_step
+
+    def _noise(self) -> float:
+        """The noise of one record as of the baseline, worked out the first time it is
+        needed (the same value as at the baseline: from the losses kept then)."""
+        spread = self.spread_at_min
+        if spread is None:
+            spread = self.spread_at_min = step_noise(self.noise_src) or self.noise_else
+            self.noise_src = []
+        return spread
 
     def _take(self, e: EngineState, b: Block) -> None:
         """The block's losses into the run's sample, the first losses and the early window;

@@ -7,6 +7,7 @@ noisy to say anything. (Plateau: rules/plateau.py; overfitting: rules/overfittin
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Iterable
 from operator import mul, sub
 from typing import TYPE_CHECKING
 
@@ -99,15 +100,29 @@ class Oscillation(Rule):
             self._judge(e, step)
 
     def _judge(self, e: EngineState, step: int) -> None:
-        meds = list(self.meds)
-        noise = sorted(self.noise)[len(self.noise) // 2] * 1.2533 / self.block**0.5
-        swings = _swings(meds, self.amp, self.noise_k * noise)
         num, den = self.ac_num, self.ac_den
-        level = sorted(meds)[len(meds) // 2]
         ac = num / den if den > 0 else None
-        rms = (den / (len(self.ac) * self.block)) ** 0.5
-        slow = swings >= self.min_swings
-        fast = ac is not None and ac <= self.autocorr and level > 0 and rms >= self.amp / 3 * level
+        # neither signature can hold without a two-cycle and with no two block medians far
+        # enough apart for one swing: the usual healthy window, judged without the zigzag
+        # walk (and, when the range alone tells, without the sorts); nothing they give is
+        # read below then
+        quiet = not (ac is not None and ac <= self.autocorr) and self.min_swings > 0
+        slow = fast = False
+        if not quiet or not no_swing(self.meds, self.amp, 0.0):
+            noise = sorted(self.noise)[len(self.noise) // 2] * 1.2533 / self.block**0.5
+            floor = self.noise_k * noise
+            if not quiet or not no_swing(self.meds, self.amp, floor):
+                meds = list(self.meds)
+                swings = _swings(meds, self.amp, floor)
+                level = sorted(meds)[len(meds) // 2]
+                rms = (den / (len(self.ac) * self.block)) ** 0.5
+                slow = swings >= self.min_swings
+                fast = (
+                    ac is not None
+                    and ac <= self.autocorr
+                    and level > 0
+                    and rms >= self.amp / 3 * level
+                )
         if (slow or fast) and not e.in_grace:
             if self.hits == 0:
                 self.hit_start = step
@@ -139,6 +154,18 @@ class Oscillation(Rule):
             ev["window_start"] = self.start[0]
             self.tr.fire(self.hit_start, WARNING, "Loss oscillates", msg, ev, t=e.t, refresh=True)
             self.tr.hold(step)
+
+
+def no_swing(xs: Iterable[float], rel: float, floor: float) -> bool:
+    """Whether :func:`_swings` (``xs``, ``rel``, ``floor``) must count 0, from the values'
+    range alone: every move it counts is more than 0, at least ``floor``, at most the
+    range (float subtraction is monotonic) and at least ``rel`` times the magnitude of one
+    of the values, so at least ``rel`` times the smallest. C-level passes, not the walk."""
+    lo, hi = min(xs), max(xs)
+    reach = hi - lo
+    if not reach > 0 or reach < floor:
+        return True
+    return reach < rel * (lo if lo >= 0 else min(map(abs, xs)))
 
 
 def _swings(xs: list[float], rel: float, floor: float) -> int:

@@ -132,6 +132,15 @@ class Plateau(Rule):
         )
         # windows in steps, not records: a window closes once it spans cur_len steps and
         # holds a few losses (a log written every 50 steps fills a 50-step window with one)
+        cur = self.cur
+        n = len(cur) + len(losses)
+        if (
+            cur
+            and n < self.cur_len
+            and (n < MIN_WINDOW_LOSSES or max(steps) - self.cur_start + 1 < self.cur_len)
+        ):
+            cur.extend(losses)  # the usual block: the open window goes on, none closes
+            return
         for step, loss in zip(steps, losses, strict=True):
             if not self.cur:
                 self.cur_start = step
