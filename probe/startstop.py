@@ -131,13 +131,18 @@ class StartStop:
         )
         learn_start(self)
         self._where.move(OUTSIDE_LOOP)
-        w.start()
-        if self._use_system:
-            self._sampler = start_sampler(self._emit, self._system_interval, self._error)
+        # the signal handlers before the writer thread: once ``meta`` is in the log, a
+        # SIGTERM (a scheduler's, a dead parent's PDEATHSIG) is recorded. Started after
+        # them, the writer left a window in which the log had its meta and the default
+        # action ended the process without a word (a test found it; race-free now: a
+        # signal before the writer runs is written by the handler's own flush)
         if self._use_crash:
             self._crash = install_crash(
                 self._emit, self._flush, lambda: self._last_step, self._error
             )
+        if self._use_system:
+            self._sampler = start_sampler(self._emit, self._system_interval, self._error)
+        w.start()
         atexit.register(self._at_exit)
         self._prev_end = perf_counter()
         return self

@@ -1,0 +1,60 @@
+"""A SIGTERM that comes as soon as the log exists is recorded (the start-up window).
+
+``Probe.start`` used to start the writer thread, which writes ``meta`` at once, before it
+installed the signal handlers. A SIGTERM in between (a scheduler's, or the kernel's when
+a parent such as ``dltop demo`` dies: PR_SET_PDEATHSIG) ended the process by the default
+action with no record, while its log already said a run had begun: 10 of 10 such kills
+lost their event. The slow tier's demo test that kills `dltop demo` once the demo's log
+has its meta failed once in CI, likely in this window. Here the kill comes the moment
+the log has bytes, polled every half millisecond.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from dltop.probe.decoding import read_records
+from dltop.probe.schema import EV_SIGNAL, EVENT
+
+ROOT = Path(__file__).resolve().parents[2]
+
+CHILD = """
+import sys, time
+from dltop.probe import Probe
+Probe(path=sys.argv[1]).start()
+time.sleep(30)
+"""
+
+
+def _killed_at_start(log: Path) -> tuple[int, list[dict[str, object]]]:
+    child = subprocess.Popen([sys.executable, "-c", CHILD, str(log)], cwd=ROOT)
+    try:
+        deadline = time.monotonic() + 60
+        while not (log.exists() and log.stat().st_size > 0):
+            assert child.poll() is None, "the probe's process ended before writing its log"
+            assert time.monotonic() < deadline, "no log after 60 s"
+            time.sleep(0.0005)
+        child.send_signal(signal.SIGTERM)
+        code = child.wait(30)
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait()
+    records, _ = read_records(str(log))
+    return code, records
+
+
+def test_a_sigterm_as_soon_as_the_log_exists_is_recorded(tmp_path: Path) -> None:
+    for i in range(3):
+        log = tmp_path / f"run{i}.jsonl"
+        code, records = _killed_at_start(log)
+        assert code == -signal.SIGTERM  # it still dies by the signal, as without the probe
+        assert records and records[0].get("kind") == "meta"
+        signals = [r for r in records if r.get("kind") == EVENT and r.get("type") == EV_SIGNAL]
+        assert [s.get("signal") for s in signals] == ["SIGTERM"], (i, records)
+        os.unlink(log)
