@@ -18,7 +18,8 @@ from dltop.tui.core.rules.blowup import step_noise
 from dltop.tui.core.rules.divergence import Divergence
 from dltop.tui.core.rules.nonfinite_metrics import _all_skipped
 from dltop.tui.core.rules.oscillation import _swings, no_swing
-from dltop.tui.core.rules.window import Block
+from dltop.tui.core.rules.plateau import MIN_WINDOW_LOSSES, Plateau
+from dltop.tui.core.rules.window import Block, finite_losses, median_of
 from rulekit import Run
 
 _ODD = (0.0, -0.0, 5e-324, -5e-324, 1e308, -1e308, 1.0, -1.0, 0.3, 2.0)
@@ -122,3 +123,67 @@ def test_the_divergence_noise_worked_out_late_is_the_noise_at_the_baseline() -> 
     """The noise allowance is sorted out only when a loss nears the line; it must be the
     value the eager code took when the baseline was set, from the losses kept then."""
     assert all(_baselines_checked(seed) > 50 for seed in range(4))
+
+
+def _reference_windows(p: Plateau, e: Any, b: Block) -> None:
+    """The plateau's windows the long way: every loss one at a time (as before the
+    short cut that extends an open window by a whole block)."""
+    steps, losses = finite_losses(b)
+    if not steps:
+        return
+    if p.first_step is None:
+        p.first_step = steps[0]
+    for step, loss in zip(steps, losses, strict=True):
+        if not p.cur:
+            p.cur_start = step
+            span = min(max(e.steps, step - p.first_step + 1), 1 << 62)
+            p.cur_len = max(p.window, int(p.frac * span))
+        p.cur.append(loss)
+        n = len(p.cur)
+        if n >= p.cur_len or (n >= MIN_WINDOW_LOSSES and step - p.cur_start + 1 >= p.cur_len):
+            p.blocks.append((median_of(p.cur) or 0.0, None, None, p.cur_start))
+            p.cur = []
+
+
+def test_the_plateau_windows_close_where_one_loss_at_a_time_closes_them() -> None:
+    """Blocks of 1 to 30 losses, steps 1 to 60 apart, windows of every length the rule
+    makes: the windows (start, median) and the open one match the long way's."""
+    rng = random.Random(11)
+    for trial in range(300):
+        eng = RuleEngine()
+        fast, slow = eng.plateau_rule, Plateau(eng, lambda: None, lambda: None)
+        fast.window = slow.window = rng.choice((3, 10, 50, 200))
+        step, closed = rng.randint(0, 100), 0
+        for _ in range(rng.randint(5, 80)):
+            b = Block()
+            for _ in range(rng.randint(1, 30)):
+                step += rng.choice((1, 1, 1, 2, 7, 60))
+                b.steps.append(step)
+                b.loss.append(rng.choice((None, 1.0 + rng.random())))
+            eng.steps = b.steps[-1]
+            fast.on_block(eng, b)
+            _reference_windows(slow, eng, b)
+            assert [(w[0], w[3]) for w in fast.blocks] == [(w[0], w[3]) for w in slow.blocks]
+            assert (fast.cur, fast.cur_start, fast.cur_len) == (
+                slow.cur,
+                slow.cur_start,
+                slow.cur_len,
+            )
+            closed = max(closed, len(fast.blocks))
+        assert closed > 0 or trial % 10, trial  # windows do close
+
+
+def test_a_data_share_exactly_at_the_bar_is_judged_at_the_bar() -> None:
+    """data-bound sorts its window only when some share reaches ``warn``: a run whose
+    every share is exactly ``warn`` (0.1 s of 1 s) must still be named."""
+    recs: list[dict[str, Any]] = [{"kind": "meta", "v": 1, "pid": 1, "t": 0.0}]
+    for i in range(300):
+        recs.append(
+            {"kind": "step", "step": i, "t": float(i), "loss": 2.0 - i / 1000,
+             "grad_norm": 1.0, "lr": 0.1, "data_time": 0.1, "step_time": 1.0}
+        )  # fmt: skip
+    eng = RuleEngine()
+    assert eng.data_rule.warn == 0.1
+    eng.feed_many(recs)
+    eng.finish()
+    assert [a.severity for a in eng.alerts() if a.id == "data_bound"] == ["warning"]
