@@ -9,6 +9,7 @@ Hugging Face trainer_state.json and a Lightning metrics.csv; each is checked by
 the JSONL measured in the same run.
 
     python benchmarks/foreign_speed.py [--steps 1000000] [--repeat 1] [--keep DIR]
+                                       [--only tensorboard,hf,lightning]
 """
 
 from __future__ import annotations
@@ -137,6 +138,9 @@ def main() -> int:
     ap.add_argument("--steps", type=int, default=200_000)
     ap.add_argument("--repeat", type=int, default=1)
     ap.add_argument("--keep", default="", help="write/reuse the logs in this directory")
+    ap.add_argument(
+        "--only", default="", help="comma-separated logs to write and check (jsonl is always)"
+    )
     ap.add_argument("--one", default="", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.one:  # a fresh measuring process, so each peak RSS is this check's own
@@ -152,6 +156,9 @@ def main() -> int:
         "hf": (root / f"hf-{n}" / "trainer_state.json", write_hf),
         "lightning": (root / f"pl-{n}" / "metrics.csv", write_lightning),
     }
+    if args.only:  # the JSONL stays: it is the anchor of every ratio
+        keep = {"jsonl", *args.only.split(",")}
+        logs = {k: v for k, v in logs.items() if k in keep}
     for _name, (path, write) in logs.items():
         if not path.exists():
             path.parent.mkdir(parents=True, exist_ok=True)

@@ -15,7 +15,7 @@ import pytest
 
 pytest.importorskip("tensorboard")
 
-from dltop.tui.core.sources.foreign import tboard  # noqa: E402
+from dltop.tui.core.sources.foreign import tboard, tbpoints  # noqa: E402
 from dltop.tui.core.sources.foreign.tbwire import scalar_event  # noqa: E402
 from dltop.tui.core.sources.foreign.tfrecord import frame  # noqa: E402
 from tensorboard.compat.proto.event_pb2 import Event  # noqa: E402
@@ -177,7 +177,7 @@ def test_a_file_reads_the_same_with_and_without_the_short_cut(
         return recs, log.notes, log.skipped
 
     fast = read()
-    monkeypatch.setattr(tboard, "scalar_event", lambda data: None)
+    monkeypatch.setattr(tbpoints, "scalar_event", lambda data: None)
     slow = read()
     assert repr(fast) == repr(slow)  # repr: NaN values compare equal as text
     # 3000 steps and the 6 negative ones (a step is any whole number in range)

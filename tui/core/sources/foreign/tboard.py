@@ -20,12 +20,10 @@ import itertools
 import logging
 import os
 import stat
-import struct
-from collections import Counter
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from typing import Any
 
-from .....probe.schema import MAX_STEP, Records
+from .....probe.schema import Records
 from ...files.sourcefiles import read_head
 from . import names, tfrecord
 from .common import (
@@ -35,19 +33,15 @@ from .common import (
     MAX_SCAN_DEPTH,
     MAX_SCAN_ENTRIES,
     TENSORBOARD,
-    WALL_TIME_MAX,
     WINDOW,
     ForeignLog,
     Merger,
     SourceError,
     exit_record,
     meta_record,
-    open_capped,
     skipped_note,
-    step_of,
-    wall_time,
 )
-from .tbwire import scalar_event
+from .tbpoints import Point, Read, points_of
 
 MISSING = (
     "reading TensorBoard event files needs the tensorboard package — "
@@ -55,11 +49,6 @@ MISSING = (
 )
 NAME_HINT = "tfevents"
 PREVIEW = 200_000  # values read before the tags' roles are chosen
-# an event file in a folder named like this holds validation values (Keras: logs/validation)
-EVAL_DIRS = frozenset(("validation", "val", "valid", "eval", "evaluation"))
-SCALAR_PLUGINS = ("", "scalars")
-DT_FLOAT, DT_DOUBLE, DT_HALF = 1, 2, 19  # TensorFlow dtype enum values
-_TENSOR_FORMAT = {DT_FLOAT: "<f", DT_DOUBLE: "<d", DT_HALF: "<e"}
 
 
 class MissingExtra(SourceError):
@@ -126,123 +115,6 @@ def require() -> None:
     _loader()
 
 
-def _scalar(value: Any) -> float | None | bool:
-    """A summary value's scalar; None when it is a scalar we cannot read, False when it is
-    not a scalar at all (text, histograms, images: not counted as skipped)."""
-    kind = value.WhichOneof("value")
-    if kind == "simple_value":
-        return float(value.simple_value)
-    if kind != "tensor" or value.metadata.plugin_data.plugin_name not in SCALAR_PLUGINS:
-        return False
-    t = value.tensor
-    if t.tensor_shape.dim:  # not a 0-d tensor
-        return False
-    if t.float_val:
-        return float(t.float_val[0])
-    if t.double_val:
-        return float(t.double_val[0])
-    if t.half_val and t.dtype == DT_HALF:  # float16 bits in an int32 field
-        return float(struct.unpack("<e", struct.pack("<H", t.half_val[0] & 0xFFFF))[0])
-    fmt = _TENSOR_FORMAT.get(t.dtype)
-    if fmt is not None and len(t.tensor_content) == struct.calcsize(fmt):
-        return float(struct.unpack(fmt, t.tensor_content)[0])
-    return None
-
-
-def _ends(tag: str) -> bool:
-    """The tag of the tool's end-of-training summary (``train/train_runtime``): an exact
-    name of the table (a dict lookup: this runs for every value of a late tag)."""
-    return names.EXACT.get(tag.strip().lower(), (None,))[0] == names.END
-
-
-class _Read:
-    """What reading the files met: values left out, damage, the budget's end."""
-
-    def __init__(self) -> None:
-        self.skipped = 0
-        self.errors: list[str] = []
-        self.capped = False
-        self.counts: Counter[str] = Counter()  # values per tag, in the preview
-        self.previewed = False  # the preview was read: the tags' roles are chosen
-        self.late = 0  # values of tags first seen after the preview: left out
-        self.first_t: float | None = None
-        self.values = 0
-
-
-Point = tuple[str, int, "float | None", float]
-
-
-def _points(event_cls: Any, files: list[str], root: str, read: _Read) -> Iterator[Point]:
-    """(tag, step, wall time, value) of every scalar of ``files``, in order."""
-    budget = MAX_ENTRIES
-    from_bytes = event_cls.FromString
-    for f in files:
-        try:
-            fd, _ = open_capped(f, "event file")
-        except SourceError as exc:
-            if len(files) == 1:
-                raise
-            read.errors.append(str(exc))
-            continue
-        rel = os.path.relpath(os.path.dirname(f), root) if root else ""
-        prefix = "val/" if os.path.basename(rel).lower() in EVAL_DIRS else ""
-        walk = tfrecord.Walk()
-        values: Sequence[tuple[str, float | bool | None]]  # False: not a scalar
-        step: int | None
-        try:
-            for data in tfrecord.records(fd, walk, budget):
-                common = scalar_event(data)  # the usual event, read without protobuf
-                if common is not None:
-                    # a float per tag, a step of 0 .. 2**63-1 (varint), a double wall time:
-                    # as_step() and wall_time() of those, inline (this runs per event)
-                    wall, step, values = common
-                    if step >= MAX_STEP:
-                        step = None
-                    t = wall if 0 < wall < WALL_TIME_MAX else None  # (NaN, Inf: False)
-                else:
-                    try:
-                        event = from_bytes(data)
-                    except Exception:  # framing that holds around data that is no event
-                        read.skipped += 1
-                        continue
-                    if not event.HasField("summary"):
-                        continue
-                    step = step_of(event.step)
-                    values = [(str(v.tag)[:200], _scalar(v)) for v in event.summary.value]
-                    t = wall_time(event.wall_time)
-                for raw_tag, x in values:
-                    if type(x) is not float or step is None:  # (the usual event: never)
-                        if x is not False:  # False: not a scalar, not counted
-                            read.skipped += 1
-                        continue
-                    if read.values >= MAX_ENTRIES:  # one event can hold many values
-                        read.capped = True
-                        return
-                    read.values += 1
-                    tag = prefix + raw_tag
-                    if not read.previewed:
-                        read.counts[tag] += 1
-                    elif tag not in read.counts and not _ends(tag):
-                        read.late += 1  # no role chosen for it (and not kept: memory)
-                        continue
-                    if read.first_t is None and t is not None:
-                        read.first_t = t
-                    yield tag, step, t, x
-        except OSError as exc:
-            read.errors.append(f"{os.path.basename(f)}: unreadable ({exc.strerror or exc})")
-        finally:
-            os.close(fd)
-        budget -= walk.records
-        if walk.records >= MAX_ENTRIES or budget <= 0:
-            read.capped = True  # not damage: the rest is left unread
-            return
-        if walk.damage is not None:
-            read.skipped += 1  # at least the damaged record; what follows it cannot be found
-            read.errors.append(
-                f"{os.path.basename(f)}: stopped at {walk.damage} after {walk.records} records"
-            )
-
-
 def load(path: str, shown: str | None = None) -> ForeignLog:
     """Open an event file, or every event file in a folder (bounded; see common.py), read
     the first :data:`PREVIEW` values to choose which tag fills which field (a file without
@@ -261,11 +133,14 @@ def load(path: str, shown: str | None = None) -> ForeignLog:
         root = path
     else:
         files, root = [path], os.path.dirname(path)
-    read = _Read()
-    points = _points(event_cls, files, root, read)
-    preview = list(itertools.islice(points, PREVIEW))
-    read.previewed = True
-    if not preview:
+    read = Read()
+    points = points_of(event_cls, files, root, read, PREVIEW, MAX_ENTRIES)
+    preview: list[list[Point]] = []
+    for batch in points:  # until the preview's values are counted: the roles are chosen then
+        preview.append(batch)
+        if read.values >= PREVIEW:
+            break
+    if not any(preview):
         # a folder's search may have found a file deep below it (`dltop check .` in a
         # project): say which, so the user knows what was read
         which = f"the event file{'s' if len(files) > 1 else ''}"
@@ -287,7 +162,11 @@ def load(path: str, shown: str | None = None) -> ForeignLog:
 
 
 def _convert(
-    log: ForeignLog, chosen: dict[str, str], read: _Read, points: Iterator[Point], notes: list[str]
+    log: ForeignLog,
+    chosen: dict[str, str],
+    read: Read,
+    batches: Iterator[list[Point]],
+    notes: list[str],
 ) -> Iterator[Records]:
     notes.insert(
         0,
@@ -299,16 +178,24 @@ def _convert(
     ended: tuple[int, float | None] | None = None
     targets = {tag: names.target(role) for tag, role in chosen.items() if role != names.END}
     put, take, window = merged.put, merged.take, merged.window or 0
-    for tag, step, t, x in points:
-        where = targets.get(tag)
-        if where is None:
-            if tag in chosen or tag not in read.counts:  # the end-of-training summary
-                ended = (step, t)  # (logged once, at the end: often after the preview)
-            continue
-        kind, field = where
-        put(kind, step, field, x, t)
-        if len(merged.order) > window and (ready := take()):
-            yield ready
+    for batch in batches:
+        at = 0
+        while at < len(batch):
+            # the merger hands records on once it holds more than ``window``: a put adds
+            # one at most, so the next ``room`` points cannot make that happen, and are
+            # put without asking (the same records, in the same batches, as per point)
+            room = max(window - len(merged.order), 1)
+            for tag, step, t, x in batch[at : at + room]:
+                where = targets.get(tag)
+                if where is None:
+                    if tag in chosen or tag not in read.counts:  # the end-of-training summary
+                        ended = (step, t)  # (logged once, at the end: often after the preview)
+                    continue
+                kind, field = where
+                put(kind, step, field, x, t)
+            at += room
+            if len(merged.order) > window and (ready := take()):
+                yield ready
     last = merged.take(final=True)
     if read.capped:
         notes.append(f"warning: only the first {MAX_ENTRIES} events or values were read")

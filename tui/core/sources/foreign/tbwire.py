@@ -18,8 +18,8 @@ from __future__ import annotations
 
 import struct
 
-_DOUBLE = struct.Struct("<d").unpack_from
-_FLOAT = struct.Struct("<f").unpack_from
+DOUBLE = struct.Struct("<d").unpack_from
+FLOAT = struct.Struct("<f").unpack_from
 # field keys (field number << 3 | wire type) of the shape read here
 _WALL_TIME = 0x09  # Event.wall_time = 1, double
 _STEP = 0x10  # Event.step = 2, varint
@@ -57,7 +57,7 @@ def scalar_event(data: bytes) -> Scalars | None:
     wall = 0.0
     step = 0
     if n > 9 and data[0] == _WALL_TIME:
-        wall = _DOUBLE(data, 1)[0]
+        wall = DOUBLE(data, 1)[0]
         i = 9
     if i < n and data[i] == _STEP:
         i += 1
@@ -91,7 +91,7 @@ def scalar_event(data: bytes) -> Scalars | None:
         and data[n - 5] == _SIMPLE
     ):
         try:
-            return wall, step, [(data[i + 4 : n - 5].decode(), _FLOAT(data, n - 4)[0])]
+            return wall, step, [(data[i + 4 : n - 5].decode(), FLOAT(data, n - 4)[0])]
         except UnicodeDecodeError:
             return None
     values: list[tuple[str, float]] = []
@@ -111,6 +111,6 @@ def scalar_event(data: bytes) -> Scalars | None:
             tag = data[start:stop].decode()
         except UnicodeDecodeError:
             return None
-        values.append((tag, _FLOAT(data, stop + 1)[0]))
+        values.append((tag, FLOAT(data, stop + 1)[0]))
         i = end
     return wall, step, values

@@ -91,56 +91,82 @@ class Walk:
 
 def records(fd: int, walk: Walk, limit: int) -> Iterator[bytes]:
     """The data of each record of the open file ``fd``, in order, at most ``limit``."""
+    for batch in record_lists(fd, walk, limit):
+        yield from batch
+
+
+def record_lists(fd: int, walk: Walk, limit: int) -> Iterator[list[bytes]]:
+    """:func:`records` in lists, one per chunk read: the loop over a chunk's records is
+    not a generator's resume per record (a 1 M-step run of six scalars is 6 M records).
+    ``walk.records`` counts the records handed on, list by list."""
     buf = b""
     pos = 0  # read position in the file
     at = 0  # position in ``buf``
-    # masked_crc32c, inline: once a record (and once a new header), 6 M records for a 1 M-step
-    # run (the calls cost ~10 % of reading one). frame() writes with masked_crc32c, so a difference between the
-    # two fails every test that reads a written file back
+    # masked_crc32c, inline: once a record (and once a new header). frame() writes with
+    # masked_crc32c, so a difference between the two fails every test that reads a
+    # written file back
     crc = _crc32c
     unpack_header, unpack_u32 = _HEADER.unpack_from, _U32.unpack_from
     # a header (length and its checksum) already found whole -> its length: a run's
     # events are of a few sizes, so most headers are checked once, not once per record
     # (bounded: a file of records of every size gets no further than HEADERS_KEPT)
     known: dict[bytes, int] = {}
-    while walk.records < limit:
-        if len(buf) - at < 12:
-            more = os.pread(fd, CHUNK, pos)
-            pos += len(more)
-            buf = buf[at:] + more
-            at = 0
-            if len(buf) < 12:
-                if buf:
-                    walk.damage = "cut inside a record header"
-                return
-        head = buf[at : at + 12]
-        length = known.get(head)
-        if length is None:
-            length, sum_ = unpack_header(head)
-            c = crc(head[:8])
-            if ((((c >> 15) | (c << 17)) & 0xFFFFFFFF) + 0xA282EAD8) & 0xFFFFFFFF != sum_:
-                walk.damage = "a record header with a bad checksum"
-                return
-            if length >= MAX_RECORD:  # (a length of 0 is an empty record: read through)
-                walk.damage = f"a record of {length} bytes (over the {MAX_RECORD >> 20} MiB limit)"
-                return
-            if len(known) < HEADERS_KEPT:
-                known[head] = length
-        end = at + 12 + length + 4
-        while len(buf) < end:
-            more = os.pread(fd, max(CHUNK, end - len(buf)), pos)
+    left = limit - walk.records
+    while left > 0:
+        out: list[bytes] = []
+        append = out.append
+        damage: str | None = None
+        while left > 0:  # the records whole in ``buf``
+            if len(buf) - at < 12:
+                break
+            head = buf[at : at + 12]
+            length = known.get(head)
+            if length is None:
+                length, sum_ = unpack_header(head)
+                c = crc(head[:8])
+                if ((((c >> 15) | (c << 17)) & 0xFFFFFFFF) + 0xA282EAD8) & 0xFFFFFFFF != sum_:
+                    damage = "a record header with a bad checksum"
+                    break
+                if length >= MAX_RECORD:  # (a length of 0 is an empty record: read through)
+                    damage = f"a record of {length} bytes (over the {MAX_RECORD >> 20} MiB limit)"
+                    break
+                if len(known) < HEADERS_KEPT:
+                    known[head] = length
+            end = at + 12 + length + 4
+            if end > len(buf):
+                break
+            data = buf[at + 12 : end - 4]
+            c = crc(data)
+            if ((((c >> 15) | (c << 17)) & 0xFFFFFFFF) + 0xA282EAD8) & 0xFFFFFFFF != unpack_u32(
+                buf, end - 4
+            )[0]:
+                damage = "a damaged record"
+                break
+            at = end
+            left -= 1
+            append(data)
+        walk.records += len(out)
+        if out:
+            yield out
+        if damage is not None:
+            walk.damage = damage
+            return
+        if left <= 0:
+            return
+        # the next record is not whole in ``buf``: read on (a chunk, or the whole record)
+        need = 12
+        if len(buf) - at >= 12:
+            head = buf[at : at + 12]
+            need = 16 + (known.get(head) or unpack_header(head)[0])
+        buf, at = buf[at:], 0
+        while len(buf) < need:
+            more = os.pread(fd, max(CHUNK, need - len(buf)), pos)
             if not more:
-                walk.damage = "cut inside a record"
-                return
+                break
             pos += len(more)
             buf += more
-        data = buf[at + 12 : end - 4]
-        c = crc(data)
-        if ((((c >> 15) | (c << 17)) & 0xFFFFFFFF) + 0xA282EAD8) & 0xFFFFFFFF != unpack_u32(
-            buf, end - 4
-        )[0]:
-            walk.damage = "a damaged record"
+        if len(buf) < need:
+            if not buf:
+                return
+            walk.damage = "cut inside a record header" if len(buf) < 12 else "cut inside a record"
             return
-        at = end
-        walk.records += 1
-        yield data
