@@ -107,23 +107,20 @@ def record_lists(fd: int, walk: Walk, limit: int) -> Iterator[list[bytes]]:
     # written file back
     crc = _crc32c
     unpack_header, unpack_u32 = _HEADER.unpack_from, _U32.unpack_from
-    # a header (length and its checksum) already found whole -> its length: a run's
-    # events are of a few sizes, so most headers are checked once, not once per record
-    # (bounded: a file of records of every size gets no further than HEADERS_KEPT)
-    known: dict[bytes, int] = {}
+    # a length whose header checksum was worked out -> that checksum (it depends on the
+    # length alone): a run's events are of a few sizes, so most headers are checked once,
+    # not once per record (bounded: records of every size get no further than HEADERS_KEPT)
+    known: dict[int, int] = {}
     left = limit - walk.records
     while left > 0:
         out: list[bytes] = []
         append = out.append
         damage: str | None = None
-        while left > 0:  # the records whole in ``buf``
-            if len(buf) - at < 12:
-                break
-            head = buf[at : at + 12]
-            length = known.get(head)
-            if length is None:
-                length, sum_ = unpack_header(head)
-                c = crc(head[:8])
+        size = len(buf)
+        while left > 0 and size - at >= 12:  # the records whole in ``buf``
+            length, sum_ = unpack_header(buf, at)
+            if known.get(length) != sum_:
+                c = crc(buf[at : at + 8])
                 if ((((c >> 15) | (c << 17)) & 0xFFFFFFFF) + 0xA282EAD8) & 0xFFFFFFFF != sum_:
                     damage = "a record header with a bad checksum"
                     break
@@ -131,9 +128,9 @@ def record_lists(fd: int, walk: Walk, limit: int) -> Iterator[list[bytes]]:
                     damage = f"a record of {length} bytes (over the {MAX_RECORD >> 20} MiB limit)"
                     break
                 if len(known) < HEADERS_KEPT:
-                    known[head] = length
-            end = at + 12 + length + 4
-            if end > len(buf):
+                    known[length] = sum_
+            end = at + 16 + length
+            if end > size:
                 break
             data = buf[at + 12 : end - 4]
             c = crc(data)
@@ -156,8 +153,7 @@ def record_lists(fd: int, walk: Walk, limit: int) -> Iterator[list[bytes]]:
         # the next record is not whole in ``buf``: read on (a chunk, or the whole record)
         need = 12
         if len(buf) - at >= 12:
-            head = buf[at : at + 12]
-            need = 16 + (known.get(head) or unpack_header(head)[0])
+            need = 16 + unpack_header(buf, at)[0]
         buf, at = buf[at:], 0
         while len(buf) < need:
             more = os.pread(fd, max(CHUNK, need - len(buf)), pos)
