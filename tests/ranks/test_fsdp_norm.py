@@ -321,3 +321,28 @@ def test_an_unsharded_folder_passes_through_without_opening_a_peer(tmp_path: Pat
     recs += [{"kind": "step", "step": 3, "loss": 1.0}]
     assert join.offer(recs, now=0.0) == recs
     assert all(p.fd < 0 and not p.gone for p in join.peers.values())
+
+
+def test_a_ranks_shares_are_read_as_share_of_reads_them() -> None:
+    """RankShares.feed reads the usual share (an int step, a float) inline and anything
+    else through as_step / as_float: the shares kept are share_of's, on hostile values."""
+    import random  # noqa: PLC0415
+
+    rng = random.Random(4)
+    values: list[Any] = [0.5, 2, "NaN", "Infinity", None, True, "x", 10**400, -1.0, math.nan]
+    steps: list[Any] = [1, 2.0, 2.5, -3, 1 << 62, (1 << 62) - 1, None, "3", True, 10**30, 7]
+    recs: list[dict[str, Any]] = []
+    for _ in range(5000):
+        rec: dict[str, Any] = {"kind": rng.choice(["step", "step", "eval", "meta"])}
+        if rng.random() < 0.9:
+            rec["step"] = rng.choice(steps)
+        if rng.random() < 0.9:
+            rec[shardnorm.GRAD_SQ_LOCAL] = rng.choice(values)
+        recs.append(rec)
+    want: dict[int, float] = {}
+    for rec in recs:
+        if rec["kind"] == "step" and (got := shardnorm.share_of(rec)) is not None:
+            want[got[0]] = got[1]
+    side = shardnorm.RankShares(shardnorm.GradNormJoin(), primary=False)
+    side.feed(recs)
+    assert repr(side.shares) == repr(want) and len(want) == 5  # 1, 2.0, -3, 2**62-1, 7

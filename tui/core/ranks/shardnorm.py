@@ -30,7 +30,16 @@ from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from ....probe.schema import GRAD_SQ_LOCAL, META, STEP, Record, Records, as_float, as_step
+from ....probe.schema import (
+    GRAD_SQ_LOCAL,
+    MAX_STEP,
+    META,
+    STEP,
+    Record,
+    Records,
+    as_float,
+    as_step,
+)
 from ..files.logbytes import decoder, read_range
 from ..files.sourcefiles import SourceError, open_log, read_head
 
@@ -158,18 +167,29 @@ class RankShares:
     finished: bool = False
 
     def feed(self, records: Iterable[Record]) -> None:
+        # share_of, inline: every step of every rank passes here. The usual values (an int
+        # step, a float share) are taken as they are; anything else goes through as_step /
+        # as_float, which return those two unchanged, so the values are the same
         join = self.join
+        shares, primary = self.shares, self.primary
         for rec in records:
             if GRAD_SQ_LOCAL not in rec:
                 if rec.get("kind") == META:
                     join._see_meta(rec)
                 continue
-            if rec.get("kind") != STEP or (got := share_of(rec)) is None:
+            if rec.get("kind") != STEP:
                 continue
-            step, v = got
-            if not self.primary:
-                if step in self.shares or len(self.shares) < MAX_SHARE_STEPS:
-                    self.shares[step] = v
+            v = rec[GRAD_SQ_LOCAL]
+            if type(v) is not float and (v is None or (v := as_float(v)) is None):
+                continue
+            step = rec.get("step")
+            if (type(step) is not int or not -MAX_STEP < step < MAX_STEP) and (
+                step := as_step(step)
+            ) is None:
+                continue
+            if not primary:
+                if step in shares or len(shares) < MAX_SHARE_STEPS:
+                    shares[step] = v
             elif "grad_norm" not in rec:
                 norm = join.norm(step, v)
                 if norm is None:
