@@ -162,3 +162,42 @@ def test_the_preview_ends_inside_a_chunk_as_it_ended_value_by_value(
     assert [r.get("grad_norm") for r in recs if r.get("step") == 40] == [2.0]
     assert not any("lr" in r for r in recs if r.get("kind") == "step")
     assert any(n.startswith("warning: 9 values left out") for n in notes), notes
+
+
+def test_records_merge_the_same_when_points_come_one_at_a_time(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The reader hands the merger a chunk's points at once and asks for its window only
+    when a put can have filled it; values of one step logged far apart, steps out of
+    order and repeats (against a small window) give the records and notes of one point
+    at a time, when the merger was asked after every put."""
+    from dltop.tui.core.sources.foreign import tboard  # noqa: PLC0415
+
+    whole = tboard.points_of
+
+    def one_by_one(*args: Any) -> Any:
+        for batch in whole(*args):
+            for point in batch:
+                yield [point]
+
+    rng = random.Random(9)
+    tags = ["loss", "grad_norm", "lr", "eval/loss", "data_time", "odd", "train/train_runtime"]
+    compared = 0
+    for case in range(60):
+        monkeypatch.setattr(tboard, "WINDOW", rng.choice([2, 4, 7, 16]))
+        monkeypatch.setattr(tboard, "PREVIEW", rng.choice([5, 50, 200_000]))
+        events = []
+        for k in range(rng.randint(1, 300)):
+            step = rng.choice([k, k, k, rng.randint(0, 350), k // 3])
+            values = [(rng.choice(tags), rng.random()) for _ in range(rng.choice([1, 1, 2, 3]))]
+            events.append(_event(1.7e9 + k, step, values))
+        path = tmp_path / f"{case}" / "events.out.tfevents.1.host"
+        path.parent.mkdir()
+        path.write_bytes(b"".join(map(tfrecord.frame, events)))
+        monkeypatch.setattr(tboard, "points_of", whole)
+        batched = _read(path)
+        monkeypatch.setattr(tboard, "points_of", one_by_one)
+        single = _read(path)
+        assert repr(batched) == repr(single)
+        compared += any("left out" in n for n in batched[1])
+    assert compared > 10  # values came too late for their step's record: the window acted
