@@ -61,6 +61,7 @@ def test_the_walk_reads_as_the_reference_across_chunk_ends(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, chunk: int
 ) -> None:
     monkeypatch.setattr(tfrecord, "CHUNK", chunk)
+    monkeypatch.setattr(tfrecord, "LIST_RECORDS", 1 + chunk % 5)  # lists of 1-5 records
     rng = random.Random(chunk)
     datas = [
         bytes(rng.randrange(256) for _ in range(rng.choice([0, 1, 7, 30, 70]))) for _ in range(60)
