@@ -1,7 +1,7 @@
 """The scalars of TensorBoard event files, read in order: (tag, step, wall time, value).
 
 Why its own module: this loop runs once per event (a 1 M-step run of six scalars is
-6 M events), so it is written for that: the records come a chunk at a time
+6 M events), so it is written for that: the records come in lists
 (``tfrecord.record_lists``), the usual event is read by ``tbwire`` or, once an event of
 the same bytes after its step was read, by one dict lookup; anything else by
 TensorBoard's own protobuf ``Event``. ``tboard.py`` turns the points into records.
@@ -84,7 +84,7 @@ def points_of(
     budget = limit  # records, all files together (``limit`` is also the values' bound)
     from_bytes = event_cls.FromString
     counts, ends = read.counts, _ends
-    # read.values and read.first_t, in locals while a chunk is read (they are set
+    # read.values and read.first_t, in locals while a list is read (they are set
     # before every yield: load() asks for them between batches)
     seen, first_t = read.values, read.first_t
     for f in files:
@@ -108,8 +108,8 @@ def points_of(
         step: int | None
         out: list[Point] = []
         try:
-            for chunk in tfrecord.record_lists(fd, walk, budget):
-                for data in chunk:
+            for datas in tfrecord.record_lists(fd, walk, budget):
+                for data in datas:
                     n = len(data)
                     i = 0
                     if n > 21 and data[0] == 0x09 and data[9] == 0x10:
@@ -179,7 +179,7 @@ def points_of(
                             first_t = t
                         out.append((tag, step, t, x))
                 read.values, read.first_t = seen, first_t
-                if out:  # a chunk's points (a few MiB of events)
+                if out:  # one list's points (4 096 events at most)
                     yield out
                     out = []
         except OSError as exc:
