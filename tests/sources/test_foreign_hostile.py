@@ -373,7 +373,7 @@ def test_a_state_cut_short_while_read_is_no_crash(tmp_path: Path) -> None:
 
 
 def test_a_known_header_length_with_a_wrong_sum_is_still_damage(tmp_path: Path) -> None:
-    """The walk checks a header it has seen before only once (tfrecord.records): a header
+    """The walk checks a header it has seen before only once (tfrecord.record_lists): a header
     of a length seen 30 times, with its checksum off by one, must still stop the walk."""
     from dltop.tui.core.sources.foreign import tfrecord  # noqa: PLC0415
 
@@ -386,7 +386,7 @@ def test_a_known_header_length_with_a_wrong_sum_is_still_damage(tmp_path: Path) 
     fd = os.open(path, os.O_RDONLY)
     try:
         walk = tfrecord.Walk()
-        read = list(tfrecord.records(fd, walk, 1000))
+        read = [d for batch in tfrecord.record_lists(fd, walk, 1000) for d in batch]
     finally:
         os.close(fd)
     assert len(read) == walk.records == 31
@@ -403,7 +403,7 @@ def test_more_record_sizes_than_the_walk_remembers(tmp_path: Path) -> None:
     fd = os.open(path, os.O_RDONLY)
     try:
         walk = tfrecord.Walk()
-        read = list(tfrecord.records(fd, walk, len(datas) + 1))
+        read = [d for batch in tfrecord.record_lists(fd, walk, len(datas) + 1) for d in batch]
     finally:
         os.close(fd)
     assert read == datas and walk.records == len(datas) and walk.damage is None

@@ -50,7 +50,7 @@ def _walk(path: Path, limit: int) -> tuple[list[bytes], str | None, int]:
     fd = os.open(path, os.O_RDONLY)
     try:
         walk = tfrecord.Walk()
-        got = list(tfrecord.records(fd, walk, limit))
+        got = [d for batch in tfrecord.record_lists(fd, walk, limit) for d in batch]
     finally:
         os.close(fd)
     return got, walk.damage, walk.records

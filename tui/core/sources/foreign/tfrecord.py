@@ -66,7 +66,7 @@ def masked_crc32c(data: bytes) -> int:
 
 
 def frame(data: bytes) -> bytes:
-    """``data`` as one TFRecord: the inverse of :func:`records` (tests and benchmarks
+    """``data`` as one TFRecord: the inverse of :func:`record_lists` (tests and benchmarks
     write event files with it)."""
     head = struct.pack("<Q", len(data))
     return head + _U32.pack(masked_crc32c(head)) + data + _U32.pack(masked_crc32c(data))
@@ -90,14 +90,9 @@ class Walk:
         self.damage: str | None = None  # None: the file ended cleanly (or was not read to its end)
 
 
-def records(fd: int, walk: Walk, limit: int) -> Iterator[bytes]:
-    """The data of each record of the open file ``fd``, in order, at most ``limit``."""
-    for batch in record_lists(fd, walk, limit):
-        yield from batch
-
-
 def record_lists(fd: int, walk: Walk, limit: int) -> Iterator[list[bytes]]:
-    """:func:`records` in lists of at most :data:`LIST_RECORDS`: the loop over them is not
+    """The data of each record of the open file ``fd``, in order, at most ``limit``, in
+    lists of at most :data:`LIST_RECORDS`: the loop over them is not
     a generator's resume per record (a 1 M-step run of six scalars is 6 M records), and
     what a reader builds from one list stays small (a whole 4 MiB chunk's values, held
     with the preview, added 30 MB to a 150 k-step read). ``walk.records`` counts the
