@@ -47,6 +47,9 @@ if TYPE_CHECKING:
     from .whereabouts import Whereabouts
 
 # a Probe records one run: after close(), steps and a new `with` block record nothing
+# how long start() waits for the writer thread to put ``meta`` on disk: a slow disk
+# costs the training at most this, once
+META_WAIT_S = 1.0
 CLOSED = "this Probe is closed and records nothing more: make a new Probe for another run"
 
 
@@ -143,6 +146,10 @@ class StartStop:
         if self._use_system:
             self._sampler = start_sampler(self._emit, self._system_interval, self._error)
         w.start()
+        # ``meta`` on disk before start() returns: a run killed (SIGKILL, the OOM killer)
+        # right after start() otherwise left an empty log 6 times in 20. A signal during
+        # this wait is safe: its handler's own emit and flush cannot block on us (wake.py)
+        w.flush(timeout=META_WAIT_S)
         atexit.register(self._at_exit)
         self._prev_end = perf_counter()
         return self

@@ -44,6 +44,7 @@ from .encoding import encode_record
 from .readback import FORCE_WAIT_S, Deadline
 from .schema import EV_WARNING, EVENT
 from .sinkwrite import fsync_sinks, say, warn, write_batch
+from .wake import Wake
 
 if TYPE_CHECKING:
     from .filesink import Sink
@@ -111,10 +112,10 @@ class Writer:
         self._heartbeat_every = heartbeat_every
         self._last_beat = time.monotonic()
         self._wake_every = wake_every
-        self._wake = threading.Event()
+        self._wake = Wake()  # set from signal handlers too: see wake.py
         self._stop = False
         self._lock = threading.Lock()  # one drain at a time (thread, or a caller when it is dead)
-        self._flush_reqs: deque[tuple[threading.Event, bool, float]] = deque()
+        self._flush_reqs: deque[tuple[Wake, bool, float]] = deque()
         self._stop_by: float | None = None  # close()'s deadline for the last drain
         self._thread: threading.Thread | None = None
         self.warnings: list[str] = []  # what was reported, for tests and close()
@@ -161,14 +162,16 @@ class Writer:
         """Block until everything queued so far is written (and fsynced if asked).
 
         Device read-backs still in flight are forced (waited for, boundedly).
-        Returns False on timeout. Safe from a signal handler on the main thread:
-        it only waits on the writer thread, or drains itself when that is gone.
+        Returns False on timeout. Safe from a signal handler on the main thread, even
+        one that lands inside another flush or emit: it only waits on the writer
+        thread (which never waits on a lock the caller can hold, ``wake.py``), or
+        drains itself when that is gone.
         """
         by = _waits_until(timeout)
         t = self._thread
         if t is None or not t.is_alive() or t is threading.current_thread():
             return self._drain_locked(force=Deadline(at=by), fsync=fsync, timeout=timeout)
-        done = threading.Event()
+        done = Wake()  # set by the writer thread, which must never wait on us: wake.py
         self._flush_reqs.append((done, fsync, by))
         self._wake.set()
         return done.wait(timeout)
@@ -213,7 +216,6 @@ class Writer:
     def _run(self) -> None:
         while True:
             self._wake.wait(self._wake_every)
-            self._wake.clear()
             stop = self._stop
             reqs = []
             while self._flush_reqs:

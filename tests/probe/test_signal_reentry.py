@@ -1,0 +1,97 @@
+"""A signal handled at any line of the writer's code: the run's event is written, fast.
+
+A Python signal handler runs on the main thread between two bytecodes, so it can land
+inside the probe's own code: inside ``Event.set()`` with the event's lock held, or inside
+a flush's wait. The crash path's handler then emits its ``signal`` event and flushes,
+and once it waited forever on a lock its own thread held (the process hung; 1 SIGTERM
+in 40 during ``start()``), once it waited 3 s for a writer thread that was itself
+blocked on the main thread, then died with the event unwritten (``wake.py``).
+
+Rather than aim real signals at a few-microsecond window, a trace function raises
+SIGTERM at the k-th line the main thread runs in ``writer.py``, ``wake.py`` and
+``threading.py`` during ``start()``, an event and a flush, for every k. The user has a
+SIGTERM handler of their own, so the probe records and chains to it, and the process
+lives on to the next k. The script runs in a child so that a hang fails the test.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from dltop.probe.decoding import read_records
+from dltop.probe.schema import EV_SIGNAL, EVENT
+
+ROOT = Path(__file__).resolve().parents[2]
+
+SCRIPT = r"""
+import json, os, signal, sys, time
+from dltop.probe import Probe
+
+out = sys.argv[1]
+WATCHED = ("writer.py", "wake.py", "threading.py")
+mine = lambda s, f: None
+signal.signal(signal.SIGTERM, mine)  # the user's own handler: recorded, then chained to
+
+
+def run(k):
+    seen, raised = 0, {}
+
+    def trace(frame, event, arg):
+        nonlocal seen
+        if event == "line" and frame.f_code.co_filename.endswith(WATCHED):
+            seen += 1
+            if seen == k:
+                raised["probe_handler"] = signal.getsignal(signal.SIGTERM) is not mine
+                t0 = time.monotonic()
+                signal.raise_signal(signal.SIGTERM)  # handled before the next bytecode
+                raised["took"] = time.monotonic() - t0
+        return trace
+
+    log = os.path.join(out, f"run{k}.jsonl")
+    p = Probe(path=log, socket=False, system=False, heartbeat_every=60.0)
+    sys.settrace(trace)
+    try:
+        p.start()
+        p._emit({"kind": "event", "t": time.time(), "step": None, "type": "note"})
+        p.flush()
+    finally:
+        sys.settrace(None)
+    p.close()
+    return seen, raised, log
+
+
+k = 1
+while k < 5000:
+    seen, raised, log = run(k)
+    if not raised:
+        break
+    print(json.dumps(raised | {"k": k, "log": log}), flush=True)
+    k += 1
+"""
+
+
+def test_a_sigterm_at_any_line_of_the_writer_is_written_without_a_hang(tmp_path: Path) -> None:
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    done = subprocess.run(
+        [sys.executable, "-c", SCRIPT, str(tmp_path)],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,  # a handler blocked on its own thread's lock hangs here
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    points = [json.loads(line) for line in done.stdout.splitlines()]
+    hooked = [p for p in points if p["probe_handler"]]
+    assert len(points) > 50 and len(hooked) > 50, len(points)  # the trace saw the writer's code
+    for point in points:
+        assert point["took"] < 1.0, point  # not a flush timing out behind a blocked writer
+        records, _ = read_records(point["log"])
+        kinds = [r.get("kind") for r in records]
+        assert kinds[0] == "meta" and records[-1].get("type") == "exit", (point, kinds)
+        signals = [r for r in records if r.get("kind") == EVENT and r.get("type") == EV_SIGNAL]
+        assert len(signals) == (1 if point["probe_handler"] else 0), (point, records)
