@@ -146,11 +146,11 @@ class StartStop:
         if self._use_system:
             self._sampler = start_sampler(self._emit, self._system_interval, self._error)
         w.start()
+        atexit.register(self._at_exit)  # before the wait: a Ctrl-C in it still closes the log
         # ``meta`` on disk before start() returns: a run killed (SIGKILL, the OOM killer)
         # right after start() otherwise left an empty log 6 times in 20. A signal during
         # this wait is safe: its handler's own emit and flush cannot block on us (wake.py)
         w.flush(timeout=META_WAIT_S)
-        atexit.register(self._at_exit)
         self._prev_end = perf_counter()
         return self
 

@@ -81,3 +81,39 @@ def test_meta_is_on_disk_when_start_returns(tmp_path: Path) -> None:
         first = log.read_bytes().split(b"\n", 1)[0]  # before the writer's next wake
         probe.close()
         assert json.loads(first).get("kind") == "meta", (i, first[:200])
+
+
+SLOW_SINK_CHILD = """
+import os, signal, sys, threading, time
+from dltop.probe import Probe
+
+class SlowSink:  # a sink on a slow disk: start()'s wait for meta lasts 1 s
+    def write(self, batch):
+        time.sleep(1.0)
+    def close(self):
+        pass
+
+threading.Timer(0.3, os.kill, (os.getpid(), signal.SIGINT)).start()  # inside that wait
+Probe(path=sys.argv[1], socket=False, system=False, sinks=[SlowSink()]).start()
+print("start() returned", flush=True)
+"""
+
+
+def test_a_ctrl_c_while_start_waits_for_meta_still_closes_the_log(tmp_path: Path) -> None:
+    """Ctrl-C lands while ``start()`` waits for ``meta``: KeyboardInterrupt leaves
+    ``start()`` (as the user asked), the signal is on record, and the log is closed by
+    the interpreter's exit with an ``exit`` event saying so."""
+    log = tmp_path / "run.jsonl"
+    done = subprocess.run(
+        [sys.executable, "-c", SLOW_SINK_CHILD, str(log)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert "KeyboardInterrupt" in done.stderr and "start() returned" not in done.stdout
+    records, _ = read_records(str(log))
+    assert records[0].get("kind") == "meta"
+    signals = [r.get("signal") for r in records if r.get("type") == EV_SIGNAL]
+    assert signals == ["SIGINT"], records
+    assert records[-1].get("type") == "exit" and records[-1].get("status") == "signal", records
