@@ -2,7 +2,8 @@
 
 Three ways a run dies without a clean close: an exception leaving the ``with`` block
 (the probe calls :meth:`CrashRecorder.record`), an exception nobody catches
-(``sys.excepthook``), and a signal (SIGTERM from a scheduler, SIGINT from Ctrl-C).
+(``sys.excepthook``), and a signal (SIGTERM from a scheduler, SIGINT from Ctrl-C,
+SIGHUP when the terminal or ssh session that started the run goes away).
 Each becomes one ``event`` record, flushed and fsynced, and then the original
 behaviour continues exactly as it would have without the probe: the exception is
 re-raised by the caller, the previous hook and handlers run, and a signal whose
@@ -42,6 +43,13 @@ TRACEBACK_CHARS = 8192  # budget for all kept frames together
 _CODE_CHARS = 200  # per source line
 _PATH_CHARS = 300  # per file name
 
+# the signals that end a run from outside and are recorded before the run dies by them:
+# a scheduler's or a kill's SIGTERM, Ctrl-C, and SIGHUP, which a training started from a
+# terminal or an ssh session gets when that goes away (unrecorded, such a run looked like
+# SIGKILL: "check dmesg"). Those a platform lacks (Windows: SIGHUP) are left out
+RECORDED_SIGNALS: tuple[signal.Signals, ...] = tuple(
+    s for s in (getattr(signal, n, None) for n in ("SIGTERM", "SIGINT", "SIGHUP")) if s is not None
+)
 _RECORDED = "__dltop_recorded__"
 
 
@@ -69,11 +77,11 @@ class CrashRecorder:
     # -- hooks ------------------------------------------------------------------------
 
     def install(self) -> None:
-        """Chain ``sys.excepthook``; on the main thread, also SIGTERM and SIGINT.
+        """Chain ``sys.excepthook``; on the main thread, also SIGTERM, SIGINT and SIGHUP.
 
-        A signal that is ignored (``SIG_IGN``, e.g. SIGINT of a background job) or whose
-        handler was set outside Python is left alone: the probe must not change what it
-        does.
+        A signal that is ignored (``SIG_IGN``, e.g. SIGINT of a background job, SIGHUP
+        under ``nohup``) or whose handler was set outside Python is left alone: the probe
+        must not change what it does.
         """
         if self._active:
             return
@@ -86,7 +94,7 @@ class CrashRecorder:
             pass
         if threading.current_thread() is not threading.main_thread():
             return  # signal handlers can only be set from the main thread
-        for sig in (signal.SIGTERM, signal.SIGINT):
+        for sig in RECORDED_SIGNALS:
             try:
                 prev = signal.getsignal(sig)
                 if prev is self._handler or prev is None or prev == signal.SIG_IGN:

@@ -374,7 +374,7 @@ def test_every_alert_id_has_a_chinese_checklist():
 
 
 SHELL_COMMAND = re.compile(
-    r"^([A-Z_]+=\S*\s)*(nvidia-smi|dmesg|df|free|cat|py-spy|python|torchrun|docker)\b|^[A-Z_]+=\S+"
+    r"^([A-Z_]+=\S*\s)*(nvidia-smi|dmesg|df|free|cat|py-spy|python|torchrun|docker|tmux|sacct)\b|^[A-Z_]+=\S+"
 )
 
 

@@ -23,6 +23,7 @@ import pytest
 import torch
 from dltop.probe.crash import (
     MESSAGE_CHARS,
+    RECORDED_SIGNALS,
     TRACEBACK_CHARS,
     TRACEBACK_FRAMES,
     CrashRecorder,
@@ -32,6 +33,7 @@ from dltop.probe.crash import (
 from dltop.probe.decoding import decode_line, read_records
 from dltop.probe.encoding import encode_record
 from dltop.probe.schema import EV_EXCEPTION, EV_OOM, EV_SIGNAL, EVENT
+from dltop.tui.core.rules.ending import Ending, event_ending
 
 
 class Sink:
@@ -246,7 +248,7 @@ class Hooks:
 
     def __enter__(self) -> Hooks:
         self.hook = sys.excepthook
-        self.handlers = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT)}
+        self.handlers = {s: signal.getsignal(s) for s in RECORDED_SIGNALS}
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -477,6 +479,22 @@ def test_ignored_signals_stay_ignored() -> None:
         rec.uninstall()
 
 
+def test_sighup_is_recorded_unless_nohup_ignores_it() -> None:
+    """A training started from an ssh session dies by SIGHUP when the session drops: that
+    is recorded like SIGTERM. Under ``nohup`` SIGHUP is ignored, and stays so."""
+    with Hooks():
+        signal.signal(signal.SIGHUP, signal.SIG_DFL)
+        rec = Sink().recorder()
+        rec.install()
+        assert signal.getsignal(signal.SIGHUP) == rec._handler
+        rec.uninstall()
+        assert signal.getsignal(signal.SIGHUP) == signal.SIG_DFL
+        signal.signal(signal.SIGHUP, signal.SIG_IGN)
+        rec.install()
+        assert signal.getsignal(signal.SIGHUP) == signal.SIG_IGN
+        rec.uninstall()
+
+
 def test_install_off_the_main_thread_leaves_signals_alone() -> None:
     with Hooks() as saved:
         rec = Sink().recorder()
@@ -500,6 +518,7 @@ SCRIPT = Path(__file__).resolve().parents[1] / "crash_scripts" / "tiny_train.py"
 # has the default. This shim restores the default, then execs the training.
 _SIGINT_DEFAULT = (
     "import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_DFL); "
+    "signal.signal(signal.SIGHUP, signal.SIG_DFL); "  # and SIGHUP, which nohup ignores
     "os.execv(sys.executable, [sys.executable] + sys.argv[1:])"
 )
 
@@ -599,6 +618,20 @@ def test_sigterm_is_recorded_and_the_process_dies_by_sigterm(tmp_path: Path) -> 
     steps = _steps(records)
     assert ev["step"] == steps[-1] and steps == list(range(len(steps)))
     assert records[-1] == ev  # flushed last; nothing ran after it (no exit event)
+
+
+def test_sighup_is_recorded_and_the_process_dies_by_sighup(tmp_path: Path) -> None:
+    """The ssh session that started the run went away: the log says so (it used to end
+    with no word, which dltop read as a SIGKILL or the OOM killer), and ``dltop check``
+    calls the run signalled with SIGHUP's meaning."""
+    log = tmp_path / "run.jsonl"
+    res = _kill_after_steps(log, signal.SIGHUP)
+    assert res.returncode == -signal.SIGHUP, res.stderr
+    assert _ours(res.stderr) == ""
+    records, _ = _records(log)
+    (ev,) = _events(records, EV_SIGNAL)
+    assert ev["signal"] == "SIGHUP" and records[-1] == ev
+    assert event_ending(ev) == Ending.SIGNALLED  # how dltop reads it: killed from outside
 
 
 @pytest.mark.slow

@@ -6,6 +6,7 @@ from typing import Any
 
 import pytest
 from dltop.tui.core.diagnosis.status import run_state
+from dltop.tui.core.diagnosis.verdict import fault_line
 from rulekit import Run, alerts_of, run_engine
 
 CUDA_OOM = (
@@ -61,6 +62,34 @@ def test_sigterm_is_a_crash_warning() -> None:
     (a,) = alerts_of(eng, "crash")
     assert a.severity == "warning" and "SIGTERM" in a.title
     assert run_state(eng).status == "crashed"
+
+
+@pytest.mark.parametrize(
+    ("name", "cause", "action"),
+    [
+        ("SIGHUP", "terminal or ssh session went away", "tmux"),
+        ("SIGTERM", "time limit or preemption", "time limit"),
+    ],
+)
+def test_a_signal_gets_the_signal_checklist_not_the_tracebacks(
+    name: str, cause: str, action: str
+) -> None:
+    """A run stopped from outside has no traceback: "read the last frame of the traceback"
+    (the exception checklist) sent the user looking for a bug that is not there."""
+    run = Run(
+        steps=100,
+        extra_records={99: [{"kind": "event", "type": "signal", "signal": name, "t": 0.0}]},
+    )
+    run.end = "signal"
+    eng = run_engine(run)
+    (a,) = alerts_of(eng, "crash")
+    assert a.checklist == "crash_signal"
+    line = fault_line(a, eng.facts(), eng.steps)
+    assert line.startswith("killed at step 99") and cause in line and action in line, line
+    assert "traceback" not in line
+    run.extra_records = {}  # the exit record says signal, with no record of which
+    (w,) = alerts_of(run_engine(run), "crash")
+    assert w.checklist == "crash_signal"
 
 
 def test_a_broken_catalogue_still_reports_the_crash(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -13,6 +13,7 @@ import json
 import math
 import multiprocessing
 import os
+import subprocess
 import sys
 import threading
 from pathlib import Path
@@ -207,3 +208,32 @@ def test_a_check_inside_a_daemon_process_stays_in_it(job: Path) -> None:
     assert proc.exitcode == 0
     results, _ = check_cmd.collect(str(job), Config(), jobs=1)
     assert ids == sorted(a.id for r in results for a in r.engine.alerts())
+
+
+FORK_SIGINT = """
+import os, signal
+from dltop.tui.core.sources import workers
+
+def square(x):
+    return x * x
+
+signal.signal(signal.SIGINT, signal.default_int_handler)  # as in a terminal
+# a Ctrl-C in the instant after each worker's fork, before it can set anything
+os.register_at_fork(after_in_child=lambda: os.kill(os.getpid(), signal.SIGINT))
+print(list(workers.ordered_map(square, list(range(6)), 2)))
+"""
+
+
+def test_a_ctrl_c_right_after_a_workers_fork_does_not_reach_the_worker() -> None:
+    """SIGINT is blocked across the fork and ignored before the worker unblocks it: a
+    Ctrl-C that lands before the worker's first line is dropped there (the parent handles
+    Ctrl-C), not raised as a KeyboardInterrupt that prints a traceback beside ours."""
+    done = subprocess.run(
+        [sys.executable, "-c", FORK_SIGINT],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == str([i * i for i in range(6)])
+    assert "Traceback" not in done.stderr and "KeyboardInterrupt" not in done.stderr, done.stderr

@@ -19,6 +19,9 @@ if TYPE_CHECKING:
     from .state import EngineState
     from .window import Block
 
+# a run stopped from outside (no exception, no traceback): who sent the signal, and how
+# the next run survives it, not the exception checklist's "read the traceback"
+SIGNAL_CHECKLIST = "crash_signal"
 _OOM_TEXT = ("out of memory", "can't allocate memory", "cannot allocate memory")
 
 
@@ -87,7 +90,13 @@ class Crashes(Rule):
                 ev = {"signal": self.signal, "pattern": "signal", "last_step": e.last_step}
                 msg = f"the process received {self.signal} after step {e.last_step}"
                 self.trackers["crash"].fire(
-                    step, WARNING, f"Run terminated by {self.signal}", msg, ev, t=e.last_t
+                    step,
+                    WARNING,
+                    f"Run terminated by {self.signal}",
+                    msg,
+                    ev,
+                    t=e.last_t,
+                    checklist=SIGNAL_CHECKLIST,
                 )
         elif typ == "exit":
             self.exit_status = str(rec.get("status") or "ok")
@@ -124,7 +133,10 @@ class Crashes(Rule):
             return
         ev = {"pattern": "unknown", "exit_status": status, "last_step": e.last_step}
         msg = f"the exit record says {status} after step {e.last_step}, with no record of it"
-        self.trackers["crash"].fire(e.last_step, severity, title, msg, ev, t=e.last_t)
+        checklist = SIGNAL_CHECKLIST if status == "signal" else None
+        self.trackers["crash"].fire(
+            e.last_step, severity, title, msg, ev, t=e.last_t, checklist=checklist
+        )
 
     def _exception(self, e: EngineState, rec: Record) -> None:
         if is_interrupt(rec):  # the user stopping the run: no crash

@@ -50,7 +50,13 @@ def can_fork() -> bool:
 
 
 def _ignore_sigint() -> None:
+    """A worker's first act: Ctrl-C is its parent's to handle. SIGINT was blocked across
+    the fork (``ordered_map``), so one that came before this line waits, pending; ignored
+    first, it is dropped when unblocked. Without the block, a Ctrl-C in the instant
+    between the fork and here raised KeyboardInterrupt in the worker, which printed
+    "Process ForkProcess-2:" beside the one line ``dltop check`` says (a CI run)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
 
 
 def ordered_map(fn: Callable[[T], R], items: Sequence[T], workers: int) -> Iterator[R]:
@@ -68,8 +74,14 @@ def ordered_map(fn: Callable[[T], R], items: Sequence[T], workers: int) -> Itera
         mp_context=multiprocessing.get_context("fork"),
         initializer=_ignore_sigint,
     )
+    # the workers are forked by the first submit: SIGINT blocked across it (this thread,
+    # and the pool's thread it starts), unblocked in each worker once it ignores SIGINT
+    mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
     try:
-        futures = [pool.submit(fn, item) for item in items]
+        try:
+            futures = [pool.submit(fn, item) for item in items]
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, mask)  # a Ctrl-C meanwhile: raised here
     except (OSError, RuntimeError) as exc:  # no process to be had (ulimit -u, no memory)
         _stop(pool)
         sys.stderr.write(f"dltop: note: no worker processes ({exc}); working in this one\n")
