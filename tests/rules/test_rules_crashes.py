@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 from dltop.tui.core.diagnosis.status import run_state
-from dltop.tui.core.diagnosis.verdict import fault_line
+from dltop.tui.core.diagnosis.verdict import fault_line, verdict
 from rulekit import Run, alerts_of, run_engine
 
 CUDA_OOM = (
@@ -90,6 +90,25 @@ def test_a_signal_gets_the_signal_checklist_not_the_tracebacks(
     run.extra_records = {}  # the exit record says signal, with no record of which
     (w,) = alerts_of(run_engine(run), "crash")
     assert w.checklist == "crash_signal"
+
+
+def test_a_signal_the_run_went_on_after_is_no_termination_while_it_runs() -> None:
+    """A handler took the SIGTERM (a preemption checkpoint) and steps kept coming: the
+    status said running while the verdict said "killed at step 99". Then the exit record
+    decides: ok is handled, ``signal`` (the handler ended the run) is a termination."""
+    sig = {"kind": "event", "type": "signal", "signal": "SIGTERM", "t": 0.0}
+    run = Run(steps=120, extra_records={99: [sig]}, end=None)  # still running
+    eng = run_engine(run)
+    (a,) = alerts_of(eng, "crash")
+    assert a.severity == "info" and not a.active and "went on" in a.title
+    state = run_state(eng)
+    assert state.status == "running" and "killed" not in verdict(eng, state)
+    run.end = "signal"  # the handler saved a checkpoint and ended the run
+    eng = run_engine(run)
+    (a,) = alerts_of(eng, "crash")
+    assert a.severity == "warning" and a.active and a.title == "Run terminated by SIGTERM"
+    state = run_state(eng)
+    assert state.status == "crashed" and verdict(eng, state).startswith("killed at step 99")
 
 
 def test_a_broken_catalogue_still_reports_the_crash(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -65,7 +65,20 @@ class Crashes(Rule):
         """Steps came after the exception: the run caught it and went on. What the crash
         alert said stays on record, as information (the run was not ended by it)."""
         if event.get("type") == "signal":
-            return  # a handled signal is said at the exit record (_unrecorded_end)
+            # a handler took it (a preemption checkpoint, a reload) and training went on:
+            # no longer "terminated" while the status says running (the exit record then
+            # says how it ended: _unrecorded_end)
+            tr = self.trackers["crash"]
+            a = tr.alert
+            if a is not None and a.active and a.evidence.get("pattern") == "signal":
+                tr.revise(
+                    {"went_on": True},
+                    severity=INFO,
+                    active=False,
+                    title=f"{self.signal} received: the run went on",
+                    message=a.message + "; steps followed it: a handler took the signal",
+                )
+            return
         for tr in self.trackers.values():
             a = tr.alert
             if a is not None and a.severity == CRITICAL and a.evidence.get("handled") is None:
@@ -120,6 +133,21 @@ class Crashes(Rule):
                 severity=INFO,
                 active=False,
                 title=f"{self.signal} received and handled: the run went on",
+            )
+            return
+        if (
+            status == "signal"
+            and signalled is not None
+            and signalled.evidence.get("went_on")
+            and not signalled.active
+        ):
+            # it went on after the signal, then its handler ended it: terminated after all
+            self.trackers["crash"].revise(
+                {"exit_status": status},
+                severity=WARNING,
+                active=True,
+                title=f"Run terminated by {self.signal}",
+                last_step=e.last_step,
             )
             return
         if not self.crash_on or self.exception is not None or self.system_exit_ok:
