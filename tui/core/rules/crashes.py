@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from ....probe.schema import Record, step_or
-from .alerts import CRITICAL, INFO, WARNING, Severity
+from .alerts import CRITICAL, INFO, WARNING, Alert, Severity
 from .base import Rule, Tracker
 from .ending import Ending, RunEnding, event_ending, is_clean_exit, is_interrupt
 
@@ -118,42 +118,20 @@ class Crashes(Rule):
     def _unrecorded_end(self, e: EngineState) -> None:
         """An exit record that says exception or signal, with no record of either before
         it (``Probe(crash=False)``, or a record the writer could not write): the run still
-        crashed, and ``dltop check`` must not exit 0 on it. One that says ok after a
-        signal: the signal was handled, and is no crash."""
+        crashed, and ``dltop check`` must not exit 0 on it. After a recorded signal, the
+        exit record says what became of it (``_after_signal``)."""
         status = self.exit_status
         signalled = self.trackers["crash"].alert
         if (
-            status == "ok"
-            and signalled is not None
+            signalled is not None
             and signalled.evidence.get("pattern") == "signal"
+            and self._after_signal(e, signalled, status)
         ):
-            # a handler took the signal (a preemption checkpoint) and the run ended well
-            self.trackers["crash"].revise(
-                {"exit_status": status},
-                severity=INFO,
-                active=False,
-                title=f"{self.signal} received and handled: the run went on",
-            )
-            return
-        if (
-            status == "signal"
-            and signalled is not None
-            and signalled.evidence.get("went_on")
-            and not signalled.active
-        ):
-            # it went on after the signal, then its handler ended it: terminated after all
-            self.trackers["crash"].revise(
-                {"exit_status": status},
-                severity=WARNING,
-                active=True,
-                title=f"Run terminated by {self.signal}",
-                last_step=e.last_step,
-            )
             return
         if not self.crash_on or self.exception is not None or self.system_exit_ok:
             return
         severity: Severity
-        if status == "signal" and self.signal is None:
+        if status == "signal" and self.signal is None and not self.run_ending.interrupt:
             title, severity = "Run terminated by a signal", WARNING
         elif status == "exception":
             title, severity = "The run crashed: its exception is not in the log", CRITICAL
@@ -161,10 +139,42 @@ class Crashes(Rule):
             return
         ev = {"pattern": "unknown", "exit_status": status, "last_step": e.last_step}
         msg = f"the exit record says {status} after step {e.last_step}, with no record of it"
-        checklist = SIGNAL_CHECKLIST if status == "signal" else None
+        checklist = SIGNAL_CHECKLIST if status == "signal" else "crash"
         self.trackers["crash"].fire(
             e.last_step, severity, title, msg, ev, t=e.last_t, checklist=checklist
         )
+
+    def _after_signal(self, e: EngineState, signalled: Alert, status: str | None) -> bool:
+        """The exit record after a recorded signal, worded as ``ending.py`` reads it (one
+        decision: the status and this alert must not disagree). True when it is said."""
+        tr = self.trackers["crash"]
+        if status == "ok":  # a handler took it (a preemption checkpoint); the run ended well
+            tr.revise(
+                {"exit_status": status},
+                severity=INFO,
+                active=False,
+                title=f"{self.signal} received and handled: the run went on",
+            )
+            return True
+        if status == "interrupted":  # a handler made it a KeyboardInterrupt: a stop
+            tr.revise(
+                {"exit_status": status},
+                severity=INFO,
+                active=False,
+                title=f"{self.signal} received: the run stopped as interrupted",
+            )
+            return True
+        if status == "signal" and signalled.evidence.get("went_on") and not signalled.active:
+            # it went on after the signal, then its handler ended it: terminated after all
+            tr.revise(
+                {"exit_status": status},
+                severity=WARNING,
+                active=True,
+                title=f"Run terminated by {self.signal}",
+                last_step=e.last_step,
+            )
+            return True
+        return False
 
     def _exception(self, e: EngineState, rec: Record) -> None:
         if is_interrupt(rec):  # the user stopping the run: no crash

@@ -181,15 +181,16 @@ class RunEnding:
             if fatal is not None:
                 return fatal
             return Ending.INTERRUPTED if self.interrupt else None
+        # an ok or interrupted exit record: a crash the steps say ended the training is
+        # still the news (a Ctrl-C in the crash's teardown does not make it an interrupt)
+        if fatal in (Ending.CRASHED, Ending.OOM) and status in ("ok", "interrupted"):
+            return fatal
         if status == "interrupted" or (self.interrupt and status in ("ok", "signal")):
             return Ending.INTERRUPTED
         if status == "exception":
             return fatal if fatal in (Ending.CRASHED, Ending.OOM) else Ending.CRASHED
         if status == "signal":
             return Ending.INTERRUPTED if self.signal == "SIGINT" else Ending.SIGNALLED
-        # an ok exit record: a crash the steps say ended the training is still the news
-        if fatal in (Ending.CRASHED, Ending.OOM):
-            return fatal
         return Ending.FINISHED
 
     def fatal_event_at(self, last_step: int | None) -> Record | None:

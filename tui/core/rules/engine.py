@@ -94,8 +94,10 @@ class RuleEngine(RuleSet):
                 self._on_phase(record, t)
             elif typ == "config":
                 self.setup.take(record)
-            elif typ in ("exit", "exception", "oom") and self.blk.steps:
-                self._close_block()  # the run is ending: judge its last steps now
+            elif typ in ("exit", "exception", "oom", "signal") and self.blk.steps:
+                # the run is ending: judge its last steps now (and a signal's steps before
+                # it are not read as steps after it, a run that went on)
+                self._close_block()
             for h in self._event_hooks:
                 h(self, record)
         elif kind == "meta" and self.segments.on_meta(record):
