@@ -46,10 +46,10 @@ if TYPE_CHECKING:
     from .system import SystemSampler
     from .whereabouts import Whereabouts
 
-# a Probe records one run: after close(), steps and a new `with` block record nothing
 # how long start() waits for the writer thread to put ``meta`` on disk: a slow disk
 # costs the training at most this, once
 META_WAIT_S = 1.0
+# a Probe records one run: after close(), steps and a new `with` block record nothing
 CLOSED = "this Probe is closed and records nothing more: make a new Probe for another run"
 
 
