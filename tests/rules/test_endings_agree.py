@@ -36,9 +36,7 @@ ENDS = (None, "ok", "signal", "exception", "interrupted")
 FAILED_WORDS = ("crashed", "killed", "out of")
 
 
-@pytest.mark.parametrize(
-    ("event", "after", "end"), list(itertools.product(EVENTS, (0, 20), ENDS))
-)
+@pytest.mark.parametrize(("event", "after", "end"), list(itertools.product(EVENTS, (0, 20), ENDS)))
 def test_the_status_and_the_verdict_agree(event: str, after: int, end: str | None) -> None:
     rec = {"kind": "event", "t": 0.0, **EVENTS[event]}
     eng = run_engine(Run(steps=100 + after, extra_records={99: [rec]}, end=end))
