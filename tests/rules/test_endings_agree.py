@@ -4,8 +4,9 @@ The status (``diagnosis.status`` over ``rules.ending``) and the crash rule's ale
 the verdict names) used to disagree at the edges: a SIGTERM a handler took, then more
 steps, read "running" with the verdict "killed at step 99"; a KeyboardInterrupt then an
 exit that says ``signal`` read "interrupted by the user" beside an active "Run terminated
-by a signal". Each event that can end a run, with and without steps after it, under each
-exit record (or none).
+by a signal"; an exception the run went on after, then an exit record saying exception,
+read "crashed" while `dltop check` exited 0 (no alert above information). Each event that
+can end a run, with and without steps after it, under each exit record (or none).
 """
 
 from __future__ import annotations
@@ -50,6 +51,7 @@ def test_the_status_and_the_verdict_agree(event: str, after: int, end: str | Non
     if state.status in ("running", "finished"):
         assert not failing, (state.status, failing)
         assert not said.startswith(FAILED_WORDS), (state.status, said)
-    else:
+    else:  # and `dltop check`, whose exit code is the worst alert's, does not exit 0
         assert state.status == "crashed"
         assert said.startswith(FAILED_WORDS), said
+        assert failing, (state.reason, said)

@@ -128,15 +128,22 @@ class Crashes(Rule):
             and self._after_signal(e, signalled, status)
         ):
             return
-        if not self.crash_on or self.exception is not None or self.system_exit_ok:
+        # how the run ended is ending.py's (the status reads it too); said here when no
+        # alert says it yet: an exception the run went on after, then an exit record
+        # saying exception or signal, ended the run by something not on record
+        end = self.run_ending.ending
+        if not self.crash_on or end not in (Ending.CRASHED, Ending.OOM, Ending.SIGNALLED):
             return
+        if any(
+            (a := tr.alert) is not None and a.active and a.severity != INFO
+            for tr in self.trackers.values()
+        ):
+            return  # the event that ended it is named already
         severity: Severity
-        if status == "signal" and self.signal is None and not self.run_ending.interrupt:
+        if end is Ending.SIGNALLED:
             title, severity = "Run terminated by a signal", WARNING
-        elif status == "exception":
-            title, severity = "The run crashed: its exception is not in the log", CRITICAL
         else:
-            return
+            title, severity = "The run crashed: its exception is not in the log", CRITICAL
         ev = {"pattern": "unknown", "exit_status": status, "last_step": e.last_step}
         msg = f"the exit record says {status} after step {e.last_step}, with no record of it"
         checklist = SIGNAL_CHECKLIST if status == "signal" else "crash"
