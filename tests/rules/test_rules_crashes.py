@@ -7,6 +7,7 @@ from typing import Any
 import pytest
 from dltop.tui.core.diagnosis.status import run_state
 from dltop.tui.core.diagnosis.verdict import fault_line, verdict
+from dltop.tui.core.rules.ending import SIGNAL_CHARS, signal_name
 from rulekit import Run, alerts_of, run_engine
 
 CUDA_OOM = (
@@ -109,6 +110,27 @@ def test_a_signal_the_run_went_on_after_is_no_termination_while_it_runs() -> Non
     assert a.severity == "warning" and a.active and a.title == "Run terminated by SIGTERM"
     state = run_state(eng)
     assert state.status == "crashed" and verdict(eng, state).startswith("killed at step 99")
+
+
+def test_a_crafted_signal_name_is_bounded_on_every_surface() -> None:
+    """The signal's name is the log's text: a 100 000-character one reached the alert's
+    title, message and evidence, the status and the verdict whole (900 KB of `dltop
+    check` output). Each now holds at most ``SIGNAL_CHARS`` of it."""
+    name = "SIG" + "X" * 100_000
+    run = Run(
+        steps=100,
+        extra_records={99: [{"kind": "event", "type": "signal", "signal": name, "t": 0.0}]},
+    )
+    run.end = None
+    eng = run_engine(run)
+    (a,) = alerts_of(eng, "crash")
+    state = run_state(eng)
+    kept = name[: SIGNAL_CHARS - 1] + "…"
+    assert a.evidence["signal"] == kept and kept in a.title and kept in state.reason
+    for text in (a.title, a.message, state.reason, verdict(eng, state)):
+        assert "X" * SIGNAL_CHARS not in text and len(text) < 500, len(text)
+    assert signal_name({"signal": "SIGHUP"}) == "SIGHUP"
+    assert signal_name({}, "a signal") == "a signal"
 
 
 def test_a_broken_catalogue_still_reports_the_crash(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Literal
 
 from ....probe.schema import Record, step_or
-from ..rules.ending import Ending
+from ..rules.ending import Ending, signal_name
 from ..text.fmt import nbytes
 from ..text.fmt import number as fmt
 from ..text.textfit import fit
@@ -159,7 +159,7 @@ def _steps_made(e: RuleSet) -> str:
 def _exception_words(event: Record) -> str:
     """``ValueError: bad shape`` (bounded), or the signal that ended the run."""
     if event.get("type") == "signal":
-        return f"terminated by {event.get('signal') or 'a signal'}"
+        return f"terminated by {signal_name(event, 'a signal')}"
     msg = str(event.get("message") or "").strip()[:1024].splitlines()
     name = str(event.get("exc_type") or event.get("type") or "exception")
     return name + (f": {fit(msg[0], 120)}" if msg else "")  # a number is never cut

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from ....probe.schema import step_or
+from ..rules.ending import signal_name
 from ..text.fmt import compact as format_value
 from ..text.safetext import escape_fields
 from ..text.textfit import fit
@@ -74,7 +75,7 @@ def store_crash_info(store: Store, run_state: RunState | None = None) -> CrashIn
         return CrashInfo(reason, store.last_step, last, "process gone", VANISHED_HELP)
     step = step_or(ev, store.last_step)
     if ev.get("type") == "signal":
-        sig = str(ev.get("signal") or "a signal")
+        sig = signal_name(ev, "a signal")
         why = SIGNAL_HELP.get(sig, "the process was sent a fatal signal")
         return CrashInfo(
             f"terminated by {sig}", step, last, "stopped from outside", why, "", "KILLED"

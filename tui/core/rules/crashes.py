@@ -13,7 +13,14 @@ from typing import TYPE_CHECKING, Any
 from ....probe.schema import Record, step_or
 from .alerts import CRITICAL, INFO, WARNING, Alert, Severity
 from .base import Rule, Tracker
-from .ending import Ending, RunEnding, event_ending, is_clean_exit, is_interrupt
+from .ending import (
+    Ending,
+    RunEnding,
+    event_ending,
+    is_clean_exit,
+    is_interrupt,
+    signal_name,
+)
 
 if TYPE_CHECKING:
     from .state import EngineState
@@ -97,7 +104,7 @@ class Crashes(Rule):
         if typ in ("exception", "oom"):
             self._exception(e, rec)
         elif typ == "signal":
-            self.signal = str(rec.get("signal") or "signal")
+            self.signal = signal_name(rec)
             if self.crash_on and event_ending(rec) is Ending.SIGNALLED:
                 step = step_or(rec, e.last_step)
                 ev = {"signal": self.signal, "pattern": "signal", "last_step": e.last_step}

@@ -40,6 +40,20 @@ def _exc_name(event: Record) -> str:
     return str(event.get("exc_type") or event.get("exception") or "").rsplit(".", 1)[-1]
 
 
+SIGNAL_CHARS = 32  # of a signal's name kept ("SIGRTMIN+15" is 11): the log's text, bounded
+
+
+def signal_name(event: Record, default: str = "signal") -> str:
+    """A ``signal`` event's signal, as every surface names it: at most ``SIGNAL_CHARS``
+    characters (a crafted log's 100 000-character name reached the title, message, status
+    and verdict whole, 900 KB of ``dltop check`` output)."""
+    name = event.get("signal")
+    if not name:
+        return default
+    text = name if isinstance(name, str) else str(name)
+    return text if len(text) <= SIGNAL_CHARS else text[: SIGNAL_CHARS - 1] + "…"
+
+
 def is_interrupt(event: Record) -> bool:
     """Ctrl-C: the probe's ``interrupted`` mark, a ``KeyboardInterrupt``, or SIGINT."""
     if event.get("interrupted") is True or _exc_name(event) == "KeyboardInterrupt":
@@ -132,7 +146,7 @@ class RunEnding:
             return None
         typ = event.get("type")
         if typ == "signal":
-            self.signal = str(event.get("signal") or "signal")
+            self.signal = signal_name(event)
         if typ == "exit":
             self.exit_status = str(event.get("status") or "ok")
         elif end is Ending.INTERRUPTED:
