@@ -29,6 +29,11 @@ if TYPE_CHECKING:
 # a run stopped from outside (no exception, no traceback): who sent the signal, and how
 # the next run survives it, not the exception checklist's "read the traceback"
 SIGNAL_CHECKLIST = "crash_signal"
+# an exit record after a recorded signal that says the signal ended nothing bad
+_HANDLED_TITLES = {
+    "ok": "{signal} received and handled: the run went on",
+    "interrupted": "{signal} received: the run stopped as interrupted",
+}
 _OOM_TEXT = ("out of memory", "can't allocate memory", "cannot allocate memory")
 
 
@@ -148,12 +153,12 @@ class Crashes(Rule):
             return  # the event that ended it is named already
         severity: Severity
         if end is Ending.SIGNALLED:
-            title, severity = "Run terminated by a signal", WARNING
+            title, severity, checklist = "Run terminated by a signal", WARNING, SIGNAL_CHECKLIST
         else:
             title, severity = "The run crashed: its exception is not in the log", CRITICAL
+            checklist = "crash"
         ev = {"pattern": "unknown", "exit_status": status, "last_step": e.last_step}
         msg = f"the exit record says {status} after step {e.last_step}, with no record of it"
-        checklist = SIGNAL_CHECKLIST if status == "signal" else "crash"
         self.trackers["crash"].fire(
             e.last_step, severity, title, msg, ev, t=e.last_t, checklist=checklist
         )
@@ -162,20 +167,15 @@ class Crashes(Rule):
         """The exit record after a recorded signal, worded as ``ending.py`` reads it (one
         decision: the status and this alert must not disagree). True when it is said."""
         tr = self.trackers["crash"]
-        if status == "ok":  # a handler took it (a preemption checkpoint); the run ended well
+        # ok: a handler took it (a preemption checkpoint) and the run ended well;
+        # interrupted: a handler made it a KeyboardInterrupt, a stop
+        handled = _HANDLED_TITLES.get(status or "")
+        if handled is not None:
             tr.revise(
                 {"exit_status": status},
                 severity=INFO,
                 active=False,
-                title=f"{self.signal} received and handled: the run went on",
-            )
-            return True
-        if status == "interrupted":  # a handler made it a KeyboardInterrupt: a stop
-            tr.revise(
-                {"exit_status": status},
-                severity=INFO,
-                active=False,
-                title=f"{self.signal} received: the run stopped as interrupted",
+                title=handled.format(signal=self.signal),
             )
             return True
         if status == "signal" and signalled.evidence.get("went_on") and not signalled.active:
