@@ -169,6 +169,8 @@ class Probe(StartStop):
         self._crash: CrashRecorder | None = None
         self._started = False
         self._closed = False
+        self._starting = False  # inside start(): a close() now waits for it (startstop.py)
+        self._close_pending: str | None = None  # the status of a close() start() owes
         self._depth = 0  # nested `with probe:` blocks open
 
     # --- the hot path -----------------------------------------------------------------

@@ -155,7 +155,13 @@ class RunConfig:
         self._sections: dict[str, Any] = {}
         self._written: dict[str, Any] | None = None  # comparable form of the last event
         self._written_in = -1  # the step interval (steps recorded) of the last event
-        self._lock = threading.Lock()
+        # re-entrant: a signal handler runs on the training thread between two bytecodes,
+        # and a user's SIGTERM handler that calls ``probe.close()`` takes this lock again
+        # (close writes a change not written yet). Landing while ``learn`` or ``take`` held
+        # a plain lock, it waited for its own thread forever: the process hung, its exit
+        # never written. Re-entered, the state is the one before or after the interrupted
+        # assignment, both of them whole (tests/probe/test_signal_reentry.py)
+        self._lock = threading.RLock()
         self.pending = False  # a section changed since the last event
 
     def learn(self, name: str, value: Any) -> None:

@@ -91,6 +91,8 @@ class StartStop:
     _crash: CrashRecorder | None
     _started: bool
     _closed: bool
+    _starting: bool
+    _close_pending: str | None
     _depth: int
 
     if TYPE_CHECKING:  # what Probe provides
@@ -111,7 +113,20 @@ class StartStop:
             if self._closed:  # `with probe:` again, after the first block closed it
                 self._error("start", RuntimeError(CLOSED))
             return self
+        self._starting = True  # first: a close() landing between the two waits for start()
         self._started = True
+        try:
+            self._open()
+        finally:
+            # a close() that came while we were starting (a signal handler on this thread,
+            # whose user code calls ``probe.close()``): run now, over every part started
+            self._starting = False
+            pending, self._close_pending = self._close_pending, None
+            if pending is not None:
+                self.close(pending)
+        return self
+
+    def _open(self) -> None:
         sinks, meta = open_sinks(self.path, self.run_id, self.socket, self.tcp, self._error)
         sinks.extend(self._extra_sinks)
         self._writer = w = Writer(
@@ -152,11 +167,20 @@ class StartStop:
         # this wait is safe: its handler's own emit and flush cannot block on us (wake.py)
         w.flush(timeout=META_WAIT_S)
         self._prev_end = perf_counter()
-        return self
 
     def close(self, status: str = "ok") -> None:
         """Write the ``exit`` event, stop the threads, fsync and close the log. Idempotent."""
-        if self._closed or not self._started:
+        if self._closed:
+            return
+        if self._starting:
+            # called inside start() (a signal handler's user code, between two of start's
+            # bytecodes): closing now stopped the parts started so far, and start() then
+            # went on to install the rest on a closed Probe: its signal handlers stayed in
+            # place for good, recording later signals into the closed log, and its writer
+            # thread ran on. start() closes, with this status, once it is done
+            self._close_pending = status
+            return
+        if not self._started:
             return
         self._closed = True
         with contextlib.suppress(Exception):

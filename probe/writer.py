@@ -118,6 +118,7 @@ class Writer:
         self._flush_reqs: deque[tuple[Wake, bool, float]] = deque()
         self._stop_by: float | None = None  # close()'s deadline for the last drain
         self._thread: threading.Thread | None = None
+        self._gone = False  # the thread has served its last flush request (_run, flush)
         self.warnings: list[str] = []  # what was reported, for tests and close()
         self.records_written = 0
         self._build_errors = 0
@@ -174,6 +175,11 @@ class Writer:
         done = Wake()  # set by the writer thread, which must never wait on us: wake.py
         self._flush_reqs.append((done, fsync, by))
         self._wake.set()
+        if self._gone:
+            # the thread stopped after we looked (a close() in between: a signal handler's
+            # on this thread, or another thread's): nobody will serve the request, and
+            # waiting for it stalled the training the whole timeout
+            return self._drain_locked(force=Deadline(at=by), fsync=fsync, timeout=timeout)
         return done.wait(timeout)
 
     def close(self, timeout: float = 5.0) -> None:
@@ -235,6 +241,11 @@ class Writer:
             for done, _, _ in reqs:
                 done.set()
             if stop:
+                # last: say we are gone, then serve what came during the final drain (its
+                # records are written). A request after this is served by its caller
+                self._gone = True
+                while self._flush_reqs:
+                    self._flush_reqs.popleft()[0].set()
                 return
 
     def _drain_locked(self, force: Deadline, fsync: bool, timeout: float) -> bool:

@@ -95,3 +95,95 @@ def test_a_sigterm_at_any_line_of_the_writer_is_written_without_a_hang(tmp_path:
         assert kinds[0] == "meta" and records[-1].get("type") == "exit", (point, kinds)
         signals = [r for r in records if r.get("kind") == EVENT and r.get("type") == EV_SIGNAL]
         assert len(signals) == (1 if point["probe_handler"] else 0), (point, records)
+
+
+CLOSING = r"""
+import json, os, signal, sys, threading, time
+from dltop.probe import Probe
+
+out = sys.argv[1]
+WATCHED = ("probe.py", "startstop.py", "lifecycle.py", "runconfig.py", "writer.py", "wake.py")
+current = {}
+
+
+def closes(signum, frame):  # a preemption handler: close the logger, then carry on
+    current["probe"].close()
+
+
+signal.signal(signal.SIGTERM, closes)
+
+
+def run(k):
+    seen, raised = 0, {}
+
+    def trace(frame, event, arg):
+        nonlocal seen
+        if event == "line" and frame.f_code.co_filename.endswith(WATCHED):
+            seen += 1
+            if seen == k:
+                raised["at"] = f"{os.path.basename(frame.f_code.co_filename)}:{frame.f_lineno}"
+                signal.raise_signal(signal.SIGTERM)
+        return trace
+
+    log = os.path.join(out, f"run{k}.jsonl")
+    p = current["probe"] = Probe(path=log, socket=False, system=False, heartbeat_every=60.0)
+    sys.settrace(trace)
+    try:
+        p.start()
+        p._learn("optimizer", {"class": "SGD", "lr": 0.1})  # a config change: its lock
+        p.step(loss=1.0, lr=0.1, step=0)
+        p._learn("optimizer", {"class": "Adam", "lr": 0.1})
+        p.step(loss=0.9, lr=0.1, step=1)
+        p.flush()
+    finally:
+        sys.settrace(None)
+    p.close()  # joins the writer thread: one still there was started after a close
+    raised["handler_left"] = signal.getsignal(signal.SIGTERM) is not closes
+    raised["threads_left"] = [t.name for t in threading.enumerate() if t.name.startswith("dltop")]
+    signal.signal(signal.SIGTERM, closes)
+    return raised, log
+
+
+k = 1
+while k < 5000:
+    t0 = time.monotonic()
+    raised, log = run(k)
+    if "at" not in raised:
+        break
+    print(json.dumps(raised | {"k": k, "log": log, "took": time.monotonic() - t0}), flush=True)
+    k += 1
+"""
+
+
+def test_a_handler_that_closes_the_probe_at_any_line_leaves_nothing_running(
+    tmp_path: Path,
+) -> None:
+    """The user's SIGTERM handler calls ``probe.close()`` and returns (a preemption handler
+    that closes its loggers), landing at every line the probe's start, config, step and
+    flush code runs. Two bugs it found: inside a config change (``RunConfig``'s plain lock
+    held) the close waited for its own thread forever; inside ``start()`` the close ran
+    before the rest of start installed the signal handlers and started the writer thread,
+    which then ran on a closed Probe for good (later SIGTERMs recorded into its log); inside
+    a flush, after it had looked at the writer thread, the thread stopped and the flush
+    waited its whole timeout (5 s) for an answer that could not come."""
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    done = subprocess.run(
+        [sys.executable, "-c", CLOSING, str(tmp_path)],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,  # the close blocked on its own thread's lock hangs here
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    points = [json.loads(line) for line in done.stdout.splitlines()]
+    assert len(points) > 100, len(points)
+    assert any(p["at"].startswith("startstop.py") for p in points)
+    assert any(p["at"].startswith("runconfig.py") for p in points)
+    for point in points:
+        assert not point["handler_left"] and not point["threads_left"], point
+        assert point["took"] < 3.0, point  # a run takes ~0.04 s; a flush left waiting, 5 s
+        records, _ = read_records(point["log"])
+        kinds = [r.get("kind") for r in records]
+        exits = [r for r in records if r.get("kind") == EVENT and r.get("type") == "exit"]
+        assert kinds[0] == "meta" and len(exits) == 1 and records[-1] is exits[0], (point, kinds)

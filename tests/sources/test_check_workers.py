@@ -133,9 +133,11 @@ def test_a_worker_that_dies_leaves_its_job_to_this_process() -> None:
     assert list(workers.ordered_map(_die_in_a_worker, [parent] * 4, 2)) == [parent] * 4
 
 
-def test_ctrl_c_stops_the_workers_with_one_line(job: Path) -> None:
-    code, err, took = ctrl_c("check", job)
-    assert code == 130 and err == "dltop check: interrupted\n", err
+@pytest.mark.parametrize("command", ["check", "report"])
+def test_ctrl_c_stops_the_workers_with_one_line(job: Path, command: str) -> None:
+    """``dltop report DIR`` reads a job's ranks through the same workers as ``check``."""
+    code, err, took = ctrl_c(command, job)
+    assert code == 130 and err == f"dltop {command}: interrupted\n", err
     assert took < 10  # the workers were stopped, not waited for (each sleeps 60 s)
 
 
