@@ -117,6 +117,14 @@ class StartStop:
         self._started = True
         try:
             self._open()
+        except BaseException as exc:
+            # a signal handler's exception inside start() (Ctrl-C, a SIGTERM handler's
+            # sys.exit): the ``with`` block never opened, so its ``__exit__`` will not end
+            # the log; end it here, as that would have
+            self._starting = False
+            self._close_pending = None
+            self.close(exit_status(exc, self._signal)[0])
+            raise
         finally:
             # a close() that came while we were starting (a signal handler on this thread,
             # whose user code calls ``probe.close()``): run now, over every part started
@@ -132,13 +140,13 @@ class StartStop:
         self._writer = w = Writer(
             sinks, heartbeat=self._heartbeat, heartbeat_every=self.heartbeat_every
         )
+        if meta is not None:  # first, so that a log ended early still says what ran
+            w.emit(meta)
         attach_notes(sinks, w.emit)
         self._put = w.put
         self._step_builder = w.register(self._records.build)
         self._layers_builder = w.register(build_layers)
         self._lazy_builder = w.register(build_lazy)
-        if meta is not None:
-            w.emit(meta)
         self._grad = hook_gradients(
             self.model, self.optimizer, self.scaler, self.layers_every > 0, self._error
         )
@@ -182,7 +190,20 @@ class StartStop:
             return
         if not self._started:
             return
-        self._closed = True
+        # A signal handler's exception (a second Ctrl-C, a SIGTERM handler's sys.exit) can
+        # land anywhere in here: it cut close() short before the exit record, and the log
+        # of a run that finished read as killed. Once closing has begun the log is ended
+        # whatever happens; one that lands before it leaves the Probe open, and the exit
+        # hook (still registered) closes it as the interpreter exits.
+        try:
+            self._closed = True
+            self._take_down()
+        finally:
+            if self._closed:
+                self._end_log(status)
+
+    def _take_down(self) -> None:
+        """Stop every part but the writer: hooks, handlers, sampler; steps are ignored."""
         with contextlib.suppress(Exception):
             atexit.unregister(self._at_exit)
         if self._crash is not None:
@@ -199,17 +220,32 @@ class StartStop:
                 self._loop.remove()
         self._where.move(OUTSIDE_LOOP)
         self._put = None  # steps after close are ignored
+
+    def _end_log(self, status: str) -> None:
+        """A config change not written yet, the sinks' notes, the ``exit`` record; then the
+        writer closed (everything written and fsynced). Each later part runs even when an
+        exception cuts an earlier one short, and is then raised."""
         w = self._writer
         if w is None:
             return
-        with contextlib.suppress(Exception):  # a change not written yet: before the exit
-            config = self._config.take(None, self._last_step)
-            if config is not None:
-                w.emit(config)
-        closing_notes(w.sinks, w.emit)  # the live socket's counts not yet on record
-        exit_rec = exit_record(status, self._last_step, self._steps, w.dropped)
-        w.emit(exit_rec)
-        w.close()
+        try:
+            with contextlib.suppress(Exception):  # a change not written yet: before the exit
+                config = self._config.take(None, self._last_step)
+                if config is not None:
+                    w.emit(config)
+            closing_notes(w.sinks, w.emit)  # the live socket's counts not yet on record
+        finally:
+            try:
+                w.emit(exit_record(status, self._last_step, self._steps, w.dropped))
+            finally:
+                try:
+                    w.close()
+                except BaseException:
+                    # cut short while it waited for the writer thread: one more bounded
+                    # wait, so that the exit record queued above is on disk before we go on
+                    # (a daemon thread does not outlive the interpreter's exit)
+                    w.close(timeout=1.0)
+                    raise
 
     def __enter__(self) -> Self:
         self._depth += 1

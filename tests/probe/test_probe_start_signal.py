@@ -26,6 +26,7 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
 from dltop.probe import Probe
 from dltop.probe.decoding import read_records
 from dltop.probe.schema import EV_SIGNAL, EVENT
@@ -34,6 +35,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 CHILD = """
 import sys, time
+import pytest
 from dltop.probe import Probe
 Probe(path=sys.argv[1]).start()
 for _ in range(600):
@@ -85,6 +87,7 @@ def test_meta_is_on_disk_when_start_returns(tmp_path: Path) -> None:
 
 SLOW_SINK_CHILD = """
 import os, signal, sys, threading, time
+import pytest
 from dltop.probe import Probe
 
 class SlowSink:  # a sink on a slow disk: start()'s wait for meta lasts 1 s
@@ -101,8 +104,9 @@ print("start() returned", flush=True)
 
 def test_a_ctrl_c_while_start_waits_for_meta_still_closes_the_log(tmp_path: Path) -> None:
     """Ctrl-C lands while ``start()`` waits for ``meta``: KeyboardInterrupt leaves
-    ``start()`` (as the user asked), the signal is on record, and the log is closed by
-    the interpreter's exit with an ``exit`` event saying so."""
+    ``start()`` (as the user asked), the signal is on record, and ``start()`` ends the log
+    as the ``with`` block it never opened would have: ``interrupted`` (it used to be left
+    to the interpreter's exit hook, which says ``signal``; both read as a Ctrl-C)."""
     log = tmp_path / "run.jsonl"
     done = subprocess.run(
         [sys.executable, "-c", SLOW_SINK_CHILD, str(log)],
@@ -116,4 +120,55 @@ def test_a_ctrl_c_while_start_waits_for_meta_still_closes_the_log(tmp_path: Path
     assert records[0].get("kind") == "meta"
     signals = [r.get("signal") for r in records if r.get("type") == EV_SIGNAL]
     assert signals == ["SIGINT"], records
-    assert records[-1].get("type") == "exit" and records[-1].get("status") == "signal", records
+    assert records[-1].get("type") == "exit" and records[-1].get("status") == "interrupted"
+    assert [r.get("type") for r in records].count("exit") == 1, records
+
+
+SIGNAL_IN_CLOSE_CHILD = """
+import os, signal, sys, threading, time
+import pytest
+from dltop.probe import Probe
+
+class SlowSink:  # a slow disk: close() waits ~0.5 s per batch for the writer thread
+    def write(self, batch):
+        time.sleep(0.5)
+    def close(self):
+        pass
+
+SIG = getattr(signal, sys.argv[2])
+if SIG == signal.SIGTERM:
+    signal.signal(SIG, lambda signum, frame: sys.exit(0))  # a handler that exits cleanly
+with Probe(path=sys.argv[1], socket=False, system=False, sinks=[SlowSink()]) as p:
+    for i in range(5):
+        p.step(loss=1.0 / (i + 1), step=i)
+    p._emit({"kind": "event", "type": "note", "t": time.time()})  # an event: written now
+    time.sleep(0.05)  # the writer thread is in the slow sink now, the exit queued behind it
+    threading.Timer(0.2, os.kill, (os.getpid(), SIG)).start()  # inside close()'s wait
+print("the with block ended", flush=True)
+"""
+
+
+@pytest.mark.parametrize("sig", ["SIGTERM", "SIGINT"])
+def test_a_signal_while_close_waits_still_ends_the_log(tmp_path: Path, sig: str) -> None:
+    """The run is over and ``close()`` waits for the writer (a slow disk); a second Ctrl-C,
+    or a SIGTERM whose handler calls ``sys.exit``, lands in that wait. The exception it
+    raises used to cut close() short: the ``exit`` record, queued for a writer thread that
+    does not outlive the interpreter, never reached the log, and a run that finished read
+    as killed. Now the exception still goes on (the user asked to stop) once the log has
+    its ``exit`` record."""
+    log = tmp_path / "run.jsonl"
+    done = subprocess.run(
+        [sys.executable, "-c", SIGNAL_IN_CLOSE_CHILD, str(log), sig],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert "the with block ended" not in done.stdout  # the signal's exception went on
+    # sys.exit(0) from the handler; an uncaught KeyboardInterrupt ends Python by SIGINT
+    assert done.returncode == (0 if sig == "SIGTERM" else -signal.SIGINT), done.stderr[-2000:]
+    records, _ = read_records(str(log))
+    types = [r.get("type") for r in records]
+    assert [r.get("step") for r in records if r.get("kind") == "step"] == list(range(5))
+    assert types.count("exit") == 1 and records[-1].get("type") == "exit", types
+    assert records[-1].get("status") == "ok", records[-1]  # the run had finished
