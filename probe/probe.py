@@ -171,6 +171,8 @@ class Probe(StartStop):
         self._closed = False
         self._starting = False  # inside start(): a close() now waits for it (startstop.py)
         self._close_pending: str | None = None  # the status of a close() start() owes
+        self._close_status = "ok"  # what close() was asked to write (an exit hook finishes it)
+        self._exit_queued = False  # the exit record is with the writer
         self._depth = 0  # nested `with probe:` blocks open
 
     # --- the hot path -----------------------------------------------------------------

@@ -93,6 +93,8 @@ class StartStop:
     _closed: bool
     _starting: bool
     _close_pending: str | None
+    _close_status: str
+    _exit_queued: bool
     _depth: int
 
     if TYPE_CHECKING:  # what Probe provides
@@ -193,10 +195,11 @@ class StartStop:
         # A signal handler's exception (a second Ctrl-C, a SIGTERM handler's sys.exit) can
         # land anywhere in here: it cut close() short before the exit record, and the log
         # of a run that finished read as killed. Once closing has begun the log is ended
-        # whatever happens; one that lands before it leaves the Probe open, and the exit
-        # hook (still registered) closes it as the interpreter exits.
+        # whatever happens; where the exception lands between two statements of that, the
+        # interpreter's exit hook, unregistered only once the log has ended, finishes it.
         try:
             self._closed = True
+            self._close_status = status
             self._take_down()
         finally:
             if self._closed:
@@ -204,8 +207,6 @@ class StartStop:
 
     def _take_down(self) -> None:
         """Stop every part but the writer: hooks, handlers, sampler; steps are ignored."""
-        with contextlib.suppress(Exception):
-            atexit.unregister(self._at_exit)
         if self._crash is not None:
             with contextlib.suppress(Exception):
                 self._crash.uninstall()
@@ -226,9 +227,17 @@ class StartStop:
         writer closed (everything written and fsynced). Each later part runs even when an
         exception cuts an earlier one short, and is then raised."""
         w = self._writer
-        if w is None:
-            return
+        if w is not None:
+            self._end_writer(w, status)
+        with contextlib.suppress(Exception):  # the log has ended: nothing left for the hook
+            atexit.unregister(self._at_exit)
+
+    def _end_writer(self, w: Writer, status: str) -> None:
+        rec = None
         try:
+            if self._exit_queued:  # the exit hook finishing a close cut short
+                return
+            rec = exit_record(status, self._last_step, self._steps, w.dropped)
             with contextlib.suppress(Exception):  # a change not written yet: before the exit
                 config = self._config.take(None, self._last_step)
                 if config is not None:
@@ -236,7 +245,9 @@ class StartStop:
             closing_notes(w.sinks, w.emit)  # the live socket's counts not yet on record
         finally:
             try:
-                w.emit(exit_record(status, self._last_step, self._steps, w.dropped))
+                if not self._exit_queued:
+                    w.emit(rec or exit_record(status, self._last_step, self._steps, w.dropped))
+                    self._exit_queued = True
             finally:
                 try:
                     w.close()
@@ -263,6 +274,10 @@ class StartStop:
         return False  # the exception, if any, goes on unchanged
 
     def _at_exit(self) -> None:
+        if self._closed:  # a close() an exception cut short between two of its statements
+            with contextlib.suppress(Exception):
+                self._end_log(self._close_status)
+            return
         self.close("signal" if self._signal else "exception" if self._crashed else "ok")
 
     def _emit(self, record: dict[str, Any]) -> None:

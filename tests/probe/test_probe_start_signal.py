@@ -172,3 +172,43 @@ def test_a_signal_while_close_waits_still_ends_the_log(tmp_path: Path, sig: str)
     assert [r.get("step") for r in records if r.get("kind") == "step"] == list(range(5))
     assert types.count("exit") == 1 and records[-1].get("type") == "exit", types
     assert records[-1].get("status") == "ok", records[-1]  # the run had finished
+
+
+CUT_SHORT_CHILD = """
+import sys
+from dltop.probe import Probe
+from dltop.probe.startstop import StartStop
+
+real = StartStop._end_log
+calls = []
+
+def cut_short(self, status):
+    calls.append(status)
+    if len(calls) == 1:  # the exception lands between close()'s statements, before the log ends
+        raise SystemExit(0)
+    real(self, status)
+
+StartStop._end_log = cut_short
+with Probe(path=sys.argv[1], socket=False, system=False) as p:
+    for i in range(3):
+        p.step(loss=1.0, step=i)
+"""
+
+
+def test_a_close_cut_short_is_finished_by_the_interpreters_exit(tmp_path: Path) -> None:
+    """Where the exception lands between two statements of close() (no ``finally`` can
+    cover that), the exit hook is still registered (it is dropped only once the log has
+    ended) and ends the log as the interpreter exits: one ``exit`` record, the status
+    close() was given."""
+    log = tmp_path / "run.jsonl"
+    done = subprocess.run(
+        [sys.executable, "-c", CUT_SHORT_CHILD, str(log)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    records, _ = read_records(str(log))
+    types = [r.get("type") for r in records]
+    assert types.count("exit") == 1 and records[-1].get("status") == "ok", records
