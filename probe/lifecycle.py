@@ -31,11 +31,13 @@ OnError = Callable[[str, BaseException], None]
 Emit = Callable[[dict[str, Any]], None]
 
 
-def open_sinks(
-    path: str | None, run_id: str, unix: bool, tcp: str | None, on_error: OnError
+def open_log(
+    path: str | None, run_id: str, on_error: OnError
 ) -> tuple[list[Sink], dict[str, Any] | None]:
-    """The log file and the live socket that can be opened, and the ``meta`` record
-    (``None`` when it could not be built: the probe's error, reported once)."""
+    """The log file, when it can be opened, and the ``meta`` record (``None`` when it
+    could not be built: the probe's error, reported once). The live socket opens apart
+    (``open_live``), once the writer exists: it takes most of ``start()``'s time, and a
+    signal handler's exception in it then still leaves a log with ``meta`` and ``exit``."""
     sinks: list[Sink] = []
     if path is not None:
         try:
@@ -51,17 +53,23 @@ def open_sinks(
         meta = build_meta(run_id, path)
     except Exception as e:
         on_error("meta", e)
-    if unix or tcp:
-        try:
-            from .live import LiveSink  # noqa: PLC0415 - sockets only when asked
-
-            key = f"{run_id}.{os.getpid()}"
-            sinks.append(LiveSink(key, meta or {}, tcp=tcp, unix=unix))
-        except Exception as e:
-            sys.stderr.write(
-                f"dltop: warning: no live socket for this run ({e}); the log file still works\n"
-            )
     return sinks, meta
+
+
+def open_live(run_id: str, meta: dict[str, Any] | None, unix: bool, tcp: str | None) -> Sink | None:
+    """The live socket, when asked for and it can be served."""
+    if not (unix or tcp):
+        return None
+    try:
+        from .live import LiveSink  # noqa: PLC0415 - sockets only when asked
+
+        key = f"{run_id}.{os.getpid()}"
+        return LiveSink(key, meta or {}, tcp=tcp, unix=unix)
+    except Exception as e:
+        sys.stderr.write(
+            f"dltop: warning: no live socket for this run ({e}); the log file still works\n"
+        )
+        return None
 
 
 def attach_notes(sinks: list[Sink], emit: Emit) -> None:

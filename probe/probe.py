@@ -173,6 +173,8 @@ class Probe(StartStop):
         self._close_pending: str | None = None  # the status of a close() start() owes
         self._close_status = "ok"  # what close() was asked to write (an exit hook finishes it)
         self._exit_queued = False  # the exit record is with the writer
+        self._opened: list[Sink] = []  # the sinks start() opened (closed by the writer)
+        self._down = False  # close() stopped every part but the writer
         self._depth = 0  # nested `with probe:` blocks open
 
     # --- the hot path -----------------------------------------------------------------

@@ -25,7 +25,8 @@ from .lifecycle import (
     hook_gradients,
     hook_loop,
     install_crash,
-    open_sinks,
+    open_live,
+    open_log,
     start_sampler,
 )
 from .records import build_layers, build_lazy
@@ -95,6 +96,8 @@ class StartStop:
     _close_pending: str | None
     _close_status: str
     _exit_queued: bool
+    _opened: list[Sink]
+    _down: bool
     _depth: int
 
     if TYPE_CHECKING:  # what Probe provides
@@ -125,7 +128,13 @@ class StartStop:
             # the log; end it here, as that would have
             self._starting = False
             self._close_pending = None
-            self.close(exit_status(exc, self._signal)[0])
+            try:
+                self.close(exit_status(exc, self._signal)[0])
+            finally:
+                if self._writer is None:  # sinks opened, but no writer yet to close them
+                    for sink in self._opened:
+                        with contextlib.suppress(Exception):
+                            sink.close()
             raise
         finally:
             # a close() that came while we were starting (a signal handler on this thread,
@@ -137,14 +146,19 @@ class StartStop:
         return self
 
     def _open(self) -> None:
-        sinks, meta = open_sinks(self.path, self.run_id, self.socket, self.tcp, self._error)
+        sinks, meta = open_log(self.path, self.run_id, self._error)
+        self._opened = sinks
         sinks.extend(self._extra_sinks)
         self._writer = w = Writer(
             sinks, heartbeat=self._heartbeat, heartbeat_every=self.heartbeat_every
         )
+        self._opened = []  # the writer's now
         if meta is not None:  # first, so that a log ended early still says what ran
             w.emit(meta)
-        attach_notes(sinks, w.emit)
+        live = open_live(self.run_id, meta, self.socket, self.tcp)
+        if live is not None:  # the writer's thread has not started: no one reads the list
+            w.sinks.append(live)
+        attach_notes(w.sinks, w.emit)
         self._put = w.put
         self._step_builder = w.register(self._records.build)
         self._layers_builder = w.register(build_layers)
@@ -203,24 +217,42 @@ class StartStop:
             self._take_down()
         finally:
             if self._closed:
-                self._end_log(status)
+                self._finish_close(status)
+
+    def _finish_close(self, status: str) -> None:
+        """What a close() cut short still owes: the parts it did not stop (each step is
+        idempotent), then the end of the log."""
+        try:
+            if not self._down:
+                self._take_down()
+        finally:
+            self._end_log(status)
 
     def _take_down(self) -> None:
-        """Stop every part but the writer: hooks, handlers, sampler; steps are ignored."""
-        if self._crash is not None:
-            with contextlib.suppress(Exception):
-                self._crash.uninstall()
-        if self._sampler is not None:
-            with contextlib.suppress(Exception):
-                self._sampler.stop()
-        if self._grad is not None:
-            with contextlib.suppress(Exception):
-                self._grad.remove()
-        if self._loop is not None:
-            with contextlib.suppress(Exception):
-                self._loop.remove()
-        self._where.move(OUTSIDE_LOOP)
-        self._put = None  # steps after close are ignored
+        """Stop every part but the writer: handlers, sampler, hooks; steps are ignored.
+        Each one even when an exception (a signal handler's) cut an earlier one short:
+        a sampler left running in a process that goes on writes to a closed log."""
+        try:
+            if self._crash is not None:
+                with contextlib.suppress(Exception):
+                    self._crash.uninstall()
+        finally:
+            try:
+                if self._sampler is not None:
+                    with contextlib.suppress(Exception):
+                        self._sampler.stop()
+            finally:
+                try:
+                    if self._grad is not None:
+                        with contextlib.suppress(Exception):
+                            self._grad.remove()
+                    if self._loop is not None:
+                        with contextlib.suppress(Exception):
+                            self._loop.remove()
+                finally:
+                    self._put = None  # steps after close are ignored
+                    self._where.move(OUTSIDE_LOOP)
+        self._down = True  # only when no step was cut short (the ones after it did run)
 
     def _end_log(self, status: str) -> None:
         """A config change not written yet, the sinks' notes, the ``exit`` record; then the
@@ -249,6 +281,10 @@ class StartStop:
                     w.emit(rec or exit_record(status, self._last_step, self._steps, w.dropped))
                     self._exit_queued = True
             finally:
+                if not self._exit_queued:  # cut short around the emit: once more, before
+                    # the writer closes for good (a second exit record beats none)
+                    w.emit(rec or exit_record(status, self._last_step, self._steps, w.dropped))
+                    self._exit_queued = True
                 try:
                     w.close()
                 except BaseException:
@@ -274,9 +310,12 @@ class StartStop:
         return False  # the exception, if any, goes on unchanged
 
     def _at_exit(self) -> None:
+        # no start() runs at the interpreter's exit: one that an exception left between
+        # its last statements must not make this close wait for it
+        self._starting = False
         if self._closed:  # a close() an exception cut short between two of its statements
             with contextlib.suppress(Exception):
-                self._end_log(self._close_status)
+                self._finish_close(self._close_status)
             return
         self.close("signal" if self._signal else "exception" if self._crashed else "ok")
 

@@ -35,7 +35,6 @@ ROOT = Path(__file__).resolve().parents[2]
 
 CHILD = """
 import sys, time
-import pytest
 from dltop.probe import Probe
 Probe(path=sys.argv[1]).start()
 for _ in range(600):
@@ -87,8 +86,10 @@ def test_meta_is_on_disk_when_start_returns(tmp_path: Path) -> None:
 
 SLOW_SINK_CHILD = """
 import os, signal, sys, threading, time
-import pytest
 from dltop.probe import Probe
+
+signal.signal(signal.SIGINT, signal.default_int_handler)  # as in a terminal: a job run in
+# the background by a non-interactive shell (a CI script) inherits SIGINT ignored
 
 class SlowSink:  # a sink on a slow disk: start()'s wait for meta lasts 1 s
     def write(self, batch):
@@ -126,7 +127,6 @@ def test_a_ctrl_c_while_start_waits_for_meta_still_closes_the_log(tmp_path: Path
 
 SIGNAL_IN_CLOSE_CHILD = """
 import os, signal, sys, threading, time
-import pytest
 from dltop.probe import Probe
 
 class SlowSink:  # a slow disk: close() waits ~0.5 s per batch for the writer thread
@@ -136,6 +136,7 @@ class SlowSink:  # a slow disk: close() waits ~0.5 s per batch for the writer th
         pass
 
 SIG = getattr(signal, sys.argv[2])
+signal.signal(signal.SIGINT, signal.default_int_handler)  # as in a terminal (see above)
 if SIG == signal.SIGTERM:
     signal.signal(SIG, lambda signum, frame: sys.exit(0))  # a handler that exits cleanly
 with Probe(path=sys.argv[1], socket=False, system=False, sinks=[SlowSink()]) as p:

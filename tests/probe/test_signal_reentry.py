@@ -22,6 +22,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from dltop.probe.decoding import read_records
 from dltop.probe.schema import EV_SIGNAL, EVENT
 
@@ -187,3 +188,89 @@ def test_a_handler_that_closes_the_probe_at_any_line_leaves_nothing_running(
         kinds = [r.get("kind") for r in records]
         exits = [r for r in records if r.get("kind") == EVENT and r.get("type") == "exit"]
         assert kinds[0] == "meta" and len(exits) == 1 and records[-1] is exits[0], (point, kinds)
+
+
+EXITING = r"""
+import json, os, signal, sys, threading, time
+from dltop.probe import Probe
+
+out, mode = sys.argv[1], sys.argv[2]
+WATCHED = ("probe.py", "startstop.py", "lifecycle.py", "runconfig.py", "crash.py")
+SIG = signal.SIGINT if mode == "SIGINT" else signal.SIGTERM
+if SIG == signal.SIGTERM:
+    signal.signal(SIG, lambda signum, frame: sys.exit(0))  # a handler that exits cleanly
+THEIRS = signal.getsignal(SIG)
+
+
+def run(k):
+    seen, raised = 0, {}
+
+    def trace(frame, event, arg):
+        nonlocal seen
+        if event == "line" and frame.f_code.co_filename.endswith(WATCHED):
+            seen += 1
+            if seen == k:
+                raised["at"] = f"{os.path.basename(frame.f_code.co_filename)}:{frame.f_lineno}"
+                signal.raise_signal(SIG)
+        return trace
+
+    log = os.path.join(out, f"run{k}.jsonl")
+    before = {t.ident for t in threading.enumerate()}
+    p = Probe(path=log, socket=False, system=False, heartbeat_every=60.0)
+    p.start()
+    sys.settrace(trace)  # the loop and close(): a start() cut short is another test's
+    try:
+        try:
+            with p:
+                p._learn("optimizer", {"class": "SGD", "lr": 0.1})
+                for i in range(3):
+                    p.step(loss=1.0 - 0.1 * i, lr=0.1, step=i)
+        finally:
+            sys.settrace(None)
+    except (SystemExit, KeyboardInterrupt) as exc:
+        raised["raised"] = type(exc).__name__
+    p._at_exit()  # what the interpreter's exit runs, the hook still registered
+    raised["handler_left"] = signal.getsignal(SIG) is not THEIRS
+    raised["threads_left"] = [t.name for t in threading.enumerate() if t.ident not in before]
+    signal.signal(SIG, THEIRS)
+    return raised, log
+
+
+k = 1
+while k < 5000:
+    raised, log = run(k)
+    if "at" not in raised:
+        break
+    print(json.dumps(raised | {"k": k, "log": log}), flush=True)
+    k += 1
+"""
+
+
+@pytest.mark.parametrize("sig", ["SIGTERM", "SIGINT"])
+def test_an_exception_from_a_signal_at_any_line_of_the_loop_or_close_ends_the_log(
+    tmp_path: Path, sig: str
+) -> None:
+    """A SIGTERM whose handler calls ``sys.exit(0)``, or Ctrl-C, at every line the probe
+    runs in the loop and in ``close()``. The exception goes on, as the user asked; the log
+    still ends with its ``exit`` record (two where the exception lands between queueing it
+    and saying so: a second one beats none), no thread of the probe is left and the
+    user's handler is back. Before: 57 of these points lost the ``exit`` record (the run
+    read as killed), and handlers and threads were left behind."""
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    done = subprocess.run(
+        [sys.executable, "-c", EXITING, str(tmp_path), sig],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    points = [json.loads(line) for line in done.stdout.splitlines()]
+    assert len(points) > 150 and sum("raised" in p for p in points) > 150, len(points)
+    for point in points:
+        assert not point["handler_left"] and not point["threads_left"], point
+        records, _ = read_records(point["log"])
+        kinds = [r.get("kind") for r in records]
+        exits = [r for r in records if r.get("kind") == EVENT and r.get("type") == "exit"]
+        assert kinds[0] == "meta" and exits and records[-1] is exits[-1], (point, kinds)
