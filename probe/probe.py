@@ -167,14 +167,7 @@ class Probe(StartStop):
         self._put: Callable[[Any], None] | None = None  # the writer's queue: tuples, records
         self._sampler: SystemSampler | None = None
         self._crash: CrashRecorder | None = None
-        self._started = False
-        self._closed = False
-        self._starting = False  # inside start(): a close() now waits for it (startstop.py)
-        self._close_pending: str | None = None  # the status of a close() start() owes
-        self._close_status = "ok"  # what close() was asked to write (an exit hook finishes it)
-        self._exit_queued = False  # the exit record is with the writer
-        self._opened: list[Sink] = []  # the sinks start() opened (closed by the writer)
-        self._down = False  # close() stopped every part but the writer
+        self._lifecycle_state()  # started, closed, and how far each got (startstop.py)
         self._depth = 0  # nested `with probe:` blocks open
 
     # --- the hot path -----------------------------------------------------------------

@@ -112,6 +112,17 @@ class StartStop:
 
         def flush(self, fsync: bool = False, timeout: float = 5.0) -> bool: ...
 
+    def _lifecycle_state(self) -> None:
+        """Where start() and close() are: what Probe's ``__init__`` sets."""
+        self._started = False
+        self._closed = False
+        self._starting = False  # inside start(): a close() now waits for it
+        self._close_pending = None  # the status of a close() start() owes
+        self._close_status = "ok"  # what close() was asked to write (an exit hook finishes it)
+        self._exit_queued = False  # the exit record is with the writer
+        self._opened = []  # the sinks start() opened (the writer's once it exists)
+        self._down = False  # close() stopped every part but the writer
+
     def start(self) -> Self:
         """Open the sinks, write ``meta``, start the writer (and sampler) threads, hook backward."""
         if self._started:

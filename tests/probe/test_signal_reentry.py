@@ -197,6 +197,8 @@ from dltop.probe import Probe
 out, mode = sys.argv[1], sys.argv[2]
 WATCHED = ("probe.py", "startstop.py", "lifecycle.py", "runconfig.py", "crash.py")
 SIG = signal.SIGINT if mode == "SIGINT" else signal.SIGTERM
+signal.signal(signal.SIGINT, signal.default_int_handler)  # as in a terminal: a job run in
+# the background by a non-interactive shell (a CI script) inherits SIGINT ignored
 if SIG == signal.SIGTERM:
     signal.signal(SIG, lambda signum, frame: sys.exit(0))  # a handler that exits cleanly
 THEIRS = signal.getsignal(SIG)
