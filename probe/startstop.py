@@ -96,7 +96,6 @@ class StartStop:
     _close_pending: str | None
     _close_status: str
     _exit_queued: bool
-    _opened: list[Sink]
     _down: bool
     _depth: int
 
@@ -120,7 +119,6 @@ class StartStop:
         self._close_pending = None  # the status of a close() start() owes
         self._close_status = "ok"  # what close() was asked to write (an exit hook finishes it)
         self._exit_queued = False  # the exit record is with the writer
-        self._opened = []  # the sinks start() opened (the writer's once it exists)
         self._down = False  # close() stopped every part but the writer
 
     def start(self) -> Self:
@@ -139,13 +137,7 @@ class StartStop:
             # the log; end it here, as that would have
             self._starting = False
             self._close_pending = None
-            try:
-                self.close(exit_status(exc, self._signal)[0])
-            finally:
-                if self._writer is None:  # sinks opened, but no writer yet to close them
-                    for sink in self._opened:
-                        with contextlib.suppress(Exception):
-                            sink.close()
+            self.close(exit_status(exc, self._signal)[0])
             raise
         finally:
             # a close() that came while we were starting (a signal handler on this thread,
@@ -158,12 +150,16 @@ class StartStop:
 
     def _open(self) -> None:
         sinks, meta = open_log(self.path, self.run_id, self._error)
-        self._opened = sinks
-        sinks.extend(self._extra_sinks)
-        self._writer = w = Writer(
-            sinks, heartbeat=self._heartbeat, heartbeat_every=self.heartbeat_every
-        )
-        self._opened = []  # the writer's now
+        try:
+            sinks.extend(self._extra_sinks)
+            self._writer = w = Writer(
+                sinks, heartbeat=self._heartbeat, heartbeat_every=self.heartbeat_every
+            )
+        except BaseException:  # no writer to close the sinks (a signal handler's exception)
+            for sink in sinks:
+                with contextlib.suppress(Exception):
+                    sink.close()
+            raise
         if meta is not None:  # first, so that a log ended early still says what ran
             w.emit(meta)
         live = open_live(self.run_id, meta, self.socket, self.tcp)
@@ -288,14 +284,11 @@ class StartStop:
             closing_notes(w.sinks, w.emit)  # the live socket's counts not yet on record
         finally:
             try:
-                if not self._exit_queued:
-                    w.emit(rec or exit_record(status, self._last_step, self._steps, w.dropped))
-                    self._exit_queued = True
+                self._queue_exit(w, rec, status)
             finally:
-                if not self._exit_queued:  # cut short around the emit: once more, before
-                    # the writer closes for good (a second exit record beats none)
-                    w.emit(rec or exit_record(status, self._last_step, self._steps, w.dropped))
-                    self._exit_queued = True
+                # cut short around the emit: once more, before the writer closes for good
+                # (a second exit record beats none)
+                self._queue_exit(w, rec, status)
                 try:
                     w.close()
                 except BaseException:
@@ -304,6 +297,11 @@ class StartStop:
                     # (a daemon thread does not outlive the interpreter's exit)
                     w.close(timeout=1.0)
                     raise
+
+    def _queue_exit(self, w: Writer, rec: dict[str, Any] | None, status: str) -> None:
+        if not self._exit_queued:
+            w.emit(rec or exit_record(status, self._last_step, self._steps, w.dropped))
+            self._exit_queued = True
 
     def __enter__(self) -> Self:
         self._depth += 1

@@ -84,6 +84,17 @@ def test_meta_is_on_disk_when_start_returns(tmp_path: Path) -> None:
         assert json.loads(first).get("kind") == "meta", (i, first[:200])
 
 
+def _child(script: str, *args: str) -> subprocess.CompletedProcess[str]:
+    """``script`` in a fresh interpreter, in the checkout (a hang fails at 60 s)."""
+    return subprocess.run(
+        [sys.executable, "-c", script, *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
 SLOW_SINK_CHILD = """
 import os, signal, sys, threading, time
 from dltop.probe import Probe
@@ -109,13 +120,7 @@ def test_a_ctrl_c_while_start_waits_for_meta_still_closes_the_log(tmp_path: Path
     as the ``with`` block it never opened would have: ``interrupted`` (it used to be left
     to the interpreter's exit hook, which says ``signal``; both read as a Ctrl-C)."""
     log = tmp_path / "run.jsonl"
-    done = subprocess.run(
-        [sys.executable, "-c", SLOW_SINK_CHILD, str(log)],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    done = _child(SLOW_SINK_CHILD, str(log))
     assert "KeyboardInterrupt" in done.stderr and "start() returned" not in done.stdout
     records, _ = read_records(str(log))
     assert records[0].get("kind") == "meta"
@@ -158,13 +163,7 @@ def test_a_signal_while_close_waits_still_ends_the_log(tmp_path: Path, sig: str)
     as killed. Now the exception still goes on (the user asked to stop) once the log has
     its ``exit`` record."""
     log = tmp_path / "run.jsonl"
-    done = subprocess.run(
-        [sys.executable, "-c", SIGNAL_IN_CLOSE_CHILD, str(log), sig],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    done = _child(SIGNAL_IN_CLOSE_CHILD, str(log), sig)
     assert "the with block ended" not in done.stdout  # the signal's exception went on
     # sys.exit(0) from the handler; an uncaught KeyboardInterrupt ends Python by SIGINT
     assert done.returncode == (0 if sig == "SIGTERM" else -signal.SIGINT), done.stderr[-2000:]
@@ -202,13 +201,7 @@ def test_a_close_cut_short_is_finished_by_the_interpreters_exit(tmp_path: Path) 
     ended) and ends the log as the interpreter exits: one ``exit`` record, the status
     close() was given."""
     log = tmp_path / "run.jsonl"
-    done = subprocess.run(
-        [sys.executable, "-c", CUT_SHORT_CHILD, str(log)],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    done = _child(CUT_SHORT_CHILD, str(log))
     assert done.returncode == 0, done.stderr[-2000:]
     records, _ = read_records(str(log))
     types = [r.get("type") for r in records]

@@ -21,6 +21,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 from dltop.probe.decoding import read_records
@@ -28,33 +29,78 @@ from dltop.probe.schema import EV_SIGNAL, EVENT
 
 ROOT = Path(__file__).resolve().parents[2]
 
-SCRIPT = r"""
-import json, os, signal, sys, time
+# what every sweep's child shares: a trace function that raises a signal at the k-th line
+# run in the watched files, and the loop over k (one run a point, one JSON line a point;
+# it ends at the first k the run never reaches)
+SWEEP = r"""
+import json, os, signal, sys, threading, time
 from dltop.probe import Probe
 
 out = sys.argv[1]
-WATCHED = ("writer.py", "wake.py", "threading.py")
+
+
+def tracer(k, watched, sig, raised, theirs=None):
+    seen = 0
+
+    def trace(frame, event, arg):
+        nonlocal seen
+        if event == "line" and frame.f_code.co_filename.endswith(watched):
+            seen += 1
+            if seen == k:
+                raised["at"] = f"{os.path.basename(frame.f_code.co_filename)}:{frame.f_lineno}"
+                raised["probe_handler"] = signal.getsignal(sig) is not theirs
+                t0 = time.monotonic()
+                signal.raise_signal(sig)  # handled before the next bytecode
+                raised["handled_s"] = time.monotonic() - t0
+        return trace
+
+    return trace
+
+
+def sweep(run):
+    k = 1
+    while k < 5000:
+        t0 = time.monotonic()
+        raised, log = run(k)
+        if "at" not in raised:
+            break
+        print(json.dumps(raised | {"k": k, "log": log, "took": time.monotonic() - t0}), flush=True)
+        k += 1
+"""
+
+
+def _sweep(tmp_path: Path, script: str, *args: str, timeout: float) -> list[dict[str, Any]]:
+    """Run ``SWEEP`` + ``script`` in a child (a hang fails the test at ``timeout``); its
+    points."""
+    done = subprocess.run(
+        [sys.executable, "-c", SWEEP + script, str(tmp_path), *args],
+        cwd=ROOT,
+        env=dict(os.environ, PYTHONPATH=str(ROOT)),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    return [json.loads(line) for line in done.stdout.splitlines()]
+
+
+def _records(point: dict[str, Any]) -> tuple[list[dict[str, Any]], list[str], list[dict[str, Any]]]:
+    """A point's log: its records, their kinds, its ``exit`` records."""
+    records, _ = read_records(point["log"])
+    exits = [r for r in records if r.get("kind") == EVENT and r.get("type") == "exit"]
+    return records, [str(r.get("kind")) for r in records], exits
+
+
+WRITER = r"""
 mine = lambda s, f: None
 signal.signal(signal.SIGTERM, mine)  # the user's own handler: recorded, then chained to
 
 
 def run(k):
-    seen, raised = 0, {}
-
-    def trace(frame, event, arg):
-        nonlocal seen
-        if event == "line" and frame.f_code.co_filename.endswith(WATCHED):
-            seen += 1
-            if seen == k:
-                raised["probe_handler"] = signal.getsignal(signal.SIGTERM) is not mine
-                t0 = time.monotonic()
-                signal.raise_signal(signal.SIGTERM)  # handled before the next bytecode
-                raised["took"] = time.monotonic() - t0
-        return trace
-
+    raised = {}
     log = os.path.join(out, f"run{k}.jsonl")
     p = Probe(path=log, socket=False, system=False, heartbeat_every=60.0)
-    sys.settrace(trace)
+    sys.settrace(tracer(k, ("writer.py", "wake.py", "threading.py"), signal.SIGTERM, raised, mine))
     try:
         p.start()
         p._emit({"kind": "event", "t": time.time(), "step": None, "type": "note"})
@@ -62,47 +108,27 @@ def run(k):
     finally:
         sys.settrace(None)
     p.close()
-    return seen, raised, log
+    return raised, log
 
 
-k = 1
-while k < 5000:
-    seen, raised, log = run(k)
-    if not raised:
-        break
-    print(json.dumps(raised | {"k": k, "log": log}), flush=True)
-    k += 1
+sweep(run)
 """
 
 
 def test_a_sigterm_at_any_line_of_the_writer_is_written_without_a_hang(tmp_path: Path) -> None:
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
-    done = subprocess.run(
-        [sys.executable, "-c", SCRIPT, str(tmp_path)],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,  # a handler blocked on its own thread's lock hangs here
-    )
-    assert done.returncode == 0, done.stderr[-2000:]
-    points = [json.loads(line) for line in done.stdout.splitlines()]
+    # a handler blocked on its own thread's lock hangs here
+    points = _sweep(tmp_path, WRITER, timeout=60)
     hooked = [p for p in points if p["probe_handler"]]
     assert len(points) > 50 and len(hooked) > 50, len(points)  # the trace saw the writer's code
     for point in points:
-        assert point["took"] < 1.0, point  # not a flush timing out behind a blocked writer
-        records, _ = read_records(point["log"])
-        kinds = [r.get("kind") for r in records]
+        assert point["handled_s"] < 1.0, point  # not a flush timing out behind a blocked writer
+        records, kinds, _ = _records(point)
         assert kinds[0] == "meta" and records[-1].get("type") == "exit", (point, kinds)
         signals = [r for r in records if r.get("kind") == EVENT and r.get("type") == EV_SIGNAL]
         assert len(signals) == (1 if point["probe_handler"] else 0), (point, records)
 
 
 CLOSING = r"""
-import json, os, signal, sys, threading, time
-from dltop.probe import Probe
-
-out = sys.argv[1]
 WATCHED = ("probe.py", "startstop.py", "lifecycle.py", "runconfig.py", "writer.py", "wake.py")
 current = {}
 
@@ -115,20 +141,10 @@ signal.signal(signal.SIGTERM, closes)
 
 
 def run(k):
-    seen, raised = 0, {}
-
-    def trace(frame, event, arg):
-        nonlocal seen
-        if event == "line" and frame.f_code.co_filename.endswith(WATCHED):
-            seen += 1
-            if seen == k:
-                raised["at"] = f"{os.path.basename(frame.f_code.co_filename)}:{frame.f_lineno}"
-                signal.raise_signal(signal.SIGTERM)
-        return trace
-
+    raised = {}
     log = os.path.join(out, f"run{k}.jsonl")
     p = current["probe"] = Probe(path=log, socket=False, system=False, heartbeat_every=60.0)
-    sys.settrace(trace)
+    sys.settrace(tracer(k, WATCHED, signal.SIGTERM, raised, closes))
     try:
         p.start()
         p._learn("optimizer", {"class": "SGD", "lr": 0.1})  # a config change: its lock
@@ -145,14 +161,7 @@ def run(k):
     return raised, log
 
 
-k = 1
-while k < 5000:
-    t0 = time.monotonic()
-    raised, log = run(k)
-    if "at" not in raised:
-        break
-    print(json.dumps(raised | {"k": k, "log": log, "took": time.monotonic() - t0}), flush=True)
-    k += 1
+sweep(run)
 """
 
 
@@ -167,36 +176,21 @@ def test_a_handler_that_closes_the_probe_at_any_line_leaves_nothing_running(
     which then ran on a closed Probe for good (later SIGTERMs recorded into its log); inside
     a flush, after it had looked at the writer thread, the thread stopped and the flush
     waited its whole timeout (5 s) for an answer that could not come."""
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
-    done = subprocess.run(
-        [sys.executable, "-c", CLOSING, str(tmp_path)],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,  # the close blocked on its own thread's lock hangs here
-    )
-    assert done.returncode == 0, done.stderr[-2000:]
-    points = [json.loads(line) for line in done.stdout.splitlines()]
+    # the close blocked on its own thread's lock hangs here
+    points = _sweep(tmp_path, CLOSING, timeout=120)
     assert len(points) > 100, len(points)
     assert any(p["at"].startswith("startstop.py") for p in points)
     assert any(p["at"].startswith("runconfig.py") for p in points)
     for point in points:
         assert not point["handler_left"] and not point["threads_left"], point
         assert point["took"] < 3.0, point  # a run takes ~0.04 s; a flush left waiting, 5 s
-        records, _ = read_records(point["log"])
-        kinds = [r.get("kind") for r in records]
-        exits = [r for r in records if r.get("kind") == EVENT and r.get("type") == "exit"]
+        records, kinds, exits = _records(point)
         assert kinds[0] == "meta" and len(exits) == 1 and records[-1] is exits[0], (point, kinds)
 
 
 EXITING = r"""
-import json, os, signal, sys, threading, time
-from dltop.probe import Probe
-
-out, mode = sys.argv[1], sys.argv[2]
 WATCHED = ("probe.py", "startstop.py", "lifecycle.py", "runconfig.py", "crash.py")
-SIG = signal.SIGINT if mode == "SIGINT" else signal.SIGTERM
+SIG = signal.SIGINT if sys.argv[2] == "SIGINT" else signal.SIGTERM
 signal.signal(signal.SIGINT, signal.default_int_handler)  # as in a terminal: a job run in
 # the background by a non-interactive shell (a CI script) inherits SIGINT ignored
 if SIG == signal.SIGTERM:
@@ -205,23 +199,13 @@ THEIRS = signal.getsignal(SIG)
 
 
 def run(k):
-    seen, raised = 0, {}
-
-    def trace(frame, event, arg):
-        nonlocal seen
-        if event == "line" and frame.f_code.co_filename.endswith(WATCHED):
-            seen += 1
-            if seen == k:
-                raised["at"] = f"{os.path.basename(frame.f_code.co_filename)}:{frame.f_lineno}"
-                signal.raise_signal(SIG)
-        return trace
-
+    raised = {}
     log = os.path.join(out, f"run{k}.jsonl")
     before = {t.ident for t in threading.enumerate()}
     p = Probe(path=log, socket=False, system=False, heartbeat_every=60.0)
     p.start()
-    sys.settrace(trace)  # the loop and close(): a start() cut short is another test's
-    try:
+    sys.settrace(tracer(k, WATCHED, SIG, raised, THEIRS))  # the loop and close(): a
+    try:  # start() cut short is another test's
         try:
             with p:
                 p._learn("optimizer", {"class": "SGD", "lr": 0.1})
@@ -238,13 +222,7 @@ def run(k):
     return raised, log
 
 
-k = 1
-while k < 5000:
-    raised, log = run(k)
-    if "at" not in raised:
-        break
-    print(json.dumps(raised | {"k": k, "log": log}), flush=True)
-    k += 1
+sweep(run)
 """
 
 
@@ -258,21 +236,9 @@ def test_an_exception_from_a_signal_at_any_line_of_the_loop_or_close_ends_the_lo
     and saying so: a second one beats none), no thread of the probe is left and the
     user's handler is back. Before: 57 of these points lost the ``exit`` record (the run
     read as killed), and handlers and threads were left behind."""
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
-    done = subprocess.run(
-        [sys.executable, "-c", EXITING, str(tmp_path), sig],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert done.returncode == 0, done.stderr[-2000:]
-    points = [json.loads(line) for line in done.stdout.splitlines()]
+    points = _sweep(tmp_path, EXITING, sig, timeout=120)
     assert len(points) > 150 and sum("raised" in p for p in points) > 150, len(points)
     for point in points:
         assert not point["handler_left"] and not point["threads_left"], point
-        records, _ = read_records(point["log"])
-        kinds = [r.get("kind") for r in records]
-        exits = [r for r in records if r.get("kind") == EVENT and r.get("type") == "exit"]
+        records, kinds, exits = _records(point)
         assert kinds[0] == "meta" and exits and records[-1] is exits[-1], (point, kinds)
