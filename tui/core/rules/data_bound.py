@@ -22,9 +22,8 @@ from .base import Rule, Tracker
 from .window import median_of
 
 if TYPE_CHECKING:
-    from .deferred import Closed
     from .state import EngineState
-    from .window import Block
+    from .window import Block, Closed
 
 _FLOATS = {float}
 _ZERO = 0.0
