@@ -205,7 +205,6 @@ class Probe(StartStop):
             elif type(step) is not int:
                 step = self._whole("step", step, self._next_step)
             self._next_step = step + 1
-            self._last_step = step
             self._steps += 1
             dw = self._data_wait if self._loader_used else None
             self._data_wait = 0.0
@@ -272,6 +271,9 @@ class Probe(StartStop):
                 dev,
                 phases,
             )
+            # the step reached, for a crash record (crash.py), named as its record is queued:
+            # a signal taken while the step is recorded names the step before (in the log)
+            self._last_step = step
             put(item)
             if tr is not None and tr.layers is not None:
                 self._queue_layers(put, step)
