@@ -1,6 +1,6 @@
 """How fast the rules engine digests steps, as a ratio to a bare loop over the same records.
 
-    python benchmarks/rules_speed.py [--steps 1000000] [--by-part] [--no-batch]
+    python benchmarks/rules_speed.py [--steps 1000000] [--by-part]
 
 Prints steps/s for ``RuleEngine.feed`` on a realistic record stream (loss, grad norm,
 lr with a step schedule, timings, memory, a layers record every 50 steps, heartbeats,
@@ -11,8 +11,7 @@ reads the same fields from each record. The target: 10 k steps/s live (far below
 ``--by-part`` says where the engine's time goes: the per-step path alone (block ends
 skipped), each rule's block hook (a clock around its calls; a batched rule's two paths,
 rules/deferred.py, on one clock), and the block ends' own work (the shared windows and
-thresholds: what is left). ``--no-batch`` gives every block to those rules one at a
-time (their ``on_block``): the same answers, the batch path's saving by difference. This is what a faster engine has to
+thresholds: what is left). This is what a faster engine has to
 beat: no single part dominates, so a speed-up must change how every part works.
 """
 
@@ -25,7 +24,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from dltop.tui.core.rules import RuleEngine, deferred
+from dltop.tui.core.rules import RuleEngine
 
 
 def records(n: int, seed: int = 0) -> list[dict[str, Any]]:
@@ -152,14 +151,7 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--steps", type=int, default=1_000_000)
     p.add_argument("--by-part", action="store_true", help="where the engine's time goes")
-    p.add_argument(
-        "--no-batch",
-        action="store_true",
-        help="every block to every rule one at a time (the batch path off: rules/deferred.py)",
-    )
     a = p.parse_args()
-    if a.no_batch:
-        deferred.BATCH_MIN = 10**9
     recs = records(a.steps)
     if a.by_part:
         by_part(recs, a.steps)

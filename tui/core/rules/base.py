@@ -10,8 +10,9 @@ from .alerts import SEVERITY_RANK, Alert, Severity
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
+    from .deferred import Closed
     from .state import EngineState
-    from .window import Block, Closed
+    from .window import Block
 
 
 class Rule:

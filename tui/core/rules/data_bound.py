@@ -22,8 +22,9 @@ from .base import Rule, Tracker
 from .window import median_of
 
 if TYPE_CHECKING:
+    from .deferred import Closed
     from .state import EngineState
-    from .window import Block, Closed
+    from .window import Block
 
 _FLOATS = {float}
 _ZERO = 0.0

@@ -6,10 +6,10 @@ path (``Rule.on_blocks``) is handed the blocks closed since it last ran, up to
 ``FLUSH_AT`` of them within one ``feed_many``, and takes in one pass every block that
 changes none of its alerts; the first block that may change one goes through its
 ``on_block`` as before, with the engine's state as it was at that block's end
-(``window.Closed``), and the batch goes on after it.
+(:class:`Closed`), and the batch goes on after it.
 
 The answers are those of one block at a time, by construction:
-- a batched rule reads of the engine only what a ``Closed`` holds, and defines no
+- a batched rule reads of the engine only what a :class:`Closed` holds, and defines no
   hook but ``on_block`` (``tests/rules/test_rules_batched.py`` reads its source);
 - ``on_blocks`` never touches the sink: it returns how many blocks it took, all quiet;
 - the sink's order is kept: before any alert is added (``AlertSink.before_add``), every
@@ -21,16 +21,28 @@ A block closed outside ``feed_many`` (``feed``, one record) is run at once.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
-
-from .window import Block, Closed
 
 if TYPE_CHECKING:
     from .base import Rule
     from .state import EngineState
+    from .window import Block
 
 BATCH_MIN = 16  # fewer blocks than this go one at a time (a live tick): numpy costs more
 FLUSH_AT = 1024  # blocks held at most (their lists and records stay alive while held)
+
+
+@dataclass(frozen=True, slots=True)
+class Closed:
+    """A closed block and the engine's state at its end: what a batched rule may read."""
+
+    blk: Block
+    step: int
+    steps: int
+    t: float | None
+    lr: float | None
+    in_grace: bool
 
 
 class Deferred:

@@ -10,7 +10,7 @@ from bisect import bisect_left, bisect_right
 from collections import deque
 from collections.abc import Iterable, Sequence
 from itertools import accumulate, chain
-from typing import TYPE_CHECKING, NamedTuple, cast
+from typing import TYPE_CHECKING, NamedTuple
 
 from ..text.fmt import number as fmt
 from .alerts import WARNING
@@ -19,8 +19,9 @@ from .oscillation_batch import group_stats, group_stats_many, slide
 from .window import finite_losses
 
 if TYPE_CHECKING:
+    from .deferred import Closed
     from .state import EngineState
-    from .window import Block, Closed
+    from .window import Block
 
 
 class Oscillation(Rule):
@@ -105,13 +106,12 @@ class Oscillation(Rule):
         if self.tr.active:
             return 0
         steps = list(chain.from_iterable(c.blk.steps for c in blocks))
-        raw = list(chain.from_iterable(c.blk.loss for c in blocks))
-        if None in raw:  # non-finite losses (kept as None) are not in the groups
-            kept = [(s, x) for s, x in zip(steps, raw, strict=True) if x is not None]
+        losses = list(chain.from_iterable(c.blk.loss for c in blocks))
+        if None in losses:  # non-finite losses (kept as None) are not in the groups
+            kept = [(s, x) for s, x in zip(steps, losses, strict=True) if x is not None]
             steps, losses = [p[0] for p in kept], [p[1] for p in kept]
             ends = list(accumulate(len(c.blk.loss) - c.blk.loss.count(None) for c in blocks))
         else:
-            losses = cast(list[float], raw)
             ends = list(accumulate(len(c.blk.loss) for c in blocks))  # finite losses so far
         b, n = self.block, self.nblocks
         cur0 = len(self.cur)

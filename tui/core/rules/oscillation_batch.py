@@ -12,29 +12,16 @@ numpy is imported here only, on the first batch of ``NUMPY_MIN`` values.
 
 from __future__ import annotations
 
-from collections import deque
 from functools import reduce
 from operator import add, mul, sub
-from typing import Protocol
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .oscillation import Oscillation
 
 # fewer values than this in a batch are done in Python (the same floats): importing numpy
 # (~0.1 s) would cost a small log's check more than it saves
 NUMPY_MIN = 4096
-
-
-class Windows(Protocol):
-    """What of the oscillation rule the windows' judgement reads: its settings, its window
-    of (lag-1, squares) sums and their running totals (a protocol: no import cycle)."""
-
-    nblocks: int
-    block: int
-    amp: float
-    noise_k: float
-    autocorr: float
-    min_swings: int
-    ac: deque[tuple[float, float]]
-    ac_num: float
-    ac_den: float
 
 
 def group_stats(c: list[float]) -> tuple[float, float, float, float]:
@@ -88,7 +75,7 @@ def group_stats_many(
 
 
 def slide(
-    rule: Windows,
+    rule: Oscillation,
     meds: list[float],
     noise: list[float],
     lags: list[float],
@@ -143,7 +130,9 @@ def slide(
     return nums.tolist(), dens.tolist(), quiet
 
 
-def _sums(rule: Windows, lags: list[float], sqs: list[float]) -> tuple[list[float], list[float]]:
+def _sums(
+    rule: Oscillation, lags: list[float], sqs: list[float]
+) -> tuple[list[float], list[float]]:
     """The running sums of :func:`slide` in Python, as ``_push`` makes them (a small batch:
     numpy's import would cost more than it saves)."""
     n, old = rule.nblocks, list(rule.ac)

@@ -14,7 +14,6 @@ import math
 from bisect import bisect_left
 from collections import deque
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
 from typing import TypeVar, cast
 
 from ....probe.schema import Records
@@ -268,16 +267,3 @@ class Block:
         other.steps, other.t, other.loss, other.gn = self.steps, self.t, self.loss, self.gn
         other.recs, other.timing, other.t0 = self.recs, self.timing, self.t0
         return other
-
-
-@dataclass(frozen=True, slots=True)
-class Closed:
-    """A closed block and the engine's state at its end: what a batched rule may read
-    (``deferred.py``)."""
-
-    blk: Block
-    step: int
-    steps: int
-    t: float | None
-    lr: float | None
-    in_grace: bool
