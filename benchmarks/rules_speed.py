@@ -9,9 +9,8 @@ reads the same fields from each record. The target: 10 k steps/s live (far below
 1 M steps replayed in a few seconds.
 
 ``--by-part`` says where the engine's time goes: the per-step path alone (block ends
-skipped), each rule's block hook (a clock around its calls; a batched rule's two paths,
-rules/deferred.py, on one clock), and the block ends' own work (the shared windows and
-thresholds: what is left). This is what a faster engine has to
+skipped), each rule's block hook (a clock around its calls), and the block ends' own work
+(the shared windows and thresholds: what is left). This is what a faster engine has to
 beat: no single part dominates, so a speed-up must change how every part works.
 """
 
@@ -114,34 +113,24 @@ def by_part(recs: list[dict[str, Any]], steps: int) -> None:
         clocks = [0.0] * len(names)
 
         def clocked(
-            i: int, hook: Callable[..., Any], clocks: list[float] = clocks
-        ) -> Callable[..., Any]:
-            def run(*args: Any) -> Any:
+            i: int, hook: Callable[..., None], clocks: list[float] = clocks
+        ) -> Callable[..., None]:
+            def run(*args: Any) -> None:
                 t0 = time.perf_counter()
-                got = hook(*args)
+                hook(*args)
                 clocks[i] += time.perf_counter() - t0
-                return got
 
             return run
 
         eng._block_hooks = [clocked(i, h) for i, h in enumerate(eng._block_hooks)]
-        # the batched rules (rules/deferred.py): both of their paths, on one clock each
-        batched = eng.deferred.rules
-        late = [0.0] * len(batched)
-        for i, rule in enumerate(batched):
-            rule.on_block = clocked(i, rule.on_block, late)  # type: ignore[method-assign]
-            rule.on_blocks = clocked(i, rule.on_blocks, late)  # type: ignore[method-assign]
         eng.feed_many(recs)
         eng.finish()
         for name, sec in zip(names, clocks, strict=True):
-            spent[f"{name}.on_block"] = min(spent.get(f"{name}.on_block", math.inf), sec)
-        for rule, sec in zip(batched, late, strict=True):
-            key = f"{type(rule).__name__}.on_blocks (batched)"
-            spent[key] = min(spent.get(key, math.inf), sec)
+            spent[name] = min(spent.get(name, math.inf), sec)
     hooks = sum(spent.values())
     rows = [("per-step path (block ends skipped)", per_step)]
     rows.append(("block ends without the rules' hooks", max(0.0, whole - per_step - hooks)))
-    rows += list(spent.items())
+    rows += [(f"{name}.on_block", sec) for name, sec in spent.items()]
     print(f"whole engine: {whole:.2f} s = {whole / steps * 1e6:.2f} us/step")
     for label, sec in rows:
         print(f"  {label:<44} {sec / steps * 1e6:6.2f} us/step  {100 * sec / whole:5.1f} %")

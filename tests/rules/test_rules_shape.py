@@ -9,12 +9,8 @@ from pathlib import Path
 import pytest
 
 RULES = Path(__file__).resolve().parents[2] / "tui" / "core" / "rules"
-# steploop.py is the engine's own per-step path for feed_many, split out of engine.py;
-# deferred.py its batch path (it sets the engine's state back to a block's end for a rule)
-ENGINE_SIDE = {
-    "engine.py", "steploop.py", "deferred.py", "figures.py", "config.py", "window.py",
-    "__init__.py",
-}  # fmt: skip
+# steploop.py is the engine's own per-step path for feed_many, split out of engine.py
+ENGINE_SIDE = {"engine.py", "steploop.py", "figures.py", "config.py", "window.py", "__init__.py"}
 MUTATORS = {"append", "extend", "clear", "pop", "popleft", "insert", "remove", "update", "add"}
 
 

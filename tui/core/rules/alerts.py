@@ -6,7 +6,7 @@ them), ``dltop check`` (which prints them) and the app (which draws badges).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, Final, Literal
 
@@ -105,12 +105,9 @@ class AlertSink:
     (a rewind keeps what was already diagnosed).
     """
 
-    __slots__ = ("versions", "_raised", "before_add")
+    __slots__ = ("versions", "_raised")
 
     def __init__(self) -> None:
-        # called before a new slot is given: the engine brings its batched rules up to
-        # here first, so alerts keep the order they would be raised in one at a time
-        self.before_add: Callable[[], None] | None = None
         # the latest version per slot (None: withdrawn); read-only outside this class (a
         # rule's Tracker reads its slot here directly: it is asked at every block end)
         self.versions: list[Alert | None] = []
@@ -131,8 +128,6 @@ class AlertSink:
 
     def add(self, alert: Alert) -> int:
         """Keep a new alert; returns its slot. Its ``repeat`` is set here (see Alert)."""
-        if self.before_add is not None:
-            self.before_add()
         key = (alert.id, alert.step)
         n = self._raised.get(key, 0)
         self._raised[key] = n + 1

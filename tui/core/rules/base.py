@@ -8,9 +8,6 @@ from ....probe.schema import Record
 from .alerts import SEVERITY_RANK, Alert, Severity
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
-
-    from .deferred import Closed
     from .state import EngineState
     from .window import Block
 
@@ -43,13 +40,6 @@ class Rule:
 
     def on_block(self, e: EngineState, b: Block) -> None:  # every block of steps
         pass
-
-    def on_blocks(self, e: EngineState, blocks: Sequence[Closed]) -> int:
-        """The batch path (``deferred.py``), for a rule that has one: take, in one pass,
-        the longest run of ``blocks`` from the first on that changes none of this rule's
-        alerts, exactly as ``on_block`` would one at a time; return how many were taken.
-        Reads of the engine only what each :class:`Closed` holds; never the sink."""
-        return 0
 
     def on_eval(self, e: EngineState, rec: Record) -> None:
         pass

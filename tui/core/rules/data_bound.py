@@ -10,8 +10,7 @@ from __future__ import annotations
 
 import math
 from collections import deque
-from collections.abc import Sequence
-from itertools import accumulate, chain, repeat
+from itertools import repeat
 from operator import truediv
 from typing import TYPE_CHECKING, Any
 
@@ -22,7 +21,6 @@ from .base import Rule, Tracker
 from .window import median_of
 
 if TYPE_CHECKING:
-    from .deferred import Closed
     from .state import EngineState
     from .window import Block
 
@@ -126,74 +124,6 @@ class DataBound(Rule):
             )
             self.tr.fire(self.hit_start, sev, "Data-loader bound", msg, ev, t=e.t, refresh=True)
             self.tr.hold(e.step)
-
-    def on_blocks(self, e: EngineState, blocks: Sequence[Closed]) -> int:
-        """``on_block`` over many blocks whose every step is timed the common way (float
-        times, a positive step time, a share in [0, inf), outside any phase): the shares in
-        one pass, the windows kept by their last values, up to the first block whose
-        judgement would find a share at the bar (judged the one-at-a-time way) or the end.
-        A run with no data or no step times (other tools' logs) has nothing to take."""
-        if self.tr.active:  # a judgement may clear it
-            return 0
-        recs = list(chain.from_iterable(c.blk.recs for c in blocks))
-        dts: list[Any] = list(map(dict.get, recs, repeat("data_time")))
-        sts: list[Any] = list(map(dict.get, recs, repeat("step_time")))
-        if set(map(type, dts)) != _FLOATS or set(map(type, sts)) != _FLOATS:
-            if dts.count(None) == len(dts) or sts.count(None) == len(sts):
-                return len(blocks)  # every step skipped: nothing pushed, nothing judged
-            return 0
-        # every share in [0, 1) or capped, in whole-list passes: the data times finite (a
-        # NaN or an inf makes the sum so; one that overflows sends them the one-at-a-time
-        # way) and >= 0, the step times > 0 and no NaN (nor inf, there: the same way)
-        sd, ss = sum(dts), sum(sts)
-        if not (
-            sd - sd == 0.0
-            and ss - ss == 0.0
-            and min(dts) >= 0.0
-            and min(sts) > 0.0
-            and all(chain.from_iterable(c.blk.timing for c in blocks))
-        ):
-            return 0
-        q = list(map(truediv, dts, sts))
-        new = q if max(q) < 1.0 else [x if x < 1.0 else 1.0 for x in q]  # min(1.0, x)
-        # the judgements: at each block end where the count of shares passes a multiple
-        # of 10; one whose window holds a share at the bar is the one-at-a-time way's
-        window = self.share.maxlen or 1
-        seq = list(self.share) + new
-        base = len(self.share)
-        over = None
-        if max(seq) >= self.warn:  # where the window holds one: a count of them so far
-            over = list(accumulate(map(self.warn.__le__, seq)))
-        pushed, done, taken = self.pushed, 0, len(blocks)
-        judged = False
-        for k, c in enumerate(blocks):
-            before = pushed
-            pushed += len(c.blk.recs)
-            done += len(c.blk.recs)
-            if not self.on or pushed < self.min_steps or pushed // 10 == before // 10:
-                continue
-            end = base + done  # the window: seq[end - window : end]
-            lo = end - window
-            if over is not None and over[end - 1] - (over[lo - 1] if lo > 0 else 0) > 0:
-                taken = k
-                break
-            judged = True
-        count = sum(len(c.blk.recs) for c in blocks[:taken])
-        if count:
-            tail = slice(max(0, count - window), count)  # the windows keep their last values
-            self.share.extend(new[tail])
-            self.dt.extend(dts[tail])
-            self.st.extend(sts[tail])
-            steps: list[int] = []
-            for c in reversed(blocks[:taken]):
-                steps[:0] = c.blk.steps
-                if len(steps) >= window:
-                    break
-            self.share_steps.extend(steps[-window:])
-            self.pushed += count
-            if judged:
-                self.hits = 0
-        return taken
 
     def _onset(self) -> int | None:
         """The step where the waiting began: the start of the window's suffix in which steps

@@ -36,19 +36,13 @@ class RuleEngine(RuleSet):
         recs = records if isinstance(records, list) else list(records)
         feed = self.feed
         i, n = 0, len(recs)
-        # closed blocks wait for the batched rules (deferred.py), from one batch to the next
-        # (a reader of the diagnosis settles them first: ``alerts``, ``facts``, ``finish``)
-        self._batching = True
-        try:
-            while i < n:
-                rec = recs[i]
-                if rec.get("kind") == "step":
-                    i = feed_steps(self, recs, i, n, feed)
-                else:
-                    feed(rec)
-                    i += 1
-        finally:
-            self._batching = False
+        while i < n:
+            rec = recs[i]
+            if rec.get("kind") == "step":
+                i = feed_steps(self, recs, i, n, feed)
+            else:
+                feed(rec)
+                i += 1
 
     def feed(self, record: Record) -> None:
         """Take one record; unknown kinds and malformed fields are ignored."""
@@ -136,7 +130,6 @@ class RuleEngine(RuleSet):
         """
         if self.blk.steps:
             self._close_block()
-        self.settle()
         if not self.finished:
             self.finished = True
             for h in self._finish_hooks:
@@ -146,11 +139,9 @@ class RuleEngine(RuleSet):
 
     def alerts(self) -> list[Alert]:
         """Every alert raised so far, active or not, in the order they were raised."""
-        self.settle()
         return self.sink.alerts
 
     def facts(self) -> dict[str, Fact]:
         from .run_facts import collect_facts  # noqa: PLC0415
 
-        self.settle()
         return collect_facts(self)

@@ -6,20 +6,17 @@ noisy to say anything. (Plateau: rules/plateau.py; overfitting: rules/overfittin
 
 from __future__ import annotations
 
-from bisect import bisect_left, bisect_right
 from collections import deque
-from collections.abc import Iterable, Sequence
-from itertools import accumulate, chain
-from typing import TYPE_CHECKING, NamedTuple
+from collections.abc import Iterable
+from operator import mul, sub
+from typing import TYPE_CHECKING
 
 from ..text.fmt import number as fmt
 from .alerts import WARNING
 from .base import Rule, Tracker
-from .oscillation_batch import group_stats, group_stats_many, slide
 from .window import finite_losses
 
 if TYPE_CHECKING:
-    from .deferred import Closed
     from .state import EngineState
     from .window import Block
 
@@ -78,15 +75,19 @@ class Oscillation(Rule):
                 self._close(e, steps[pos - 1])
 
     def _close(self, e: EngineState, step: int) -> None:
+        # map() over operator functions instead of comprehensions over zip(): this runs
+        # for every `block` losses (twice per engine block by default); the same
+        # operations on the same operands in the same order, so the same floats
         c = self.cur
         self.cur = []
-        self._push(*group_stats(c))
-        if len(self.meds) >= self.min_blocks and self.closed % 4 == 0:
-            self._judge(e, step)
-
-    def _push(self, med: float, noise: float, lag: float, sq: float) -> None:
-        self.meds.append(med)
-        self.noise.append(noise)
+        s = sorted(c)
+        self.meds.append(s[len(s) // 2])
+        diffs = sorted(map(abs, map(sub, c[1:], c)))  # |c[i+1] - c[i]|
+        self.noise.append(1.4826 * diffs[len(diffs) // 2] / 1.4142)
+        m = sum(c) / len(c)
+        d = [x - m for x in c]
+        lag = sum(map(mul, d, d[1:]))  # d[i] * d[i+1], summed left to right
+        sq = sum(map(mul, d, d))
         if len(self.ac) == self.ac.maxlen:
             old_lag, old_sq = self.ac[0]
             self.ac_num -= old_lag
@@ -95,124 +96,34 @@ class Oscillation(Rule):
         self.ac_num += lag
         self.ac_den += sq
         self.closed += 1
-
-    def on_blocks(self, e: EngineState, blocks: Sequence[Closed]) -> int:
-        """``on_block`` over many blocks: the groups' statistics in one numpy pass, then the
-        windows slid and judged close by close as ``_push`` and ``_judge`` do, on copies,
-        up to the first block where a judgement would raise the alert (or the end); what
-        came before it is kept. Nothing is taken while an alert is up (judging clears it)."""
-        if not self.on:
-            return len(blocks)
-        if self.tr.active:
-            return 0
-        steps = list(chain.from_iterable(c.blk.steps for c in blocks))
-        losses = list(chain.from_iterable(c.blk.loss for c in blocks))
-        if None in losses:  # non-finite losses (kept as None) are not in the groups
-            kept = [(s, x) for s, x in zip(steps, losses, strict=True) if x is not None]
-            steps, losses = [p[0] for p in kept], [p[1] for p in kept]
-            ends = list(accumulate(len(c.blk.loss) - c.blk.loss.count(None) for c in blocks))
-        else:
-            ends = list(accumulate(len(c.blk.loss) for c in blocks))  # finite losses so far
-        b, n = self.block, self.nblocks
-        cur0 = len(self.cur)
-        values = self.cur + losses
-        groups = len(values) // b
-        meds, noise, lags, sqs = group_stats_many(values[: groups * b], b)
-        old_meds, old_noise = list(self.meds), list(self.noise)
-        filled = len(old_meds)
-        # the closes judged: every 4th, once the window holds min_blocks
-        first = max(0, self.min_blocks - filled - 1)
-        first += (-(self.closed + first + 1)) % 4
-        at_judge = list(range(first, groups, 4)) if self.min_blocks <= n else []
-        # ... and for those with a full window, whether the window's range alone says
-        # "nothing" (most of a healthy run), in one pass
-        nums, dens, quiet = slide(self, old_meds + meds, old_noise + noise, lags, sqs, at_judge)
-        hits, hit_start = self.hits, self.hit_start
-        judged: list[tuple[int, int, int]] = []  # (close, hits, hit_start) after the others
-        stop = groups  # the close whose judgement raises the alert
-        prev = -1
-        for i in [i for i, q in enumerate(quiet) if not q]:
-            if i > prev + 1:
-                hits = 0  # a judgement in between found nothing
-            prev = i
-            j = at_judge[i]
-            size = min(n, filled + j + 1)
-            lo = filled + j + 1 - size  # the window: values lo.. of old + new
-            found = self._assess(
-                old_meds[lo:] + meds[max(0, lo - filled) : j + 1],
-                old_noise[lo:] + noise[max(0, lo - filled) : j + 1],
-                nums[j],
-                dens[j],
-                size,
-            )
-            at = (j + 1) * b - 1 - cur0  # the close's last loss, among `losses`
-            if found is not None and not blocks[bisect_right(ends, at)].in_grace:
-                if hits == 0:
-                    hit_start = steps[at]
-                hits += 1
-                if hits >= self.checks:
-                    stop = j
-                    break
-            else:
-                hits = 0
-            judged.append((j, hits, hit_start))
-        # the blocks before the one where that close falls are taken
-        taken = len(blocks)
-        if stop < groups:
-            taken = bisect_right(ends, (stop + 1) * b - 1 - cur0)
-        total = cur0 + (ends[taken - 1] if taken else 0)  # values taken
-        closes = total // b
-        if closes:
-            self.meds.extend(meds[:closes])
-            self.noise.extend(noise[:closes])
-            self.ac.extend(zip(lags[:closes], sqs[:closes], strict=True))
-            self.ac_num, self.ac_den = nums[closes - 1], dens[closes - 1]
-            self.closed += closes
-            last = bisect_left(at_judge, closes) - 1  # the last judgement taken
-            if last >= 0:
-                j_last = at_judge[last]
-                self.hits = 0
-                for j, h, hs in reversed(judged):
-                    if j <= j_last:
-                        self.hit_start = hs
-                        if j == j_last:
-                            self.hits = h
-                        break
-        # the step each group begins at (one begun before these blocks has its start)
-        skip = 0 if cur0 == 0 else b - cur0
-        self.start.extend(steps[skip : total - cur0 : b])
-        self.cur = values[closes * b : total]
-        return taken
-
-    def _assess(
-        self, meds: Sequence[float], noise: Iterable[float], num: float, den: float, size: int
-    ) -> _Found | None:
-        """What the windows show (``size`` blocks, their lag-1 and squares sums): None when
-        neither signature holds. Neither can without a two-cycle and with no two block
-        medians far enough apart for one swing: the usual healthy window, judged without
-        the zigzag walk (and, when the range alone tells, without the sorts)."""
-        ac = num / den if den > 0 else None
-        quiet = not (ac is not None and ac <= self.autocorr) and self.min_swings > 0
-        if quiet and no_swing(meds, self.amp, 0.0):
-            return None
-        ns = sorted(noise)
-        level_noise = ns[len(ns) // 2] * 1.2533 / self.block**0.5
-        floor = self.noise_k * level_noise
-        if quiet and no_swing(meds, self.amp, floor):
-            return None
-        window = list(meds)
-        swings = _swings(window, self.amp, floor)
-        level = sorted(window)[len(window) // 2]
-        rms = (den / (size * self.block)) ** 0.5
-        slow = swings >= self.min_swings
-        fast = ac is not None and ac <= self.autocorr and level > 0 and rms >= self.amp / 3 * level
-        if not (slow or fast):
-            return None
-        return _Found(slow, swings, level_noise, level, ac, window)
+        if len(self.meds) >= self.min_blocks and self.closed % 4 == 0:
+            self._judge(e, step)
 
     def _judge(self, e: EngineState, step: int) -> None:
-        found = self._assess(self.meds, self.noise, self.ac_num, self.ac_den, len(self.ac))
-        if found is not None and not e.in_grace:
+        num, den = self.ac_num, self.ac_den
+        ac = num / den if den > 0 else None
+        # neither signature can hold without a two-cycle and with no two block medians far
+        # enough apart for one swing: the usual healthy window, judged without the zigzag
+        # walk (and, when the range alone tells, without the sorts); nothing they give is
+        # read below then
+        quiet = not (ac is not None and ac <= self.autocorr) and self.min_swings > 0
+        slow = fast = False
+        if not quiet or not no_swing(self.meds, self.amp, 0.0):
+            noise = sorted(self.noise)[len(self.noise) // 2] * 1.2533 / self.block**0.5
+            floor = self.noise_k * noise
+            if not quiet or not no_swing(self.meds, self.amp, floor):
+                meds = list(self.meds)
+                swings = _swings(meds, self.amp, floor)
+                level = sorted(meds)[len(meds) // 2]
+                rms = (den / (len(self.ac) * self.block)) ** 0.5
+                slow = swings >= self.min_swings
+                fast = (
+                    ac is not None
+                    and ac <= self.autocorr
+                    and level > 0
+                    and rms >= self.amp / 3 * level
+                )
+        if (slow or fast) and not e.in_grace:
             if self.hits == 0:
                 self.hit_start = step
             self.hits += 1
@@ -222,18 +133,17 @@ class Oscillation(Rule):
                 self.tr.clear(step)
             return
         if self.hits >= self.checks:
-            meds, swings, ac = found.meds, found.swings, found.ac
             span = len(meds) * self.block
             ev = {
                 "swings": swings,
                 "amplitude": self.amp,
-                "block_noise": found.noise,
-                "level": found.level,
+                "block_noise": noise,
+                "level": level,
                 "lag1_autocorr": ac,
                 "window": span,
                 "lr": e.lr,
             }
-            if found.slow:
+            if slow:
                 lo, hi = min(meds), max(meds)
                 msg = (
                     f"{swings} swings of the smoothed loss in {span} steps, each >= {fmt(100 * self.amp)} % "
@@ -244,17 +154,6 @@ class Oscillation(Rule):
             ev["window_start"] = self.start[0]
             self.tr.fire(self.hit_start, WARNING, "Loss oscillates", msg, ev, t=e.t, refresh=True)
             self.tr.hold(step)
-
-
-class _Found(NamedTuple):
-    """A judgement's finding: which signature, and the numbers the alert shows."""
-
-    slow: bool
-    swings: int
-    noise: float
-    level: float
-    ac: float | None
-    meds: list[float]
 
 
 def no_swing(xs: Iterable[float], rel: float, floor: float) -> bool:

@@ -31,13 +31,10 @@ from . import (
 from .alerts import CRITICAL, WARNING
 from .base import Rule
 from .config import Config
-from .deferred import FLUSH_AT, Deferred
 from .state import EngineState
 from .window import present
 
-_HOOKS = (
-    "on_block", "on_blocks", "on_eval", "on_layers", "on_event", "on_sys", "on_time", "on_finish",
-)  # fmt: skip
+_HOOKS = ("on_block", "on_eval", "on_layers", "on_event", "on_sys", "on_time", "on_finish")
 _HOOK_TABLES: dict[tuple[type, ...], tuple[tuple[str, tuple[int, ...]], ...]] = {}
 
 
@@ -104,17 +101,8 @@ class RuleSet(EngineState):
             self.dropped_rule,
         ]
         rules = self.rules
-        table = dict(_hook_table(rules))
-        hooks = {name: [getattr(rules[i], name) for i in at] for name, at in table.items()}
-        # a rule with a batch path takes its blocks through ``deferred`` (answers unchanged)
-        batched = table["on_blocks"]
-        self.deferred = Deferred([(i, rules[i]) for i in batched])
-        at = [i for i in table["on_block"] if i not in batched]
-        self._block_hooks = [rules[i].on_block for i in at]
-        self._block_ranks = at  # each hook's rule's position (the sink's order, see deferred)
-        self._hook_rank: int | None = None  # whose block hook runs now
-        self._batching = False  # in feed_many: a closed block waits for the batched rules
-        self.sink.before_add = self._before_add
+        hooks = {name: [getattr(rules[i], name) for i in at] for name, at in _hook_table(rules)}
+        self._block_hooks = hooks["on_block"]
         self._eval_hooks = hooks["on_eval"]
         self._layers_hooks = hooks["on_layers"]
         self._event_hooks = hooks["on_event"]
@@ -137,7 +125,6 @@ class RuleSet(EngineState):
         whole is known by (see ``_KEPT_ACROSS_SEGMENTS``)."""
         if self.blk.steps:
             self._close_block()
-        self.settle()
         for r in self.rules:  # an episode still up belongs to the part that ended
             for tr in r.alert_trackers():
                 if tr.active:
@@ -161,23 +148,16 @@ class RuleSet(EngineState):
                 )
         self.segment_mark = len(self.sink)
         kept = {name: getattr(self, name) for name in self._KEPT_ACROSS_SEGMENTS}
-        batching = self._batching
         self.__init__(self.config)  # type: ignore[misc]
         for name, value in kept.items():
             setattr(self, name, value)
-        self._batching = batching
         self.segments.started(step, why)
 
     def _close_block(self) -> None:
         b = self.blk
         self.warm = self.steps > self.warmup_steps
-        self.deferred.add(self, b.copy())
-        try:
-            for rank, h in zip(self._block_ranks, self._block_hooks, strict=True):
-                self._hook_rank = rank
-                h(self, b)
-        finally:
-            self._hook_rank = None
+        for h in self._block_hooks:
+            h(self, b)
         losses = present(b.loss)
         gns = present(b.gn)
         fig = self.fig
@@ -202,16 +182,3 @@ class RuleSet(EngineState):
         self.loss_hi = self.spike_rule.threshold(self)
         self.gn_hi, self.gn_warn = self.explosion_rule.thresholds(self)
         b.clear()
-        if not self._batching or len(self.deferred.pending) >= FLUSH_AT:
-            self.deferred.run(self)
-
-    def settle(self) -> None:
-        """Bring the batched rules up to the last block closed (``deferred``): before
-        their state, or the sink, is read. ``alerts``, ``facts`` and ``finish`` call it."""
-        self.deferred.run(self)
-
-    def _before_add(self) -> None:
-        """An alert is about to be raised: the batched rules first raise theirs that come
-        before it (``deferred``)."""
-        if self.deferred.pending:
-            self.deferred.run(self, self._hook_rank)

@@ -259,11 +259,3 @@ class Block:
     def clear(self) -> None:
         self.steps, self.t, self.loss, self.gn = [], [], [], []
         self.recs, self.timing, self.t0 = [], [], None
-
-    def copy(self) -> Block:
-        """Another Block on the same lists: the closed block a batched rule reads later
-        (``deferred.py``); :meth:`clear` gives this one new lists, never empties these."""
-        other = Block.__new__(Block)
-        other.steps, other.t, other.loss, other.gn = self.steps, self.t, self.loss, self.gn
-        other.recs, other.timing, other.t0 = self.recs, self.timing, self.t0
-        return other

@@ -62,7 +62,6 @@ def feed_engine(engine: RuleEngine | None, records: Records) -> str | None:
         return None
     try:
         feed(records, engine)
-        engine.settle()  # the batched rules too: a failing one is said here, not on a read
     except Exception as exc:  # a bug in one rule: diagnosis off, data path alive
         return f"rules engine failed: {type(exc).__name__}: {exc}"
     return None
@@ -103,9 +102,4 @@ def judge_range(
             progress(off)
         if error is not None:
             break
-    if engine is not None and error is None:
-        try:
-            engine.settle()  # judged through: what is handed on (pickled by the child) is done
-        except Exception as exc:  # a bug in one rule: as feed_engine says it
-            error = f"rules engine failed: {type(exc).__name__}: {exc}"
     return engine, error, off
