@@ -55,7 +55,8 @@ _RECORDED = "__dltop_recorded__"
 
 class CrashRecorder:
     """Records crashes through ``emit`` (the probe's queue) and ``flush(True)`` (write and
-    fsync now, synchronously); ``last_step`` says which step the run had reached."""
+    fsync now, synchronously); ``last_step`` says which step the run had reached, asked
+    after a ``flush(False)``."""
 
     def __init__(
         self,
@@ -232,6 +233,12 @@ class CrashRecorder:
             return False
 
     def _step(self) -> int | None:
+        """The step the record names, asked once what is queued is written (no fsync: the
+        record's own flush does that): the probe names the step whose record then precedes
+        the event in the log (``StartStop._crash_step``), which it can only say of records
+        already built."""
+        with contextlib.suppress(Exception):
+            self._flush(False)
         try:
             return self._last_step()
         except Exception:

@@ -271,10 +271,11 @@ class Probe(StartStop):
                 dev,
                 phases,
             )
-            # the step reached, for a crash record (crash.py), named as its record is queued:
-            # a signal taken while the step is recorded names the step before (in the log)
-            self._last_step = step
             put(item)
+            # the step reached, once its record is queued; a crash record reads it through
+            # ``_crash_step`` (a signal can be taken inside ``put``, on either side of the
+            # append, before this line)
+            self._last_step = step
             if tr is not None and tr.layers is not None:
                 self._queue_layers(put, step)
             if not self._steps % CONFIG_EVERY:

@@ -242,6 +242,10 @@ class StepRecords:
 
     def __init__(self) -> None:
         self._prev_timing_ev: Any = None
+        # step records built so far and the newest one's step: what a crash record names
+        # once the queue is written (``Probe._crash_step``)
+        self.built = 0
+        self.newest: int | None = None
 
     def build(self, item: StepItem, force: bool | Deadline) -> dict[str, Any] | None:
         _, step, t, loss, gn, lr, lrs, dw, st, bs, extras, mem, dev, phases = item
@@ -301,6 +305,8 @@ class StepRecords:
             for k, v in extras.items():
                 if k not in rec:
                     rec[k] = num(v)
+        self.built += 1
+        self.newest = step
         return rec
 
 

@@ -186,9 +186,7 @@ class StartStop:
         # action ended the process without a word (a test found it; race-free now: a
         # signal before the writer runs is written by the handler's own flush)
         if self._use_crash:
-            self._crash = install_crash(
-                self._emit, self._flush, lambda: self._last_step, self._error
-            )
+            self._crash = install_crash(self._emit, self._flush, self._crash_step, self._error)
         if self._use_system:
             self._sampler = start_sampler(self._emit, self._system_interval, self._error)
         w.start()
@@ -342,6 +340,18 @@ class StartStop:
             w.emit(record)
         else:
             w.put(record)
+
+    def _crash_step(self) -> int | None:
+        """The step a crash record names, read once the queue is written (``crash.py``
+        flushes first): the newest step record in the log when every step so far was
+        built, so a signal taken inside ``put``, after the append and before
+        ``_last_step`` is set, still names the step whose record precedes the event in
+        the log. Otherwise (a step dropped by a full queue, or failed, or a signal taken
+        before the append) the step reached, ``_last_step``."""
+        built = self._records
+        if built.built == self._steps:
+            return built.newest
+        return self._last_step
 
     def _flush(self, fsync: bool) -> None:
         """The crash path's flush: bounded, and read-backs stuck on a hung device are given
