@@ -131,6 +131,39 @@ def test_a_run_long_enough_for_windows_is_judged_on_its_last_three_quarters() ->
     assert "no progress over the last 75 % of the run (steps 60-239)" in a.message
 
 
+def _learned_then(tail: list[float]) -> list[dict[str, Any]]:
+    """A run that fell from 2.0 to 1.0 over its first 100 steps, then logged ``tail``."""
+    losses = [1.0 + 0.5 ** (i / 10) for i in range(100)] + tail
+    recs: list[dict[str, Any]] = [{"kind": "meta", "v": 1, "run_id": "t"}]
+    recs += [
+        {"kind": "step", "step": i, "t": float(i), "loss": x + 0.002 * (-1) ** i, "lr": 0.1}
+        for i, x in enumerate(losses)
+    ]
+    recs.append({"kind": "event", "type": "exit", "status": "ok", "step": len(losses) - 1})
+    return recs
+
+
+def test_a_tail_lower_in_the_middle_by_luck_that_ends_where_it_was_stopped_learning() -> None:
+    """Its last three quarters in thirds: 1.0, 0.97, 1.005. The middle third is 3 % lower
+    (more than min_improvement), but the run ended no lower than the tail began and the
+    rank test reads no fall at all: no progress (two public runs labelled plateau, an
+    LSTM at chance and a hydrology model predicting the mean, looked like this)."""
+    eng = _engine(_learned_then([1.0] * 100 + [0.97] * 100 + [1.005] * 100))
+    (a,) = [a for a in _of(eng, "plateau") if a.severity == "warning"]
+    assert a.title == "Loss plateau (stopped learning early)"
+    assert a.evidence["improvement"] >= 0.01 and a.evidence["rank_z"] <= 0
+    assert "no progress over the last 75 % of the run" in a.message
+
+
+def test_a_tail_that_ends_lower_or_falls_in_rank_is_still_learning() -> None:
+    """The same dip, but the last third 1.5 % below the first (a slow creep under noise),
+    or a fall the rank test sees: not called stuck."""
+    ended_lower = _learned_then([1.0] * 100 + [0.97] * 100 + [0.985] * 100)
+    assert [a for a in _of(_engine(ended_lower), "plateau") if a.severity == "warning"] == []
+    falling = _learned_then([1.0] * 100 + [0.97] * 100 + [0.995] * 100)
+    assert [a for a in _of(_engine(falling), "plateau") if a.severity == "warning"] == []
+
+
 def test_the_whole_run_verdict_comes_at_the_end_of_the_log_but_not_after_a_crash() -> None:
     """A log with no exit record is judged when `check` reaches its end (another tool's
     log never has one); a live viewer asks only once the run is over. A crash says more."""

@@ -267,7 +267,9 @@ class Plateau(Rule):
                 return
         # stopped learning early: the last three quarters of the steps, in thirds, no third
         # min_improvement better than the first of them (flat, not merely "not surely
-        # falling": a noisy run that still creeps down is not called stuck)
+        # falling": a noisy run that still creeps down is not called stuck); or a middle
+        # third lower by luck in a tail that ended no lower and that the rank test reads as
+        # not falling at all (z <= 0: its later losses rank no lower than its earlier ones)
         s0, s1 = xs[0][0], xs[-1][0]
         cut = s0 + EARLY_SHARE * (s1 - s0)
         tail = [p for p in xs if p[0] >= cut]
@@ -277,7 +279,9 @@ class Plateau(Rule):
         if verdict is None:
             return
         gain, z, first, best, last = verdict
-        if gain < self.min_imp and (first - last) / abs(first) > -self.max_rise:
+        ended = (first - last) / abs(first)
+        flat = gain < self.min_imp or (ended < self.min_imp and z <= 0.0)
+        if flat and ended > -self.max_rise:
             if start and (start - last) / abs(start) >= CONVERGED_SHARE:
                 return  # converged: three quarters of the starting loss gone
             self._say(e, tail, start, "early", gain, z, first, best, last)
