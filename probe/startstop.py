@@ -346,10 +346,14 @@ class StartStop:
         flushes first): the newest step record in the log when every step so far was
         built, so a signal taken inside ``put``, after the append and before
         ``_last_step`` is set, still names the step whose record precedes the event in
-        the log. Otherwise (a step dropped by a full queue, or failed, or a signal taken
-        before the append) the step reached, ``_last_step``."""
+        the log (and becomes the step reached, for the ``exit`` record after it).
+        Otherwise (a step dropped by a full queue, or failed, or a signal taken before
+        the append) the step reached, ``_last_step``."""
         built = self._records
         if built.built == self._steps:
+            # the step reached, as the log shows it: the ``exit`` record and heartbeats
+            # after this name it too (step() may not have noted it yet)
+            self._last_step = built.newest
             return built.newest
         return self._last_step
 

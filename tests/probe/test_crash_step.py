@@ -93,7 +93,7 @@ def test_a_ctrl_c_raised_inside_the_queueing_names_the_step_whose_record_is_in_t
     finally:
         for s, h in saved.items():
             signal.signal(s, h)
-    assert probe.last_step == 4  # the line after put never ran
+    assert probe.last_step == 5  # the line after put never ran: the crash record set it
     records, _ = read_records(str(log))
     events = [r for r in records if r["kind"] == EVENT and r["type"] in (EV_SIGNAL, "exception")]
     assert events, records[-3:]
@@ -101,3 +101,5 @@ def test_a_ctrl_c_raised_inside_the_queueing_names_the_step_whose_record_is_in_t
     assert steps == list(range(6))
     for ev in events:
         assert ev["step"] == 5, ev
+    (exit_ev,) = [r for r in records if r["kind"] == EVENT and r["type"] == "exit"]
+    assert exit_ev["step"] == 5 and exit_ev["status"] == "interrupted", exit_ev
