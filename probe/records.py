@@ -243,7 +243,7 @@ class StepRecords:
     def __init__(self) -> None:
         self._prev_timing_ev: Any = None
         # step records built so far and the newest one's step: what a crash record names
-        # once the queue is written (``Probe._crash_step``)
+        # once the queue is written (``StartStop._crash_step``)
         self.built = 0
         self.newest: int | None = None
 
