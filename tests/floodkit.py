@@ -4,7 +4,8 @@ connections, viewers that never read.
 The training is a child process (``Training``) with a real ``Probe`` serving TCP; it
 answers commands on stdin with one JSON line each: ``measure`` (its RSS, its open
 descriptors, the server's viewers and refusals), ``fill BYTES`` (steps until the log has
-about that many more bytes), ``load SECONDS HOLD BURST WORK_MS`` (the training's own
+about that many more bytes), ``hold N`` (N files opened and kept until exit: the answer
+says they are held), ``load SECONDS HOLD BURST WORK_MS`` (the training's own
 file use: ``HOLD`` files kept open, ``BURST`` more opened and closed at every step, a
 step of ``WORK_MS`` of pure-Python work; it reports how many of its ``open()`` calls
 failed, the most descriptors it held and its step times) and ``exit``. Flooders and
@@ -49,6 +50,7 @@ probe = Probe(path=args["log"], tcp=args["tcp"], socket=False, system=False).sta
 server = live.server
 extras = {f"metric_{i}": 0.123456789 * i for i in range(8)}  # a ~300-byte step line
 step = 0
+kept = []  # files the "hold" command keeps open until exit
 
 def out(**kw):
     print(json.dumps(kw), flush=True)
@@ -72,6 +74,13 @@ for line in sys.stdin:
                 step += 1
             probe.flush()
         out(steps=step)
+    elif cmd == "hold":
+        try:
+            for _ in range(int(rest[0])):
+                kept.append(open(os.devnull, "rb"))
+        except OSError:
+            pass
+        out(held=len(kept), fds=fds())
     elif cmd == "load":
         seconds, hold, burst, work = float(rest[0]), int(rest[1]), int(rest[2]), float(rest[3])
         failures, opened, most, times = 0, 0, 0, []
