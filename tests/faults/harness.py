@@ -18,6 +18,7 @@ alerts are reported but count neither as detection nor as false alarms.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import multiprocessing
 import os
@@ -93,6 +94,10 @@ def _env() -> dict[str, str]:
     return env
 
 
+# what ``multiprocessing``'s forkserver reports as the exit code of a child whose status it
+# lost (``popen_forkserver.Popen.poll``); no training here exits with it
+STATUS_LOST = 255
+
 _FORK_CTX: Any = None
 _FORK_LOCK = threading.Lock()
 PRELOAD = ["torch", "torch._dynamo", "tests.faults.train", "dltop.probe.probe"]
@@ -164,6 +169,14 @@ def run_training(
             proc.join()
             res.timed_out = True
         res.returncode = proc.exitcode
+        if res.returncode == STATUS_LOST:
+            # the forkserver lost the child's exit status (its status pipe gave EOF: a CI
+            # run, once, on a training whose log ended with a clean exit record): not the
+            # training's answer. Once more, as a real process; its log starts afresh
+            for path in (log, log + ".label.json", output):
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(path)
+            return run_training(sc, seed, log, timeout, fresh=True)
     res.wall_s = time.perf_counter() - t0
     text = Path(output).read_text(errors="replace").strip() if os.path.exists(output) else ""
     tail = text.splitlines()[-1] if text else ""

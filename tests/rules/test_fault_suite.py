@@ -13,11 +13,13 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
+from tests.faults import harness  # noqa: E402
 from tests.faults.harness import RunResult, plan, run_suite, score  # noqa: E402
 from tests.faults.scenarios import SCENARIOS  # noqa: E402
 
@@ -101,3 +103,39 @@ def test_full_suite_meets_targets(tmp_path: Path) -> None:
     noisy = [_explain(r) for r in healthy if r.any_warning or r.any_critical]
     assert len(noisy) <= 0.05 * len(healthy), noisy
     assert sum(r.any_critical for r in healthy) <= 0.02 * len(healthy), noisy
+
+
+class _LostStatus:
+    """A forkserver child whose exit status the forkserver lost: ``exitcode`` 255, as
+    ``multiprocessing.popen_forkserver`` reports it; it leaves a half-written log."""
+
+    def __init__(self, target: object, args: tuple[list[str], str], daemon: bool) -> None:
+        self.argv = args[0]
+        self.exitcode = harness.STATUS_LOST
+
+    def start(self) -> None:
+        log = self.argv[self.argv.index("--out") + 1]
+        Path(log).write_text('{"kind": "meta", "v": 1}\n{"kind": "step", "st')
+
+    def join(self, timeout: float | None = None) -> None:
+        pass
+
+    def is_alive(self) -> bool:
+        return False
+
+
+@pytest.mark.slow
+def test_a_training_whose_status_the_forkserver_lost_runs_again_as_a_real_process(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Exit 255 from the forkserver is not the training's answer (a CI run lost one on a
+    training whose log ended with a clean exit record): the training runs once more in a
+    fresh interpreter, into a fresh log, and is judged on that."""
+    monkeypatch.setattr(harness, "_fork_context", lambda: SimpleNamespace(Process=_LostStatus))
+    sc = SCENARIOS[QUICK[0]]
+    log = str(tmp_path / "run.jsonl")
+    res = harness.run_training(sc, 0, log)
+    assert res.returncode == 0 and res.error is None, res
+    assert res.label and res.label["scenario"] == sc.name
+    text = Path(log).read_text()
+    assert text.startswith('{"kind":"meta"') and '"st\n' not in text  # the fresh run's log
