@@ -4,7 +4,7 @@ A signal is taken between bytecodes, so it can land inside ``Probe.step()`` whil
 step's record is being queued: before the record reaches the queue, or after it is
 there but before the probe has noted the step as reached. Each window is opened here on
 purpose, by a ``put`` that sends the signal on one side of the real one (the CI flake
-this replaces hit the first window by chance, once in about ten runs).
+this replaces hit the first window by chance, in one CI run).
 """
 
 from __future__ import annotations
