@@ -88,6 +88,7 @@ def report(results: list[RunResult], wall_s: float) -> str:
     warn = sum(r.any_warning or r.any_critical for r in healthy)
     crit = sum(r.any_critical for r in healthy)
     errors = sum(1 for r in results if r.error)
+    rerun = sum(r.rerun for r in results)
     lines += [
         "",
         f"fault runs: {nf}   detected {_pct(sum(r.detected for r in faults), nf)}   "
@@ -95,7 +96,8 @@ def report(results: list[RunResult], wall_s: float) -> str:
         f"correct and within budget {_pct(timely, nf)}",
         f"healthy runs: {nh}   with any warning or critical {_pct(warn, nh)} (target <= {TARGET_WARN:.0%})   "
         f"with a critical {_pct(crit, nh)} (target <= {TARGET_CRIT:.0%})",
-        f"harness errors: {errors}   wall time {wall_s:.0f} s",
+        f"harness errors: {errors}   trained again after the forkserver lost their exit "
+        f"status: {rerun}   wall time {wall_s:.0f} s",
     ]
     return "\n".join(lines)
 

@@ -54,6 +54,7 @@ class RunResult:
     check: dict[str, Any] | None = None
     check_code: int | None = None
     error: str | None = None
+    rerun: bool = False  # the forkserver lost its exit status: trained again, fresh
     # scoring
     healthy: bool = False
     detected: bool = False
@@ -176,7 +177,9 @@ def run_training(
             for path in (log, log + ".label.json", output):
                 with contextlib.suppress(FileNotFoundError):
                     os.unlink(path)
-            return run_training(sc, seed, log, timeout, fresh=True)
+            again = run_training(sc, seed, log, timeout, fresh=True)
+            again.rerun = True
+            return again
     res.wall_s = time.perf_counter() - t0
     text = Path(output).read_text(errors="replace").strip() if os.path.exists(output) else ""
     tail = text.splitlines()[-1] if text else ""

@@ -135,7 +135,7 @@ def test_a_training_whose_status_the_forkserver_lost_runs_again_as_a_real_proces
     sc = SCENARIOS[QUICK[0]]
     log = str(tmp_path / "run.jsonl")
     res = harness.run_training(sc, 0, log)
-    assert res.returncode == 0 and res.error is None, res
+    assert res.returncode == 0 and res.error is None and res.rerun, res
     assert res.label and res.label["scenario"] == sc.name
     text = Path(log).read_text()
     assert text.startswith('{"kind":"meta"') and '"st\n' not in text  # the fresh run's log
