@@ -1,6 +1,6 @@
 """How fast the rules engine digests steps, as a ratio to a bare loop over the same records.
 
-    python benchmarks/rules_speed.py [--steps 1000000] [--by-part]
+    python benchmarks/rules_speed.py [--steps 1000000] [--by-part] [--log FILE]
 
 Prints steps/s for ``RuleEngine.feed`` on a realistic record stream (loss, grad norm,
 lr with a step schedule, timings, memory, a layers record every 50 steps, heartbeats,
@@ -12,6 +12,9 @@ reads the same fields from each record. The target: 10 k steps/s live (far below
 skipped), each rule's block hook (a clock around its calls), and the block ends' own work
 (the shared windows and thresholds: what is left). This is what a faster engine has to
 beat: no single part dominates, so a speed-up must change how every part works.
+
+``--log FILE`` takes the records of a real log instead (a rank file of
+``benchmarks/ranks.py --keep DIR``, say), decoded before the clock starts.
 """
 
 from __future__ import annotations
@@ -140,8 +143,18 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--steps", type=int, default=1_000_000)
     p.add_argument("--by-part", action="store_true", help="where the engine's time goes")
+    p.add_argument("--log", help="a log's records instead of the synthetic stream")
     a = p.parse_args()
-    recs = records(a.steps)
+    if a.log:
+        from dltop.probe.decoding import read_records
+
+        try:
+            recs = read_records(a.log)[0]
+        except OSError as exc:
+            p.error(f"cannot read {a.log}: {exc.strerror or exc}")
+        a.steps = max(1, sum(1 for r in recs if r.get("kind") == "step"))
+    else:
+        recs = records(a.steps)
     if a.by_part:
         by_part(recs, a.steps)
         return
