@@ -153,6 +153,7 @@ def test_a_tail_lower_in_the_middle_by_luck_that_ends_where_it_was_stopped_learn
     assert a.title == "Loss plateau (stopped learning early)"
     assert a.evidence["improvement"] >= 0.01 and a.evidence["rank_z"] <= 0
     assert "no progress over the last 75 % of the run" in a.message
+    assert "its thirds show no fall at all (rank test z" in a.message
 
 
 def test_a_tail_that_ends_lower_or_falls_in_rank_is_still_learning() -> None:

@@ -337,7 +337,7 @@ class Plateau(Rule):
             )
             msg = (
                 f"no progress over the last {fmt(share)} % of the run ({span}): median loss "
-                f"{fmt(first)} -> {fmt(last)}, its best stretch {_why(gain, z, self.min_imp)}; "
+                f"{fmt(first)} -> {fmt(last)}, its best stretch {_why(gain, z, self.min_imp, True)}; "
                 f"{fmt(100 * total)} % below the start, all of it in the first "
                 f"{fmt(100 * EARLY_SHARE)} %"
             )
@@ -368,10 +368,17 @@ def _thirds(
     return gain, z, first, best, meds[2]
 
 
-def _why(gain: float, z: float, min_imp: float) -> str:
-    """Why a stretch does not count as better: too little, or not clear of the noise."""
+def _why(gain: float, z: float, min_imp: float, tail: bool = False) -> str:
+    """Why a stretch does not count as better: too little, or not clear of the noise (the
+    tail's test: the run ended where the tail began, and its thirds do not fall at all)."""
     if gain < min_imp:
         return f"{fmt(100 * gain)} % better, < {fmt(100 * min_imp)} %"
+    if tail:
+        return (
+            f"{fmt(100 * gain)} % better, but the run ended less than {fmt(100 * min_imp)} % "
+            f"below where this stretch began and its thirds show no fall at all (rank test "
+            f"z {fmt(z)} <= 0)"
+        )
     return (
         f"{fmt(100 * gain)} % better, but the thirds show no fall beyond the noise "
         f"(rank test z {fmt(z)} < {fmt(NOISE_Z)})"
