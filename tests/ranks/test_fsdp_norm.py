@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import math
+import pickle
 import shutil
 import subprocess
 import sys
@@ -133,13 +134,24 @@ def _write_job(folder: Path, shares: dict[int, list[Any]], world: int | None = N
 
 def _joined(folder: Path) -> tuple[list[Any], str | None]:
     """The first rank's grad_norm per step after the join, read as `dltop check` reads a
-    folder (the other ranks first, then the first), and the join's one-line summary."""
+    folder (the other ranks first, then the first), and the join's one-line summary. Read
+    both ways: each rank into the join, and each rank apart and sent back through pickle
+    as a worker process sends it (``detached``, packed arrays, ``absorb``); the norms must
+    be the same floats and the summaries the same line."""
+    got = [_joined_via(folder, workers) for workers in (False, True)]
+    assert repr(got[0]) == repr(got[1])
+    return got[0]
+
+
+def _joined_via(folder: Path, workers: bool) -> tuple[list[Any], str | None]:
     join = shardnorm.GradNormJoin()
     files = sorted(folder.glob("rank*.jsonl"))
     for f in files[1:]:
-        shares = join.other()
+        shares = join.detached() if workers else join.other()
         shares.feed(read_records(str(f))[0])
         shares.finish()
+        if workers:
+            join.absorb(pickle.loads(pickle.dumps(shares)))
     recs = read_records(str(files[0]))[0]
     join.primary().feed(recs)
     return [r["grad_norm"] for r in recs if r["kind"] == "step" and "grad_norm" in r], join.summary

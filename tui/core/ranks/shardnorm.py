@@ -42,6 +42,7 @@ from ....probe.schema import (
 )
 from ..files.logbytes import decoder, read_range
 from ..files.sourcefiles import SourceError, open_log, read_head
+from .sharesums import Packed, ShareSums
 
 
 def share_of(rec: Record) -> tuple[int, float] | None:
@@ -84,8 +85,7 @@ class GradNormJoin:
     """
 
     def __init__(self) -> None:
-        self.sums: dict[int, float] = {}
-        self.counts: dict[int, int] = {}
+        self.sums = ShareSums(MAX_SHARE_STEPS)
         self.ranks = 0  # other ranks that logged shares
         self.world: int | None = None  # the largest world_size a meta record gave
         self.joined = 0  # primary steps that got the whole model's norm
@@ -109,9 +109,11 @@ class GradNormJoin:
         sums are floats: their order is their value). Its shares are dropped here."""
         if rank.join.world is not None:
             self._see_meta({"world_size": rank.join.world})
-        if rank.finished:  # a rank whose file failed halfway never gave its shares
-            self._merge(rank.shares)
-        rank.shares = {}
+        # a rank whose file failed halfway never gave its shares
+        if rank.finished and rank.packed is not None and len(rank.packed):
+            self.ranks += 1
+            self.sums.add(rank.packed)
+        rank.shares, rank.packed = {}, None
 
     def _see_meta(self, rec: Record) -> None:
         w = world_of(rec)
@@ -122,14 +124,7 @@ class GradNormJoin:
         if not shares:
             return
         self.ranks += 1
-        sums, counts = self.sums, self.counts
-        for step, v in shares.items():
-            if step in sums:
-                sums[step] += v
-                counts[step] += 1
-            elif len(sums) < MAX_SHARE_STEPS:
-                sums[step] = v
-                counts[step] = 1
+        self.sums.add_items(shares.items())
 
     def _expected(self) -> int:
         """Ranks whose share every step needs: the job's world size when a meta gave it,
@@ -138,9 +133,10 @@ class GradNormJoin:
 
     def norm(self, step: int, own: float) -> float | None:
         """The whole model's norm at ``step`` given the primary's own share, or None."""
-        if self.counts.get(step, 0) + 1 != self._expected():
+        count, total = self.sums.get(step)
+        if count + 1 != self._expected():
             return None
-        return root(self.sums.get(step, 0.0) + own)
+        return root(total + own)
 
     @property
     def summary(self) -> str | None:
@@ -163,8 +159,9 @@ class RankShares:
     join: GradNormJoin
     primary: bool
     shares: dict[int, float] = field(default_factory=dict)
-    deferred: bool = False  # GradNormJoin.detached: finish() keeps the shares for absorb()
+    deferred: bool = False  # GradNormJoin.detached: finish() packs the shares for absorb()
     finished: bool = False
+    packed: Packed | None = None  # a deferred rank's shares, finished: arrays to send back
 
     def feed(self, records: Iterable[Record]) -> None:
         # share_of, inline: every step of every rank passes here. The usual values (an int
@@ -202,6 +199,7 @@ class RankShares:
         """The rank is read: its last share per step goes into the job's sums."""
         self.finished = True
         if self.deferred:
+            self.packed, self.shares = Packed(self.shares), {}
             return
         if not self.primary:
             self.join._merge(self.shares)
