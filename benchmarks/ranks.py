@@ -334,6 +334,13 @@ def _rss_mb() -> float:
     return round(max(own, workers) / 1024, 1)
 
 
+def _cpu_s() -> tuple[float, float]:
+    """CPU seconds (user + system) of this process, and of the workers it waited for."""
+    own = resource.getrusage(resource.RUSAGE_SELF)
+    kids = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime, kids.ru_utime + kids.ru_stime
+
+
 def run_variant(name: str, folder: str, ranks: int, rate: float, seconds: float) -> dict[str, Any]:
     """Child process body: imports before the clock and the RSS baseline."""
     import dltop.tui.check_cmd  # noqa: F401
@@ -343,9 +350,14 @@ def run_variant(name: str, folder: str, ranks: int, rate: float, seconds: float)
     if name == "app":
         import dltop.tui.app.app  # noqa: F401
     base = _rss_mb()
+    own0, kids0 = _cpu_s()
     t0 = time.perf_counter()
     out = VARIANTS[name](folder, ranks=ranks, rate=rate, seconds=seconds)
     out["seconds"] = round(time.perf_counter() - t0, 3)
+    own, kids = _cpu_s()
+    # where the CPU went: on 2 CPUs the wall time is about their sum over 2, so what this
+    # process spends (the first rank, the workers' results taken in) is taken from them
+    out["cpu_own_s"], out["cpu_workers_s"] = round(own - own0, 2), round(kids - kids0, 2)
     out["peak_rss_mb"] = _rss_mb()
     out["baseline_rss_mb"] = base
     return out
@@ -415,7 +427,8 @@ def report(res: dict[str, dict[str, Any]], ranks: int, steps: int, rate: float) 
             f"{name} ({how}): {ranks} ranks x {steps} steps in {chk['seconds']:.1f} s{ratio} "
             f"({chk['seconds'] / ranks * 1e3:.0f} ms and "
             f"{(chk['peak_rss_mb'] - chk['baseline_rss_mb']) / ranks:.2f} MB per rank; peak "
-            f"RSS {chk['peak_rss_mb']:.0f} MB); {chk['notes']}"
+            f"RSS {chk['peak_rss_mb']:.0f} MB); CPU {chk['cpu_own_s']:.1f} s here + "
+            f"{chk['cpu_workers_s']:.1f} s in workers; {chk['notes']}"
         )
 
 
