@@ -15,19 +15,14 @@ def _bits(x: float) -> bytes:
     return struct.pack("<d", x)  # NaN, -0.0 and inf compared bit for bit
 
 
-def _reference(ranks: list[dict[int, float]], cap: int) -> tuple[dict[int, float], dict[int, int]]:
-    """The sums as they were kept before the dense way: a dict, step by step, rank by rank."""
-    sums: dict[int, float] = {}
-    counts: dict[int, int] = {}
+def _step_by_step(ranks: list[dict[int, float]], cap: int) -> ShareSums:
+    """The sums kept the way they were before the dense way: dicts, step by step, rank by
+    rank (``add_items``, whose values the join tests of test_fsdp_norm.py pin)."""
+    sums = ShareSums(cap)
     for shares in ranks:
-        for step, v in shares.items():
-            if step in sums:
-                sums[step] += v
-                counts[step] += 1
-            elif len(sums) < cap:
-                sums[step] = v
-                counts[step] = 1
-    return sums, counts
+        sums.add_items(shares.items())
+    assert not sums.dense_ranks
+    return sums
 
 
 def _through_a_worker(shares: dict[int, float]) -> Packed:
@@ -38,12 +33,11 @@ def _same(ranks: list[dict[int, float]], cap: int = 1_000) -> ShareSums:
     got = ShareSums(cap)
     for shares in ranks:
         got.add(_through_a_worker(shares))
-    sums, counts = _reference(ranks, cap)
+    want = _step_by_step(ranks, cap)
     steps = {s for shares in ranks for s in shares} | {-1, 10**6}
     for step in steps:
-        n, total = got.get(step)
-        assert n == counts.get(step, 0), step
-        assert _bits(total) == _bits(sums.get(step, 0.0)), step
+        (n, total), (n0, total0) = got.get(step), want.get(step)
+        assert n == n0 and _bits(total) == _bits(total0), step
     return got
 
 
@@ -87,7 +81,20 @@ def test_any_other_rank_goes_step_by_step_with_the_same_sums() -> None:
 
 def test_the_cap_holds_either_way() -> None:
     rng = random.Random(4)
-    _same([_dense(rng, 0, 60) for _ in range(3)], cap=50)  # over the cap from the first
+    over = _same([_dense(rng, 0, 60) for _ in range(3)], cap=50)  # over the cap from the first
+    assert over.get(49)[0] == 3 and over.get(50) == (0, 0.0)  # the first 50 steps, no more
     _same([_dense(rng, 0, 40), _dense(rng, 20, 40), _dense(rng, 0, 40)], cap=50)
     got = _same([_dense(rng, 0, 50) for _ in range(3)], cap=50)  # at it: dense
     assert got.dense_ranks == 3
+
+
+def test_a_rank_without_shares_changes_nothing() -> None:
+    """An empty rank (a file with no share) is no run of steps for the next ranks to
+    match: they still go the dense way."""
+    rng = random.Random(5)
+    ranks = [_dense(rng, 0, 100) for _ in range(3)]
+    got = ShareSums(1_000)
+    got.add(_through_a_worker({}))
+    for shares in ranks:
+        got.add(_through_a_worker(shares))
+    assert got.dense_ranks == 3 and got.get(0)[0] == 3

@@ -66,7 +66,7 @@ class ShareSums:
 
     def __init__(self, cap: int) -> None:
         self.cap = cap
-        self.first: int | None = None  # dense: the steps first, first + 1, ...
+        self.first = 0  # while dense: the sums are of the steps first, first + 1, ...
         self.dense: list[float] = []
         self.dense_ranks = 0
         self.sums: dict[int, float] = {}
@@ -75,6 +75,8 @@ class ShareSums:
     def add(self, packed: Packed) -> None:
         """One rank's shares (ranks in order: the sums are floats, their order their value)."""
         n = len(packed)
+        if not n:
+            return  # nothing to add (and no empty "run" for the next ranks to match)
         if packed.first is not None and n <= self.cap and not self.sums:
             if not self.dense_ranks:
                 self.first, self.dense, self.dense_ranks = packed.first, list(packed.values), 1
@@ -100,7 +102,7 @@ class ShareSums:
     def get(self, step: int) -> tuple[int, float]:
         """(ranks that gave a share of ``step``, their sum); (0, 0.0) for none."""
         if self.dense_ranks:
-            i = step - (self.first or 0)
+            i = step - self.first
             if 0 <= i < len(self.dense):
                 return self.dense_ranks, self.dense[i]
             return 0, 0.0
@@ -110,7 +112,7 @@ class ShareSums:
         """Dense sums into the dicts, to go on step by step."""
         if not self.dense_ranks:
             return
-        steps = range(self.first or 0, (self.first or 0) + len(self.dense))
+        steps = range(self.first, self.first + len(self.dense))
         self.sums = dict(zip(steps, self.dense, strict=True))
         self.counts = dict(zip(steps, repeat(self.dense_ranks)))
-        self.first, self.dense, self.dense_ranks = None, [], 0
+        self.first, self.dense, self.dense_ranks = 0, [], 0
