@@ -337,7 +337,7 @@ class Plateau(Rule):
             )
             msg = (
                 f"no progress over the last {fmt(share)} % of the run ({span}): median loss "
-                f"{fmt(first)} -> {fmt(last)}, its best stretch {_why(gain, z, self.min_imp, True)}; "
+                f"{fmt(first)} -> {fmt(last)}, its best stretch {_why(gain, z, self.min_imp, tail=True)}; "
                 f"{fmt(100 * total)} % below the start, all of it in the first "
                 f"{fmt(100 * EARLY_SHARE)} %"
             )
@@ -368,7 +368,7 @@ def _thirds(
     return gain, z, first, best, meds[2]
 
 
-def _why(gain: float, z: float, min_imp: float, tail: bool = False) -> str:
+def _why(gain: float, z: float, min_imp: float, *, tail: bool = False) -> str:
     """Why a stretch does not count as better: too little, or not clear of the noise (the
     tail's test: the run ended where the tail began, and its thirds do not fall at all)."""
     if gain < min_imp:
